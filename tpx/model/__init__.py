@@ -1,0 +1,66 @@
+"""The Python mirror of spec/TpxTransport.tla.
+
+Read it side by side with the spec:
+
+* :mod:`tpx.model.state`      -- CONSTANTS (:class:`Config`), the 12 VARIABLES (:class:`State`),
+  ``Select``, ``NativeShape``;
+* :mod:`tpx.model.actions`    -- ``Init`` and the 7 actions, each a pure function yielding
+  successor states; ``Next``;
+* :mod:`tpx.model.invariants` -- ``TypeOK``, ``ShapeInv``, ``PairingInv``, ``SelectionInv``,
+  ``BoundedInv`` (in :data:`INVARIANTS`) and ``SelectionStable`` on a step;
+* :mod:`tpx.model.explore`    -- BFS explorer reporting TLC's figures;
+* :mod:`tpx.model.packed`     -- the same exploration on bit-packed states (numpy), for speed.
+"""
+
+from tpx.model.actions import (
+    ACTIONS,
+    CallerAbort,
+    CallerSend,
+    Deliver,
+    Halted,
+    Init,
+    Next,
+    NoProvider,
+    ProviderFail,
+    ProviderReply,
+)
+from tpx.model.explore import ExploreResult, Graph, Verdict, explore
+from tpx.model.invariants import (
+    INVARIANTS,
+    BoundedInv,
+    CredsUnchanged,
+    PairingInv,
+    SelectionInv,
+    SelectionStable,
+    ShapeInv,
+    TypeOK,
+)
+from tpx.model.state import VARS, Config, State
+
+__all__ = [
+    "ACTIONS",
+    "INVARIANTS",
+    "VARS",
+    "BoundedInv",
+    "CallerAbort",
+    "CallerSend",
+    "Config",
+    "CredsUnchanged",
+    "Deliver",
+    "ExploreResult",
+    "Graph",
+    "Halted",
+    "Init",
+    "Next",
+    "NoProvider",
+    "PairingInv",
+    "ProviderFail",
+    "ProviderReply",
+    "SelectionInv",
+    "SelectionStable",
+    "ShapeInv",
+    "State",
+    "TypeOK",
+    "Verdict",
+    "explore",
+]
