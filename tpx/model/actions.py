@@ -51,7 +51,8 @@ def subsets(s: frozenset[ModelValue]) -> Iterator[frozenset[ModelValue]]:
     """``SUBSET s``, smallest first."""
     items = sorted(s)
     return (
-        frozenset(c) for c in chain.from_iterable(combinations(items, r) for r in range(len(items) + 1))
+        frozenset(c)
+        for c in chain.from_iterable(combinations(items, r) for r in range(len(items) + 1))
     )
 
 

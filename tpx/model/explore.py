@@ -92,7 +92,7 @@ def explore(
     check_deadlock: bool = True,
     keep_graph: bool = False,
     init: InitFn = Init,
-    next: NextFn = Next,  # noqa: A002 - the spec's name
+    next: NextFn = Next,
     invariants: Iterable[tuple[str, Invariant]] = INVARIANTS,
     properties: Iterable[tuple[str, StepProperty]] = (("SelectionStable", SelectionStable),),
 ) -> ExploreResult:
@@ -157,19 +157,19 @@ def explore(
             generated += 1
             if keep_graph:
                 edges.add((s.as_record(), t.as_record(), action))
+            # As TLC does: a new state's invariants first, then the step's properties.
+            if t not in parent:
+                parent[t] = (s, action)
+                level[t] = level[s] + 1
+                depth = max(depth, level[t])
+                if (name := violated(t)) is not None:
+                    return finish(Verdict("invariant", name), t)
+                queue.append(t)
             for pname, prop in properties:
                 if not prop(s, t):
                     # The counterexample is the path to s plus the offending step.
                     result = finish(Verdict("action_property", pname), s)
                     return attrs.evolve(result, trace=(*result.trace, (action, t.as_record())))
-            if t in parent:
-                continue
-            parent[t] = (s, action)
-            level[t] = level[s] + 1
-            depth = max(depth, level[t])
-            if (name := violated(t)) is not None:
-                return finish(Verdict("invariant", name), t)
-            queue.append(t)
         if successors == 0 and check_deadlock:
             return finish(Verdict("deadlock"), s)
     return finish(Verdict("ok"), None)

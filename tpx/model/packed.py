@@ -235,7 +235,8 @@ class _Machine:
         base |= U64(2 << lay.PH)
         unstable |= bool(np.any((base & self.f_creds) != (x & self.f_creds)))
         base = np.unique(base)
-        out.append((base[:, None] | self.reply_offsets[None, :]).ravel())
+        replies: Arr = np.bitwise_or.outer(base, self.reply_offsets).ravel()
+        out.append(replies)
         counts += req * len(self.reply_offsets)
         # ProviderFail
         x = s[req] & ~(self.f_LO | self.f_P | self.f_PH)
@@ -344,7 +345,8 @@ def _sorted_isin(values: Arr, sorted_pool: Arr) -> npt.NDArray[np.bool_]:
         return np.zeros(values.shape, dtype=bool)
     idx = np.searchsorted(sorted_pool, values)
     idx[idx == len(sorted_pool)] = 0
-    return sorted_pool[idx] == values
+    found: npt.NDArray[np.bool_] = sorted_pool[idx] == values
+    return found
 
 
 def reachable_packed(config: Config) -> list[int]:

@@ -1,0 +1,166 @@
+"""The ``tpx`` command line.
+
+``tpx tlc [SPEC] [--config CFG] [--workers N] [--dump-graph FILE]`` model-checks
+with TLC; ``tpx explore [SPEC] [--config CFG]`` explores the same model with the
+Python mirror. Both print the same one-screen summary so they can be compared
+side by side, and both exit non-zero on any violation or error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from tpx.errors import TpxError
+
+DEFAULT_SPEC = Path("spec/TpxTransport.tla")
+
+
+def _cfg_for(spec: Path, cfg: Path | None) -> Path:
+    return cfg if cfg is not None else spec.with_suffix(".cfg")
+
+
+def summary(
+    tool: str,
+    spec: Path,
+    cfg: Path,
+    verdict: object,
+    initial: int | None,
+    generated: int | None,
+    distinct: int | None,
+    depth: int | None,
+    duration_s: float,
+    trace: Sequence[tuple[str, Any]] = (),
+    out: TextIO = sys.stdout,
+) -> None:
+    """Print the one-screen summary both commands share."""
+
+    def fig(v: int | None) -> str:
+        return "-" if v is None else f"{v:,}"
+
+    print(f"{tool}: {spec} with {cfg}", file=out)
+    print(f"  verdict    {verdict}", file=out)
+    print(f"  initial    {fig(initial)}", file=out)
+    print(f"  generated  {fig(generated)}", file=out)
+    print(f"  distinct   {fig(distinct)}", file=out)
+    print(f"  depth      {fig(depth)}", file=out)
+    print(f"  time       {duration_s:.2f} s", file=out)
+    if trace:
+        print("  counterexample:", file=out)
+        for i, (action, state) in enumerate(trace, 1):
+            print(f"    {i}: {action}", file=out)
+            for name in sorted(state):
+                print(f"         {name} = {state[name]!r}", file=out)
+
+
+def _cmd_tlc(args: argparse.Namespace) -> int:
+    from tpx.tlc import run_tlc
+
+    spec: Path = args.spec
+    cfg = _cfg_for(spec, args.config)
+
+    def progress(p: Any) -> None:
+        print(f"  ... {p}", file=sys.stderr, flush=True)
+
+    result = run_tlc(
+        spec,
+        cfg,
+        workers=args.workers,
+        timeout=args.timeout,
+        dump_dot=args.dump_graph,
+        on_progress=progress,
+    )
+    trace = [(step.action, step.state) for step in result.trace]
+    summary(
+        "tlc",
+        spec,
+        cfg,
+        result.verdict,
+        result.initial,
+        result.generated,
+        result.distinct,
+        result.depth,
+        result.duration_s,
+        trace,
+    )
+    return 0 if result.verdict.kind == "ok" else (result.exit_code or 1)
+
+
+def _cmd_explore(args: argparse.Namespace) -> int:
+    from tpx.model import Config
+    from tpx.model.explore import explore
+    from tpx.model.packed import explore_packed
+    from tpx.tlc.cfg import load_cfg
+
+    spec: Path = args.spec
+    cfg_path = _cfg_for(spec, args.config)
+    module = re.search(r"MODULE\s+(\w+)", spec.read_text())
+    if module is None or module.group(1) != "TpxTransport":
+        raise TpxError(
+            f"{spec}: the mirror models module TpxTransport only "
+            f"(found {module.group(1) if module else 'no module'}); use `tpx tlc` for other specs"
+        )
+    cfg = load_cfg(cfg_path)
+    config = Config.from_constants(dict(cfg.constants))
+    check_deadlock = True if cfg.check_deadlock is None else cfg.check_deadlock
+    run = explore if args.readable else explore_packed
+    result = run(config, check_deadlock=check_deadlock)
+    summary(
+        "explore",
+        spec,
+        cfg_path,
+        result.verdict,
+        result.initial,
+        result.generated,
+        result.distinct,
+        result.depth,
+        result.duration_s,
+        result.trace,
+    )
+    return result.exit_code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tpx", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    tlc = sub.add_parser("tlc", help="model-check a spec with TLC")
+    tlc.add_argument("spec", nargs="?", type=Path, default=DEFAULT_SPEC)
+    tlc.add_argument("--config", type=Path, default=None, help="cfg file (default: SPEC.cfg)")
+    tlc.add_argument("--workers", type=int, default=1)
+    tlc.add_argument("--timeout", type=float, default=None, help="seconds before TLC is killed")
+    tlc.add_argument("--dump-graph", type=Path, default=None, help="write the state graph (dot)")
+    tlc.set_defaults(func=_cmd_tlc)
+
+    exp = sub.add_parser("explore", help="explore the spec with the Python mirror")
+    exp.add_argument("spec", nargs="?", type=Path, default=DEFAULT_SPEC)
+    exp.add_argument("--config", type=Path, default=None, help="cfg file (default: SPEC.cfg)")
+    exp.add_argument(
+        "--readable", action="store_true", help="use the readable explorer, not the packed one"
+    )
+    exp.set_defaults(func=_cmd_explore)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except TpxError as exc:
+        print(f"tpx: error: {exc}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as exc:
+        print(f"tpx: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tpx: interrupted", file=sys.stderr)
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
