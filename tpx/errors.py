@@ -12,9 +12,10 @@ Every exception tpx raises on purpose derives from :class:`TpxError`::
     │   ├── NetworkError           MODEL_NETWORK       connect refused, reset, DNS
     │   ├── TLSError               MODEL_TLS           certificate or handshake failure
     │   ├── ProtocolError          MODEL_PROTOCOL      body not JSON / wrong shape / bad tool call
-    │   ├── PairingError           MODEL_PAIRING       tool_results do not answer the pending tool_uses
+    │   ├── PairingError           MODEL_PAIRING       tool_results do not answer pending tool_uses
     │   └── UnsupportedError       MODEL_UNSUPPORTED   a request feature the provider cannot carry
     ├── ExchangeStateError         a step of the exchange machine taken out of order
+    ├── ConfigurationError         the transport cannot boot as configured
     ├── SpecConfigError            a TLC cfg file the mirror cannot read
     └── TLCError                   the TLC runner failed (not: the spec was violated)
         ├── JavaNotFoundError      no usable ``java`` (missing or too old)
@@ -36,10 +37,15 @@ output pass it through :func:`redact` with the secrets they hold.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable
+import datetime
+import email.utils
+import json
+import math
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 __all__ = [
+    "ConfigurationError",
     "ExchangeStateError",
     "HTTPStatusError",
     "JarNotFoundError",
@@ -60,6 +66,9 @@ __all__ = [
     "TpxError",
     "UnauthorizedError",
     "UnsupportedError",
+    "error_for_status",
+    "error_message_from_body",
+    "parse_retry_after",
     "redact",
 ]
 
@@ -83,7 +92,8 @@ class ModelError(TpxError):
 
     ``code`` is the MODEL_* code, ``error_type`` the Messages API error type
     a Messages caller expects, ``status`` the HTTP status the failure maps to
-    (the provider's own status where there was one).
+    (the provider's own status where there was one), ``retry_after`` the
+    provider's ``retry-after`` advice in seconds when it gave one.
     """
 
     code: ClassVar[str] = "MODEL_ERROR"
@@ -97,12 +107,14 @@ class ModelError(TpxError):
         status: int | None = None,
         error_type: str | None = None,
         provider: str | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.status = self.default_status if status is None else status
         self.error_type = error_type or self.default_error_type
         self.provider = provider
+        self.retry_after = retry_after
 
     def body(self) -> dict[str, Any]:
         """The Messages-API error body for this failure."""
@@ -142,7 +154,7 @@ class HTTPStatusError(ModelError):
     default_status = 500
 
 
-class TimeoutError(ModelError):  # noqa: A001 - deliberately scoped to tpx.errors
+class TimeoutError(ModelError):  # deliberately shadows the builtin inside tpx.errors
     code = "MODEL_TIMEOUT"
     default_error_type = "timeout_error"
     default_status = 504
@@ -208,3 +220,140 @@ class TLCCrashError(TLCError):
 
 class TLCTimeoutError(TLCError, builtins.TimeoutError):
     """TLC exceeded its time limit and was killed."""
+
+
+# --------------------------------------------------------------------------
+# Additions: configuration errors and the HTTP-status -> ModelError mapping.
+# Pure functions (no httpx) so the sans-I/O exchange can use them.
+# --------------------------------------------------------------------------
+
+_MAX_PROVIDER_MESSAGE = 500
+
+# Messages-API error types by HTTP status (wire-protocols notes).
+_ERROR_TYPE_BY_STATUS: dict[int, str] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+_MESSAGES_ERROR_TYPES = frozenset(_ERROR_TYPE_BY_STATUS.values())
+
+
+class ConfigurationError(TpxError, ValueError):
+    """The transport cannot be booted as configured (e.g. a token without a base URL)."""
+
+
+def parse_retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` / ``retry-after`` headers (delta or HTTP date).
+
+    Header names are matched case-insensitively; unreadable values give ``None``.
+    """
+    lowered = {k.lower(): v for k, v in headers.items()}
+    raw_ms = lowered.get("retry-after-ms")
+    if raw_ms is not None:
+        try:
+            ms = float(raw_ms)
+        except ValueError:
+            ms = -1.0
+        if ms >= 0 and math.isfinite(ms):
+            return ms / 1000.0
+    raw = lowered.get("retry-after")
+    if raw is None:
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(raw)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=datetime.UTC)
+        return max(0.0, (when - datetime.datetime.now(datetime.UTC)).total_seconds())
+    if not math.isfinite(seconds) or seconds < 0:
+        return None
+    return seconds
+
+
+def error_message_from_body(body: bytes | str) -> tuple[str | None, str | None]:
+    """``(message, error_type)`` read from a provider error body of either API's shape.
+
+    Anthropic: ``{"type": "error", "error": {"type", "message"}}``; OpenAI-style:
+    ``{"error": {"message", "type", "code"}}`` (``error`` may also be a bare string).
+    ``error_type`` is only returned when it is a Messages-API error type.
+    """
+    try:
+        data = json.loads(body)
+    except (ValueError, TypeError):
+        return None, None
+    if not isinstance(data, dict):
+        return None, None
+    err = data.get("error")
+    if isinstance(err, str):
+        return err, None
+    if not isinstance(err, dict):
+        message = data.get("message")
+        return (message if isinstance(message, str) else None), None
+    message = err.get("message")
+    err_type = err.get("type")
+    return (
+        message if isinstance(message, str) else None,
+        err_type if isinstance(err_type, str) and err_type in _MESSAGES_ERROR_TYPES else None,
+    )
+
+
+def error_for_status(
+    status: int,
+    headers: Mapping[str, str],
+    body: bytes | str,
+    *,
+    provider: str | None = None,
+    secrets: Iterable[str | None] = (),
+) -> ModelError:
+    """The :class:`ModelError` for a non-2xx provider reply.
+
+    401/403 -> :class:`UnauthorizedError`, 429 -> :class:`RateLimitedError` (with
+    ``retry_after``), 529/503 -> :class:`OverloadedError` (with ``retry_after``), any
+    other status -> :class:`HTTPStatusError` with the status kept. The provider's
+    message is read from its error body (either API's shape) and redacted.
+    """
+    secrets = tuple(secrets)
+    message, err_type = error_message_from_body(body)
+    if message is None:
+        text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+        message = " ".join(text.split())
+    message = redact(message, secrets)
+    if len(message) > _MAX_PROVIDER_MESSAGE:
+        message = message[:_MAX_PROVIDER_MESSAGE] + "..."
+    who = provider or "provider"
+    text = f"{who} returned HTTP {status}" + (f": {message}" if message else "")
+    cls: type[ModelError]
+    if status in (401, 403):
+        cls = UnauthorizedError
+        err_type = "permission_error" if status == 403 else "authentication_error"
+    elif status == 429:
+        cls = RateLimitedError
+        err_type = "rate_limit_error"
+    elif status in (503, 529):
+        cls = OverloadedError
+        err_type = "overloaded_error"
+    else:
+        cls = HTTPStatusError
+        if err_type is None:
+            err_type = _ERROR_TYPE_BY_STATUS.get(
+                status, "invalid_request_error" if 400 <= status < 500 else "api_error"
+            )
+    return cls(
+        text,
+        status=status,
+        error_type=err_type,
+        provider=provider,
+        retry_after=parse_retry_after(headers),
+    )
