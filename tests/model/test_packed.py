@@ -18,7 +18,7 @@ CONFIGS = [
 ]
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=repr)
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{len(c.ToolIds)}ids-{c.MaxTurns}turns")
 def test_packed_reachable_set_equals_readable(config: Config) -> None:
     readable = set(reachable(config))
     packed = reachable_packed(config)
@@ -26,7 +26,7 @@ def test_packed_reachable_set_equals_readable(config: Config) -> None:
     assert {decode(x, config) for x in packed} == readable
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=repr)
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{len(c.ToolIds)}ids-{c.MaxTurns}turns")
 def test_packed_figures_equal_readable(config: Config) -> None:
     a, b = explore(config), explore_packed(config)
     assert (a.verdict, a.initial, a.generated, a.distinct, a.depth) == (

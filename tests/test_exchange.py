@@ -1,0 +1,826 @@
+"""The sans-I/O exchange machine, step by step, against spec/TpxTransport.tla."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tpx import errors
+from tpx.exchange import (
+    ANTHROPIC_VERSION,
+    Exchange,
+    ExchangeSnapshot,
+    Provider,
+    native_shape,
+    select_provider,
+)
+
+SECRET = "sk-ant-api03-SECRET-value"
+
+# -- bodies -----------------------------------------------------------------------
+
+
+def user(*blocks: dict[str, Any] | str) -> dict[str, Any]:
+    content: Any = blocks[0] if len(blocks) == 1 and isinstance(blocks[0], str) else list(blocks)
+    return {"role": "user", "content": content}
+
+
+def tool_result(tool_id: str, text: str = "42") -> dict[str, Any]:
+    return {"type": "tool_result", "tool_use_id": tool_id, "content": text}
+
+
+def tool_use(tool_id: str, name: str = "calc") -> dict[str, Any]:
+    return {"type": "tool_use", "id": tool_id, "name": name, "input": {"x": 1}}
+
+
+def request(*messages: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "model": "claude-test",
+        "max_tokens": 64,
+        "messages": list(messages) or [user("hi")],
+    }
+
+
+def answer(uses: list[str], results: list[str]) -> dict[str, Any]:
+    """A follow-up request: the assistant turn with *uses*, then tool_results for *results*."""
+    return request(
+        user("hi"),
+        {"role": "assistant", "content": [tool_use(i) for i in uses]},
+        user(*[tool_result(i) for i in results]) if results else user("go on"),
+    )
+
+
+def messages_reply(*tool_ids: str, text: str = "ok") -> bytes:
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    content += [tool_use(i) for i in tool_ids]
+    return orjson.dumps(
+        {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-test",
+            "content": content,
+            "stop_reason": "tool_use" if tool_ids else "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 5, "output_tokens": 2},
+        }
+    )
+
+
+def openai_reply(*call_ids: str | None, text: str | None = "ok") -> bytes:
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if call_ids:
+        message["tool_calls"] = [
+            {
+                "id": cid,
+                "type": "function",
+                "function": {"name": "calc", "arguments": '{"x": 1}'},
+            }
+            for cid in call_ids
+        ]
+    return orjson.dumps(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "model": "tpx-model",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": "tool_calls" if call_ids else "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
+        }
+    )
+
+
+def turn_with_tools(ex: Exchange, *tool_ids: str) -> dict[str, Any]:
+    ex.send(request())
+    ex.receive(200, {}, messages_reply(*tool_ids))
+    return ex.deliver()
+
+
+# -- pure helpers -----------------------------------------------------------------
+
+
+def test_select_is_the_spec_function() -> None:
+    assert select_provider(True, True) is Provider.ANTHROPIC
+    assert select_provider(True, False) is Provider.ANTHROPIC
+    assert select_provider(False, True) is Provider.TPX
+    assert select_provider(False, False) is Provider.NONE
+
+
+def test_native_shape() -> None:
+    assert native_shape(Provider.TPX) == "openai"
+    assert native_shape(Provider.ANTHROPIC) == "messages"
+    assert native_shape(Provider.NONE) == "messages"
+
+
+def test_init_state_is_the_spec_init() -> None:
+    snap = Exchange(Provider.ANTHROPIC).snapshot()
+    assert snap == ExchangeSnapshot(
+        provider=Provider.ANTHROPIC,
+        turn=0,
+        phase="idle",
+        pending=frozenset(),
+        last_outcome="none",
+        max_turns=None,
+        req_ids=frozenset(),
+        wire_shape="messages",
+        wire_ids=frozenset(),
+        emitted=frozenset(),
+        got_shape="messages",
+    )
+
+
+def test_snapshot_is_frozen() -> None:
+    snap = Exchange(Provider.TPX).snapshot()
+    with pytest.raises(AttributeError):
+        snap.turn = 3  # type: ignore[misc]
+
+
+def test_provider_is_read_only() -> None:
+    ex = Exchange(Provider.ANTHROPIC)
+    with pytest.raises(AttributeError):
+        ex.provider = Provider.TPX  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        ex.anything = 1  # type: ignore[attr-defined]
+
+
+def test_constructor_validation() -> None:
+    with pytest.raises(TypeError):
+        Exchange("ANTHROPIC")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_turns"):
+        Exchange(Provider.TPX, max_turns=-1)
+
+
+# -- CallerSend / ProviderReply / Deliver (ANTHROPIC) -------------------------------
+
+
+def test_send_frames_natively_without_credentials() -> None:
+    ex = Exchange(Provider.ANTHROPIC, secrets=[SECRET])
+    body = request()
+    out = ex.send(body)
+    assert (out.method, out.path) == ("POST", "/v1/messages")
+    headers = out.header_dict()
+    assert headers["anthropic-version"] == ANTHROPIC_VERSION
+    assert headers["content-type"] == "application/json"
+    assert not {"x-api-key", "authorization"} & {k.lower() for k in headers}
+    assert orjson.loads(out.body) == body
+    assert SECRET.encode() not in out.body
+    snap = ex.snapshot()
+    assert (snap.phase, snap.turn, snap.wire_shape, snap.req_ids) == (
+        "req",
+        0,
+        "messages",
+        frozenset(),
+    )
+    assert ex.enabled_actions() == {"ProviderReply", "ProviderFail"}
+
+
+def test_reply_then_deliver() -> None:
+    ex = Exchange(Provider.ANTHROPIC)
+    ex.send(request())
+    ex.receive(200, {"content-type": "application/json"}, messages_reply("toolu_a", "toolu_b"))
+    snap = ex.snapshot()
+    assert snap.phase == "resp"
+    assert snap.emitted == snap.wire_ids == {"toolu_a", "toolu_b"}
+    assert snap.pending == frozenset()
+    assert ex.enabled_actions() == {"Deliver"}
+    body = ex.deliver()
+    assert body["type"] == "message"
+    assert [b["id"] for b in body["content"] if b["type"] == "tool_use"] == ["toolu_a", "toolu_b"]
+    snap = ex.snapshot()
+    assert (snap.phase, snap.turn, snap.last_outcome, snap.got_shape) == (
+        "idle",
+        1,
+        "ok",
+        "messages",
+    )
+    assert snap.pending == snap.emitted == {"toolu_a", "toolu_b"}
+    assert ex.enabled_actions() == {"CallerSend", "CallerAbort"}
+
+
+def test_answering_every_pending_tool_use_is_sent() -> None:
+    ex = Exchange(Provider.ANTHROPIC)
+    turn_with_tools(ex, "toolu_a", "toolu_b")
+    out = ex.send(answer(["toolu_a", "toolu_b"], ["toolu_b", "toolu_a"]))
+    assert out.path == "/v1/messages"
+    snap = ex.snapshot()
+    assert snap.phase == "req"
+    assert snap.req_ids == snap.wire_ids == snap.pending == {"toolu_a", "toolu_b"}
+
+
+def test_deliver_bytes_and_send_bytes() -> None:
+    ex = Exchange(Provider.ANTHROPIC)
+    out = ex.send_bytes(orjson.dumps(request()))
+    assert orjson.loads(out.body) == request()
+    ex.receive(201, {}, messages_reply())
+    assert orjson.loads(ex.deliver_bytes())["content"][0]["text"] == "ok"
+    assert ex.turn == 1
+
+
+@pytest.mark.parametrize("raw", [b"{nope", b"[1]"])
+def test_send_bytes_rejects_non_objects_without_change(raw: bytes) -> None:
+    ex = Exchange(Provider.ANTHROPIC)
+    with pytest.raises(errors.UnsupportedError):
+        ex.send_bytes(raw)
+    assert ex.snapshot() == Exchange(Provider.ANTHROPIC).snapshot()
+
+
+# -- pairing ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("results", "needle"),
+    [
+        (["toolu_a"], "no tool_result for tool_use ids ['toolu_b']"),  # missing
+        ([], "no tool_result for tool_use ids ['toolu_a', 'toolu_b']"),  # none at all
+        (["toolu_a", "toolu_b", "toolu_b"], "duplicated tool_result ids ['toolu_b']"),
+        (["toolu_a", "toolu_x"], "['toolu_x'] answer no pending tool_use"),  # unknown
+        (["toolu_a", "toolu_b", "toolu_c"], "['toolu_c'] answer no pending tool_use"),  # extra
+    ],
+)
+def test_pairing_violation_aborts_and_sends_nothing(results: list[str], needle: str) -> None:
+    ex = Exchange(Provider.ANTHROPIC)
+    turn_with_tools(ex, "toolu_a", "toolu_b")
+    with pytest.raises(errors.PairingError, match="aborted") as info:
+        ex.send(answer(["toolu_a", "toolu_b"], results))
+    assert needle in info.value.message
+    assert info.value.body()["error"]["type"] == "invalid_request_error"
+    snap = ex.snapshot()
+    # CallerAbort: turn+1, err, pending cleared, phase unchanged (nothing sent).
+    assert (snap.phase, snap.turn, snap.last_outcome, snap.pending) == (
+        "idle",
+        2,
+        "err",
+        frozenset(),
+    )
+    # The next request, answering nothing, goes out.
+    assert ex.send(request()).path == "/v1/messages"
+
+
+def test_tool_result_with_nothing_pending_changes_nothing() -> None:
+    ex = Exchange(Provider.ANTHROPIC)
+    before = ex.snapshot()
+    with pytest.raises(errors.PairingError, match="nothing was sent") as info:
+        ex.send(answer(["toolu_a"], ["toolu_a"]))
+    assert "aborted" not in info.value.message
+    assert ex.snapshot() == before  # the spec enables no CallerAbort with pending = {}
+
+
+def test_only_the_last_user_message_counts() -> None:
+    ex = Exchange(Provider.ANTHROPIC)
+    turn_with_tools(ex, "toolu_c")
+    body = answer(["toolu_a"], ["toolu_a"])  # an old, answered pair in the history
+    body["messages"] += [
+        {"role": "assistant", "content": [tool_use("toolu_c")]},
+        user(tool_result("toolu_c")),
+    ]
+    ex.send(body)
+    assert ex.snapshot().req_ids == {"toolu_c"}
+
+
+def test_explicit_abort() -> None:
+    ex = Exchange(Provider.ANTHROPIC)
+    with pytest.raises(errors.ExchangeStateError, match="CallerAbort"):
+        ex.abort()  # nothing pending: not enabled
+    turn_with_tools(ex, "toolu_a")
+    error = ex.abort()
+    assert isinstance(error, errors.PairingError)
+    assert "toolu_a" in error.message
+    snap = ex.snapshot()
+    assert (snap.turn, snap.last_outcome, snap.pending, snap.phase) == (
+        2,
+        "err",
+        frozenset(),
+        "idle",
+    )
+
+
+def test_streaming_request_is_refused_without_change() -> None:
+    ex = Exchange(Provider.ANTHROPIC)
+    with pytest.raises(errors.UnsupportedError, match="stream"):
+        ex.send({**request(), "stream": True})
+    assert ex.snapshot() == Exchange(Provider.ANTHROPIC).snapshot()
+
+
+def test_request_without_messages_is_refused_without_change() -> None:
+    ex = Exchange(Provider.ANTHROPIC)
+    with pytest.raises(errors.ProtocolError):
+        ex.send({"model": "m"})
+    with pytest.raises(TypeError):
+        ex.send([])  # type: ignore[arg-type]
+    assert ex.phase == "idle"
+    assert ex.turn == 0
+
+
+# -- NoProvider -----------------------------------------------------------------------
+
+
+def test_no_provider_step() -> None:
+    ex = Exchange(Provider.NONE)
+    assert ex.enabled_actions() == {"NoProvider"}
+    with pytest.raises(errors.ExchangeStateError, match="CallerSend"):
+        ex.send(request())
+    error = ex.no_provider()
+    assert isinstance(error, errors.UnauthorizedError)
+    assert error.status == 401
+    assert error.body()["error"]["type"] == "authentication_error"
+    snap = ex.snapshot()
+    assert (snap.turn, snap.last_outcome, snap.phase) == (1, "err", "idle")
+
+
+def test_no_provider_refused_with_a_provider() -> None:
+    ex = Exchange(Provider.TPX)
+    with pytest.raises(errors.ExchangeStateError, match="NoProvider"):
+        ex.no_provider()
+    assert ex.turn == 0
+
+
+# -- ProviderFail -----------------------------------------------------------------------
+
+
+def _in_req(pending: tuple[str, ...] = ()) -> Exchange:
+    ex = Exchange(Provider.ANTHROPIC, secrets=[SECRET])
+    if pending:
+        turn_with_tools(ex, *pending)
+        ex.send(answer(list(pending), list(pending)))
+    else:
+        ex.send(request())
+    return ex
+
+
+def _assert_failed(ex: Exchange, turn: int) -> None:
+    snap = ex.snapshot()
+    assert (snap.phase, snap.turn, snap.last_outcome, snap.pending) == (
+        "idle",
+        turn,
+        "err",
+        frozenset(),
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "cls"),
+    [
+        (401, errors.UnauthorizedError),
+        (403, errors.UnauthorizedError),
+        (429, errors.RateLimitedError),
+        (503, errors.OverloadedError),
+        (529, errors.OverloadedError),
+        (500, errors.HTTPStatusError),
+        (400, errors.HTTPStatusError),
+        (302, errors.HTTPStatusError),
+    ],
+)
+def test_non_2xx_is_provider_fail(status: int, cls: type[errors.ModelError]) -> None:
+    ex = _in_req(("toolu_a",))
+    body = orjson.dumps({"type": "error", "error": {"type": "api_error", "message": "nope"}})
+    with pytest.raises(cls) as info:
+        ex.receive(status, {"retry-after": "3"}, body)
+    assert info.value.status == status
+    assert info.value.provider == "ANTHROPIC"
+    assert info.value.message.endswith("nope")
+    _assert_failed(ex, 2)
+
+
+def test_retry_after_kept_through_receive() -> None:
+    ex = _in_req()
+    with pytest.raises(errors.RateLimitedError) as info:
+        ex.receive(429, {"Retry-After": "30"}, b"{}")
+    assert info.value.retry_after == 30.0
+
+
+def test_error_body_echoing_the_key_is_redacted() -> None:
+    ex = _in_req()
+    body = orjson.dumps({"error": {"message": f"bad key {SECRET}", "type": "x", "code": 1}})
+    with pytest.raises(errors.UnauthorizedError) as info:
+        ex.receive(401, {}, body)
+    assert SECRET not in str(info.value)
+    assert SECRET not in repr(info.value)
+    assert SECRET not in orjson.dumps(info.value.body()).decode()
+    assert SECRET not in repr(ex)
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        (b"<html>oops</html>", "not JSON"),
+        (b"[]", "not a JSON object"),
+        (b'{"type": "error", "error": {"type": "api_error", "message": "m"}}', "type is 'error'"),
+        (b'{"type": "message", "role": "user", "content": []}', "role is 'user'"),
+        (b'{"type": "message", "role": "assistant", "content": "text"}', "not a list"),
+        (b'{"type": "message", "role": "assistant", "content": [{"text": "x"}]}', "without a type"),
+        (messages_reply("bad id!"), "invalid id"),
+        (messages_reply("toolu_a", "toolu_a"), "duplicated tool_use ids"),
+        (
+            b'{"type": "message", "role": "assistant", "content": '
+            b'[{"type": "tool_use", "id": "t1", "name": "f", "input": []}]}',
+            "without name or input",
+        ),
+        # An OpenAI body from the Anthropic provider is not its native shape.
+        (openai_reply(), "type is None"),
+    ],
+)
+def test_bad_2xx_body_is_protocol_fail(body: bytes, needle: str) -> None:
+    ex = _in_req(("toolu_z",))
+    with pytest.raises(errors.ProtocolError) as info:
+        ex.receive(200, {}, body)
+    assert needle in info.value.message
+    assert info.value.code == "MODEL_PROTOCOL"
+    _assert_failed(ex, 2)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        errors.TimeoutError("read timeout"),
+        errors.NetworkError("reset"),
+        errors.TLSError("bad cert"),
+    ],
+)
+def test_fail_step(error: errors.ModelError) -> None:
+    ex = _in_req(("toolu_a",))
+    assert ex.fail(error) is error
+    assert error.provider == "ANTHROPIC"
+    _assert_failed(ex, 2)
+
+
+def test_fail_redacts_and_checks_type() -> None:
+    ex = _in_req()
+    with pytest.raises(TypeError):
+        ex.fail(ValueError("x"))  # type: ignore[arg-type]
+    assert ex.phase == "req"
+    error = ex.fail(errors.NetworkError(f"peer said {SECRET}"))
+    assert SECRET not in str(error)
+    assert SECRET not in error.message
+
+
+# -- steps out of order -----------------------------------------------------------------
+
+Step = Callable[[Exchange], object]
+STEPS: dict[str, Step] = {
+    "send": lambda ex: ex.send(answer(sorted(ex.pending), sorted(ex.pending))),
+    "abort": lambda ex: ex.abort(),
+    "no_provider": lambda ex: ex.no_provider(),
+    "receive": lambda ex: ex.receive(200, {}, messages_reply()),
+    "fail": lambda ex: ex.fail(errors.NetworkError("x")),
+    "deliver": lambda ex: ex.deliver(),
+}
+
+
+def _at(phase: str) -> Exchange:
+    ex = Exchange(Provider.ANTHROPIC)
+    turn_with_tools(ex, "toolu_a")  # idle with something pending: send and abort enabled
+    if phase in ("req", "resp"):
+        ex.send(answer(["toolu_a"], ["toolu_a"]))
+    if phase == "resp":
+        ex.receive(200, {}, messages_reply())
+    return ex
+
+
+ALLOWED = {
+    "idle": {"send", "abort"},
+    "req": {"receive", "fail"},
+    "resp": {"deliver"},
+}
+
+
+@pytest.mark.parametrize("phase", ["idle", "req", "resp"])
+@pytest.mark.parametrize("step", sorted(STEPS))
+def test_out_of_order_steps_are_refused_and_change_nothing(phase: str, step: str) -> None:
+    ex = _at(phase)
+    before = ex.snapshot()
+    if step in ALLOWED[phase]:
+        STEPS[step](ex)
+        assert ex.snapshot() != before
+    else:
+        with pytest.raises(errors.ExchangeStateError, match="is not enabled"):
+            STEPS[step](ex)
+        assert ex.snapshot() == before
+
+
+def test_max_turns_bound_and_halted() -> None:
+    ex = Exchange(Provider.ANTHROPIC, max_turns=2)
+    turn_with_tools(ex, "toolu_a")
+    ex.abort()
+    assert ex.turn == 2
+    assert ex.halted
+    assert ex.enabled_actions() == {"Halted"}
+    before = ex.snapshot()
+    for step in ("send", "abort"):
+        with pytest.raises(errors.ExchangeStateError):
+            STEPS[step](ex)
+    assert ex.snapshot() == before
+
+
+def test_max_turns_zero_and_no_provider_bound() -> None:
+    ex = Exchange(Provider.NONE, max_turns=1)
+    ex.no_provider()
+    with pytest.raises(errors.ExchangeStateError):
+        ex.no_provider()
+    assert Exchange(Provider.ANTHROPIC, max_turns=0).halted
+    assert not Exchange(Provider.ANTHROPIC).halted
+
+
+# -- TPX ----------------------------------------------------------------------------------
+
+
+def test_tpx_send_translates_without_credentials() -> None:
+    ex = Exchange(Provider.TPX, model="tpx-model", secrets=["tok-SECRET"])
+    out = ex.send({**request(), "system": "be brief"})
+    assert out.path == "/v1/chat/completions"
+    headers = out.header_dict()
+    assert "anthropic-version" not in headers
+    assert not {"x-api-key", "authorization"} & set(headers)
+    body = orjson.loads(out.body)
+    assert body["model"] == "tpx-model"
+    assert body["messages"][0] == {"role": "system", "content": "be brief"}
+    assert ex.snapshot().wire_shape == "openai"
+
+
+def test_tpx_tool_ids_round_trip_to_the_providers_ids() -> None:
+    ex = Exchange(Provider.TPX)
+    ex.send(request())
+    ex.receive(200, {}, openai_reply("call_1", "", "call 2/x", text=None))
+    snap = ex.snapshot()
+    assert snap.emitted == snap.wire_ids == {"call_1", "", "call 2/x"}
+    body = ex.deliver()
+    assert body["type"] == "message"
+    assert body["stop_reason"] == "tool_use"
+    caller_ids = [b["id"] for b in body["content"] if b["type"] == "tool_use"]
+    assert len(set(caller_ids)) == 3
+    assert ex.pending == set(caller_ids)
+    follow_up = request(
+        user("hi"),
+        {"role": "assistant", "content": [b for b in body["content"] if b["type"] == "tool_use"]},
+        user(*[tool_result(i) for i in reversed(caller_ids)]),
+    )
+    out = ex.send(follow_up)
+    wire = orjson.loads(out.body)["messages"]
+    assert [c["id"] for c in wire[-4]["tool_calls"]] == ["call_1", "", "call 2/x"]
+    assert sorted(m["tool_call_id"] for m in wire[-3:]) == ["", "call 2/x", "call_1"]
+    snap = ex.snapshot()
+    assert snap.req_ids == snap.pending == set(caller_ids)
+    assert snap.wire_ids == {"call_1", "", "call 2/x"}
+
+
+def test_tpx_repeated_provider_ids_stay_distinct_for_the_caller() -> None:
+    ex = Exchange(Provider.TPX)
+    ex.send(request())
+    ex.receive(200, {}, openai_reply("dup", "dup"))
+    body = ex.deliver()
+    ids = [b["id"] for b in body["content"] if b["type"] == "tool_use"]
+    assert len(set(ids)) == 2
+    out = ex.send(answer(ids, ids))
+    wire = orjson.loads(out.body)["messages"]
+    assert [m["tool_call_id"] for m in wire if m["role"] == "tool"] == ["dup", "dup"]
+
+
+def test_tpx_missing_model_reports_the_model_sent() -> None:
+    ex = Exchange(Provider.TPX, model="wire-model")
+    ex.send(request())
+    reply = orjson.loads(openai_reply())
+    del reply["model"]
+    ex.receive(200, {}, orjson.dumps(reply))
+    assert ex.deliver()["model"] == "wire-model"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        messages_reply(),  # the Anthropic shape from the TPX provider
+        b'{"choices": []}',
+        b'{"error": {"message": "overloaded", "type": "server_error"}}',
+        orjson.dumps(
+            {
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {
+                            "role": "assistant",
+                            "content": None,
+                            "tool_calls": [
+                                {
+                                    "id": "c1",
+                                    "type": "function",
+                                    "function": {"name": "f", "arguments": "{not json"},
+                                }
+                            ],
+                        },
+                        "finish_reason": "tool_calls",
+                    }
+                ]
+            }
+        ),
+    ],
+)
+def test_tpx_bad_bodies_are_protocol_fail(body: bytes) -> None:
+    ex = Exchange(Provider.TPX)
+    ex.send(request())
+    with pytest.raises(errors.ProtocolError) as info:
+        ex.receive(200, {}, body)
+    assert info.value.provider == "TPX"
+    _assert_failed(ex, 1)
+
+
+def test_tpx_error_status_reads_openai_error_body() -> None:
+    ex = Exchange(Provider.TPX)
+    ex.send(request())
+    body = orjson.dumps({"error": {"message": "slow down", "type": "rate_limit", "code": "429"}})
+    with pytest.raises(errors.RateLimitedError) as info:
+        ex.receive(429, {"retry-after-ms": "250"}, body)
+    assert info.value.message == "TPX returned HTTP 429: slow down"
+    assert info.value.retry_after == 0.25
+    _assert_failed(ex, 1)
+
+
+def test_tpx_unsupported_request_changes_nothing() -> None:
+    ex = Exchange(Provider.TPX)
+    bad = request(user({"type": "document", "source": {"type": "text", "data": "x"}}))
+    with pytest.raises((errors.UnsupportedError, errors.ProtocolError)):
+        ex.send(bad)
+    assert ex.snapshot() == Exchange(Provider.TPX).snapshot()
+
+
+def test_tpx_translation_dropping_a_tool_result_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tpx.translate import Translation
+    from tpx.translate import request_to_openai as real
+
+    def lossy(req: Any, *, model: str | None = None) -> Translation:
+        body = real(req, model=model).body
+        body["messages"] = [m for m in body["messages"] if m.get("role") != "tool"]
+        return Translation(body, ())
+
+    ex = Exchange(Provider.TPX)
+    ex.send(request())
+    ex.receive(200, {}, openai_reply("c1"))
+    ids = [b["id"] for b in ex.deliver()["content"] if b["type"] == "tool_use"]
+    monkeypatch.setattr("tpx.exchange.request_to_openai", lossy)
+    before = ex.snapshot()
+    with pytest.raises(errors.ProtocolError, match="carried 0 tool results for 1"):
+        ex.send(answer(ids, ids))
+    assert ex.snapshot() == before
+
+
+# -- a random walk checks the spec's invariants on the concrete machine ---------------
+
+ACTIONS = st.lists(
+    st.tuples(
+        st.sampled_from(["send_ok", "send_bad", "abort", "reply", "fail", "http_err", "deliver"]),
+        st.frozensets(st.sampled_from(["t1", "t2"])),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    provider=st.sampled_from([Provider.ANTHROPIC, Provider.NONE]),
+    max_turns=st.one_of(st.none(), st.integers(0, 5)),
+    walk=ACTIONS,
+)
+def test_random_walk_keeps_the_invariants(
+    provider: Provider, max_turns: int | None, walk: list[tuple[str, frozenset[str]]]
+) -> None:
+    ex = Exchange(provider, max_turns=max_turns)
+    for action, ids in walk:
+        before = ex.snapshot()
+        try:
+            if action == "send_ok":
+                if provider is Provider.NONE:
+                    ex.no_provider()
+                else:
+                    ex.send(answer(sorted(ex.pending), sorted(ex.pending)))
+            elif action == "send_bad":
+                ex.send(answer(sorted(ids), sorted(ids)))
+            elif action == "abort":
+                ex.abort()
+            elif action == "reply":
+                ex.receive(200, {}, messages_reply(*sorted(ids)))
+            elif action == "fail":
+                ex.fail(errors.TimeoutError("t"))
+            elif action == "http_err":
+                ex.receive(500, {}, b"")
+            else:
+                ex.deliver()
+        except errors.ExchangeStateError:
+            assert ex.snapshot() == before
+        except errors.PairingError:
+            # CallerAbort when something was pending, otherwise no spec action: no change.
+            assert ex.snapshot() == before if not before.pending else ex.last_outcome == "err"
+        except errors.ModelError:
+            assert ex.last_outcome == "err"
+        snap = ex.snapshot()
+        assert snap.turn - before.turn in (0, 1)
+        if max_turns is not None:
+            assert snap.turn <= max_turns  # BoundedInv
+        assert snap.got_shape == "messages"  # ShapeInv
+        if snap.phase == "req":  # PairingInv
+            assert snap.wire_ids == snap.req_ids == snap.pending
+        if snap.phase == "resp":
+            assert snap.wire_ids == snap.emitted
+        if snap.phase == "idle" and snap.last_outcome == "ok":
+            assert snap.pending == snap.emitted
+        if provider is Provider.NONE:
+            assert snap.phase == "idle"
+
+
+# -- lockstep with the Python mirror of the spec (tpx.model) --------------------------------
+
+
+def _project(ex: Exchange) -> dict[str, Any]:
+    """The exchange's state in the spec's terms (caller ids decoded to provider ids)."""
+    from tpx.translate.ids import wire_id
+
+    def names(ids: frozenset[str], decode: bool) -> frozenset[str | None]:
+        return frozenset(wire_id(i) if decode else i for i in ids)
+
+    snap = ex.snapshot()
+    return {
+        "provider": snap.provider.name,
+        "turn": snap.turn,
+        "phase": snap.phase,
+        "pending": names(snap.pending, True),
+        "reqIds": names(snap.req_ids, True),
+        "wireShape": snap.wire_shape,
+        "wireIds": names(snap.wire_ids, False),
+        "emitted": names(snap.emitted, False),
+        "gotShape": snap.got_shape,
+        "lastOutcome": snap.last_outcome,
+    }
+
+
+def _spec_view(state: Any) -> dict[str, Any]:
+    def names(ids: frozenset[Any]) -> frozenset[str | None]:
+        return frozenset(str(i) for i in ids)
+
+    return {
+        "provider": str(state.provider),
+        "turn": state.turn,
+        "phase": state.phase,
+        "pending": names(state.pending),
+        "reqIds": names(state.reqIds),
+        "wireShape": state.wireShape,
+        "wireIds": names(state.wireIds),
+        "emitted": names(state.emitted),
+        "gotShape": state.gotShape,
+        "lastOutcome": state.lastOutcome,
+    }
+
+
+def _step(ex: Exchange, action: str, successor: Any) -> None:
+    if action == "CallerSend":
+        pending = sorted(ex.pending)
+        ex.send(answer(pending, pending))
+    elif action == "CallerAbort":
+        ex.abort()
+    elif action == "NoProvider":
+        ex.no_provider()
+    elif action == "ProviderReply":
+        ids = sorted(str(i) for i in successor.emitted)
+        if ex.provider is Provider.TPX:
+            ex.receive(200, {}, openai_reply(*ids))
+        else:
+            ex.receive(200, {}, messages_reply(*ids))
+    elif action == "ProviderFail":
+        ex.fail(errors.NetworkError("down"))
+    elif action == "Deliver":
+        ex.deliver()
+    else:
+        assert action == "Halted"
+        assert ex.halted
+
+
+def test_every_spec_behaviour_is_an_exchange_behaviour() -> None:
+    """BFS over the spec's state space (ToolIds={t1,t2}, MaxTurns=3); replay each path."""
+    from tpx.model.actions import Init, Next
+    from tpx.model.state import Config
+
+    config = Config.of(2, 3)
+    frontier: list[tuple[Any, tuple[tuple[str, Any], ...]]] = [(s, ()) for s in Init(config)]
+    seen = {s for s, _ in frontier}
+    checked = 0
+    while frontier:
+        state, path = frontier.pop()
+        ex = Exchange(select_provider(state.hasKey, state.hasToken), max_turns=config.MaxTurns)
+        for action, successor in path:
+            _step(ex, action, successor)
+        assert _project(ex) == _spec_view(state), path
+        moves = list(Next(state, config))
+        assert ex.enabled_actions() == {name for name, _ in moves}
+        checked += 1
+        for action, successor in moves:
+            if successor not in seen:
+                seen.add(successor)
+                frontier.append((successor, (*path, (action, successor))))
+    assert checked == len(seen) > 100

@@ -1,0 +1,604 @@
+"""The httpx shells: boot, one exchange per create(), error mapping, secrets."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import ssl
+import textwrap
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import anyio
+import attrs
+import httpx
+import orjson
+import pytest
+
+import tpx.transport
+from tpx import errors
+from tpx.exchange import Provider
+from tpx.transport import AsyncTransport, Transport, aboot, boot
+
+KEY = "sk-ant-api03-KEY-SECRET-abcdef"
+TOKEN = "oauth-TOKEN-SECRET-123456"
+TPX_URL = "https://tpx.example.test"
+
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+# -- bodies & recorders ------------------------------------------------------------------
+
+
+def messages_body(*tool_ids: str) -> dict[str, Any]:
+    content: list[dict[str, Any]] = [{"type": "text", "text": "hello"}]
+    content += [{"type": "tool_use", "id": i, "name": "calc", "input": {}} for i in tool_ids]
+    return {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-test",
+        "content": content,
+        "stop_reason": "tool_use" if tool_ids else "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 3, "output_tokens": 1},
+    }
+
+
+def chat_body(*call_ids: str) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": None if call_ids else "hello"}
+    if call_ids:
+        message["tool_calls"] = [
+            {"id": c, "type": "function", "function": {"name": "calc", "arguments": "{}"}}
+            for c in call_ids
+        ]
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": "tpx-model",
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if call_ids else "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+    }
+
+
+REQUEST: dict[str, Any] = {
+    "model": "claude-test",
+    "max_tokens": 32,
+    "messages": [{"role": "user", "content": "hi"}],
+}
+
+
+@attrs.define
+class Recorder:
+    """A MockTransport handler that records requests and replies with canned responses."""
+
+    replies: list[httpx.Response | Exception]
+    seen: list[httpx.Request] = attrs.field(factory=list)
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append(request)
+        reply = self.replies.pop(0)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    async def handle_async(self, request: httpx.Request) -> httpx.Response:
+        await request.aread()
+        return self(request)
+
+    def json(self, index: int = -1) -> Any:
+        return orjson.loads(self.seen[index].content)
+
+
+def ok(body: dict[str, Any], status: int = 200, **headers: str) -> httpx.Response:
+    return httpx.Response(status, json=body, headers=headers)
+
+
+def never_called(request: httpx.Request) -> httpx.Response:
+    raise AssertionError(f"the network was touched: {request.method} {request.url}")
+
+
+def anthropic(*replies: httpx.Response | Exception, **kw: Any) -> tuple[Transport, Recorder]:
+    rec = Recorder(list(replies))
+    return boot(api_key=KEY, env={}, transport=httpx.MockTransport(rec), **kw), rec
+
+
+def tpx_(*replies: httpx.Response | Exception, **kw: Any) -> tuple[Transport, Recorder]:
+    rec = Recorder(list(replies))
+    t = boot(
+        oauth_token=TOKEN, tpx_base_url=TPX_URL, env={}, transport=httpx.MockTransport(rec), **kw
+    )
+    return t, rec
+
+
+# -- boot ------------------------------------------------------------------------------------
+
+
+def test_key_wins_over_token() -> None:
+    with boot(env={"ANTHROPIC_API_KEY": KEY, "TPX_OAUTH_TOKEN": TOKEN}) as t:
+        assert t.provider is Provider.ANTHROPIC
+        assert t.base_url == "https://api.anthropic.com"
+        assert t.exchange.provider is Provider.ANTHROPIC
+
+
+def test_token_selects_tpx_with_its_base_url_and_model() -> None:
+    env = {"TPX_OAUTH_TOKEN": TOKEN, "TPX_BASE_URL": TPX_URL + "/v1/", "TPX_MODEL": "m1"}
+    with boot(env=env) as t:
+        assert t.provider is Provider.TPX
+        assert t.base_url == TPX_URL  # a trailing /v1 is not doubled
+        assert t.model == "m1"
+        assert t.exchange.model == "m1"
+
+
+def test_explicit_arguments_win_over_env() -> None:
+    env = {"ANTHROPIC_API_KEY": "", "TPX_OAUTH_TOKEN": "env-token", "TPX_BASE_URL": "https://env"}
+    with boot(env=env, oauth_token=TOKEN, tpx_base_url=TPX_URL, model="explicit") as t:
+        assert (t.provider, t.base_url, t.model) == (Provider.TPX, TPX_URL, "explicit")
+    with boot(env=env, api_key=KEY, anthropic_base_url="http://127.0.0.1:9/base") as t:
+        assert (t.provider, t.base_url) == (Provider.ANTHROPIC, "http://127.0.0.1:9/base")
+
+
+def test_empty_values_count_as_unset() -> None:
+    with boot(env={"ANTHROPIC_API_KEY": "  ", "TPX_OAUTH_TOKEN": ""}) as t:
+        assert t.provider is Provider.NONE
+        assert t.base_url is None
+
+
+def test_env_defaults_to_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "https://proxy.example.test")
+    with boot() as t:
+        assert (t.provider, t.base_url) == (Provider.ANTHROPIC, "https://proxy.example.test")
+
+
+def test_credentials_are_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = {"TPX_OAUTH_TOKEN": TOKEN, "TPX_BASE_URL": TPX_URL}
+    rec = Recorder([ok(chat_body())])
+    with boot(env=env, transport=httpx.MockTransport(rec)) as t:
+        env["ANTHROPIC_API_KEY"] = KEY  # too late: selection is fixed at boot
+        monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+        t.create(REQUEST)
+        assert t.provider is Provider.TPX
+    assert rec.seen[0].url.path == "/v1/chat/completions"
+
+
+def test_token_without_base_url_is_a_clear_error() -> None:
+    with pytest.raises(errors.ConfigurationError, match="TPX_BASE_URL") as info:
+        boot(env={"TPX_OAUTH_TOKEN": TOKEN})
+    assert TOKEN not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "url", ["ftp://x.test", "not a url", "https://user:pw@x.test", "https://x.test/?k=v", "//"]
+)
+def test_bad_base_urls(url: str) -> None:
+    with pytest.raises(errors.ConfigurationError):
+        boot(api_key=KEY, anthropic_base_url=url, env={})
+
+
+def test_client_and_transport_together_is_an_error() -> None:
+    with httpx.Client() as client, pytest.raises(errors.ConfigurationError, match="not both"):
+        boot(api_key=KEY, env={}, client=client, transport=httpx.MockTransport(never_called))
+
+
+def test_transport_is_frozen() -> None:
+    t, _ = anthropic()
+    with t:
+        for name, value in [
+            ("provider", Provider.TPX),
+            ("base_url", "https://evil.test"),
+            ("_secret", None),
+            ("client", None),
+            ("exchange", None),
+        ]:
+            with pytest.raises(attrs.exceptions.FrozenInstanceError):
+                setattr(t, name, value)
+        with pytest.raises(AttributeError):
+            t.exchange.provider = Provider.TPX  # type: ignore[misc]
+        assert t.provider is Provider.ANTHROPIC
+
+
+def test_exchange_provider_must_match() -> None:
+    t, _ = anthropic()
+    with t, pytest.raises(errors.ConfigurationError):
+        attrs.evolve(t, provider=Provider.TPX)
+
+
+# -- the no-provider path ------------------------------------------------------------------
+
+
+def test_no_credentials_fail_at_once_without_network() -> None:
+    with boot(env={}, transport=httpx.MockTransport(never_called)) as t:
+        assert t.provider is Provider.NONE
+        for turn in (1, 2):
+            with pytest.raises(errors.UnauthorizedError) as info:
+                t.create(REQUEST)
+            assert info.value.body()["error"]["type"] == "authentication_error"
+            assert (t.exchange.turn, t.exchange.last_outcome) == (turn, "err")
+
+
+@pytest.mark.anyio
+async def test_async_no_credentials_fail_without_network() -> None:
+    async with aboot(env={}, transport=httpx.MockTransport(never_called)) as t:
+        with pytest.raises(errors.UnauthorizedError):
+            await t.create(REQUEST)
+        assert t.exchange.turn == 1
+
+
+# -- successful exchanges ------------------------------------------------------------------
+
+
+def test_anthropic_exchange_and_headers() -> None:
+    t, rec = anthropic(ok(messages_body("toolu_1")))
+    with t:
+        reply = t.create(REQUEST)
+    assert reply == messages_body("toolu_1")
+    sent = rec.seen[0]
+    assert str(sent.url) == "https://api.anthropic.com/v1/messages"
+    assert sent.headers["x-api-key"] == KEY
+    assert sent.headers["anthropic-version"] == "2023-06-01"
+    assert "authorization" not in sent.headers
+    assert TOKEN not in str(sent.headers)
+    assert rec.json() == REQUEST
+    assert t.exchange.pending == {"toolu_1"}
+    assert (t.exchange.turn, t.exchange.last_outcome) == (1, "ok")
+
+
+def test_tpx_exchange_and_headers() -> None:
+    t, rec = tpx_(ok(chat_body()), model="tpx-model")
+    with t:
+        reply = t.create(REQUEST)
+    assert reply["type"] == "message"
+    assert reply["content"] == [{"type": "text", "text": "hello"}]
+    sent = rec.seen[0]
+    assert str(sent.url) == TPX_URL + "/v1/chat/completions"
+    assert sent.headers["authorization"] == f"Bearer {TOKEN}"
+    assert "x-api-key" not in sent.headers
+    assert "anthropic-version" not in sent.headers
+    assert rec.json()["model"] == "tpx-model"
+
+
+def test_the_other_providers_credential_header_is_stripped_from_injected_clients() -> None:
+    rec = Recorder([ok(messages_body()), ok(chat_body())])
+    defaults = {"Authorization": "Bearer other", "x-api-key": "other-key"}
+    with httpx.Client(transport=httpx.MockTransport(rec), headers=defaults) as client:
+        with boot(api_key=KEY, env={}, client=client) as t:
+            t.create(REQUEST)
+        with boot(oauth_token=TOKEN, tpx_base_url=TPX_URL, env={}, client=client) as t:
+            t.create(REQUEST)
+        assert not client.is_closed  # an injected client belongs to the caller
+    anthropic_req, tpx_req = rec.seen
+    assert anthropic_req.headers["x-api-key"] == KEY
+    assert "authorization" not in anthropic_req.headers
+    assert tpx_req.headers["authorization"] == f"Bearer {TOKEN}"
+    assert "x-api-key" not in tpx_req.headers
+
+
+def test_tpx_end_to_end_tool_ids_round_trip() -> None:
+    t, rec = tpx_(ok(chat_body("call_A", "", "id with spaces")), ok(chat_body()))
+    with t:
+        first = t.create(REQUEST)
+        uses = [b for b in first["content"] if b["type"] == "tool_use"]
+        ids = [b["id"] for b in uses]
+        assert len(set(ids)) == 3
+        assert t.exchange.pending == set(ids)
+        follow = {
+            **REQUEST,
+            "messages": [
+                *REQUEST["messages"],
+                {"role": "assistant", "content": uses},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": i, "content": "r"} for i in ids
+                    ],
+                },
+            ],
+        }
+        second = t.create(follow)
+    assert second["stop_reason"] == "end_turn"
+    wire = rec.json(1)["messages"]
+    assert [c["id"] for c in wire[1]["tool_calls"]] == ["call_A", "", "id with spaces"]
+    assert [m["tool_call_id"] for m in wire[2:]] == ["call_A", "", "id with spaces"]
+    assert (t.exchange.turn, t.exchange.pending) == (2, frozenset())
+
+
+def test_pairing_violation_sends_nothing() -> None:
+    t, rec = anthropic(ok(messages_body("toolu_1")))
+    with t:
+        t.create(REQUEST)
+        with pytest.raises(errors.PairingError):
+            t.create(REQUEST)  # toolu_1 unanswered
+    assert len(rec.seen) == 1
+    assert (t.exchange.turn, t.exchange.last_outcome, t.exchange.pending) == (2, "err", frozenset())
+
+
+def test_timeout_is_passed_per_request() -> None:
+    t, rec = anthropic(ok(messages_body()), timeout=7.5)
+    with t:
+        t.create(REQUEST)
+    assert rec.seen[0].extensions["timeout"]["read"] == 7.5
+    u, rec2 = anthropic(ok(messages_body()))
+    with u:
+        u.create(REQUEST)
+    assert rec2.seen[0].extensions["timeout"]["read"] == tpx.transport.DEFAULT_TIMEOUT.read
+
+
+def test_injected_client_timeout_is_kept_unless_given() -> None:
+    rec = Recorder([ok(messages_body())] * 2)
+    with httpx.Client(transport=httpx.MockTransport(rec), timeout=3.0) as client:
+        boot(api_key=KEY, env={}, client=client).create(REQUEST)
+        boot(api_key=KEY, env={}, client=client, timeout=9.0).create(REQUEST)
+    assert [r.extensions["timeout"]["read"] for r in rec.seen] == [3.0, 9.0]
+
+
+# -- failures ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "cls"),
+    [
+        (401, errors.UnauthorizedError),
+        (403, errors.UnauthorizedError),
+        (429, errors.RateLimitedError),
+        (503, errors.OverloadedError),
+        (529, errors.OverloadedError),
+        (500, errors.HTTPStatusError),
+        (404, errors.HTTPStatusError),
+    ],
+)
+@pytest.mark.parametrize("provider", ["anthropic", "tpx"])
+def test_http_errors_in_either_shape(
+    status: int, cls: type[errors.ModelError], provider: str
+) -> None:
+    if provider == "anthropic":
+        body = {"type": "error", "error": {"type": "api_error", "message": "went wrong"}}
+        t, _ = anthropic(ok(body, status, **{"retry-after": "5"}))
+    else:
+        body = {"error": {"message": "went wrong", "type": "server_error", "code": None}}
+        t, _ = tpx_(ok(body, status, **{"retry-after": "5"}))
+    with t, pytest.raises(cls) as info:
+        t.create(REQUEST)
+    assert info.value.status == status
+    assert info.value.message.endswith(": went wrong")
+    assert info.value.retry_after == 5.0
+    assert info.value.body()["error"]["message"].startswith(cls.code)
+    assert (t.exchange.phase, t.exchange.last_outcome) == ("idle", "err")
+
+
+@pytest.mark.parametrize(
+    ("exc", "cls"),
+    [
+        (httpx.ConnectTimeout("slow connect"), errors.TimeoutError),
+        (httpx.ReadTimeout("slow read"), errors.TimeoutError),
+        (httpx.WriteTimeout("slow write"), errors.TimeoutError),
+        (httpx.PoolTimeout("no connection"), errors.TimeoutError),
+        (httpx.ConnectError("refused"), errors.NetworkError),
+        (httpx.ReadError("reset"), errors.NetworkError),
+        (httpx.WriteError("broken pipe"), errors.NetworkError),
+        (httpx.RemoteProtocolError("server disconnected"), errors.NetworkError),
+    ],
+)
+def test_httpx_failures_map(exc: Exception, cls: type[errors.ModelError]) -> None:
+    t, _ = anthropic(exc)
+    with t, pytest.raises(cls) as info:
+        t.create(REQUEST)
+    assert info.value.__cause__ is exc
+    assert (t.exchange.phase, t.exchange.turn, t.exchange.last_outcome) == ("idle", 1, "err")
+
+
+def test_simulated_tls_failure() -> None:
+    try:
+        raise ssl.SSLCertVerificationError(1, "[SSL: CERTIFICATE_VERIFY_FAILED] self-signed")
+    except ssl.SSLError as cause:
+        exc = httpx.ConnectError("handshake")
+        exc.__cause__ = cause
+    t, _ = tpx_(exc)
+    with t, pytest.raises(errors.TLSError, match="CERTIFICATE_VERIFY_FAILED"):
+        t.create(REQUEST)
+
+
+@pytest.fixture
+def plaintext_port() -> Iterator[int]:
+    """A loopback server that answers a TLS ClientHello with plain HTTP."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.05)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with conn:
+                try:
+                    conn.recv(4096)
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                except OSError:
+                    pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join(5)
+    server.close()
+
+
+def test_real_tls_handshake_failure(plaintext_port: int) -> None:
+    url = f"https://127.0.0.1:{plaintext_port}"
+    with (
+        boot(api_key=KEY, anthropic_base_url=url, env={}, timeout=10.0) as t,
+        pytest.raises(errors.TLSError) as info,
+    ):
+        t.create(REQUEST)
+    assert isinstance(info.value.__cause__, httpx.ConnectError)
+    assert KEY not in str(info.value)
+    assert (t.exchange.phase, t.exchange.last_outcome) == ("idle", "err")
+
+
+def test_bad_body_is_protocol_error() -> None:
+    t, _ = anthropic(httpx.Response(200, content=b"<html>gateway</html>"))
+    with t, pytest.raises(errors.ProtocolError):
+        t.create(REQUEST)
+
+
+def test_redirect_is_not_followed() -> None:
+    t, rec = anthropic(
+        httpx.Response(307, headers={"location": "https://evil.example.test/v1/messages"}),
+        ok(messages_body()),
+    )
+    with t, pytest.raises(errors.HTTPStatusError) as info:
+        t.create(REQUEST)
+    assert info.value.status == 307
+    assert [r.url.host for r in rec.seen] == ["api.anthropic.com"]
+
+
+def test_a_non_httpx_failure_still_ends_the_exchange() -> None:
+    t, _ = anthropic(RuntimeError("handler bug"))
+    with t, pytest.raises(RuntimeError, match="handler bug"):
+        t.create(REQUEST)
+    assert (t.exchange.phase, t.exchange.last_outcome) == ("idle", "err")
+
+
+def test_exchange_can_be_driven_step_by_step() -> None:
+    t, _ = anthropic()
+    with t:
+        out = t.exchange.send(REQUEST)
+        assert out.path == "/v1/messages"
+        t.exchange.receive(200, {}, orjson.dumps(messages_body()))
+        assert t.exchange.deliver()["content"][0]["text"] == "hello"
+        with pytest.raises(errors.ExchangeStateError):
+            t.exchange.deliver()
+
+
+# -- secrets ------------------------------------------------------------------------------------
+
+
+def test_secrets_absent_from_repr_str_errors_and_logs(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    echo = {"type": "error", "error": {"type": "authentication_error", "message": f"bad {KEY}"}}
+    t, _ = anthropic(ok(messages_body()), ok(echo, 401), httpx.ReadError(f"reset {KEY}"))
+    u, _ = tpx_(ok({"error": {"message": f"token {TOKEN} expired"}}, 401))
+    raised: list[errors.ModelError] = []
+    with t, u:
+        t.create(REQUEST)
+        for transport in (t, t, u):
+            with pytest.raises(errors.ModelError) as info:
+                transport.create(REQUEST)
+            raised.append(info.value)
+        texts = [repr(t), str(t), repr(u), str(u), repr(t.exchange), repr(u.exchange)]
+    for error in raised:
+        texts += [str(error), repr(error), error.message, orjson.dumps(error.body()).decode()]
+    texts.append(caplog.text)
+    assert any("[REDACTED]" in text for text in texts)
+    assert "HTTP 401" in caplog.text
+    for text in texts:
+        assert KEY not in text
+        assert TOKEN not in text
+
+
+def test_config_objects_do_not_render_secrets() -> None:
+    with boot(api_key=KEY, env={}) as t:
+        assert "credentials=<redacted>" in repr(t)
+        assert KEY not in repr(attrs.asdict(t, recurse=False).get("_secret"))
+
+
+# -- async ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_async_anthropic_exchange() -> None:
+    rec = Recorder([ok(messages_body("toolu_9"))])
+    async with aboot(api_key=KEY, env={}, transport=httpx.MockTransport(rec.handle_async)) as t:
+        assert isinstance(t, AsyncTransport)
+        reply = await t.create(REQUEST)
+    assert reply["content"][1]["id"] == "toolu_9"
+    assert rec.seen[0].headers["x-api-key"] == KEY
+    assert "authorization" not in rec.seen[0].headers
+    assert t.exchange.pending == {"toolu_9"}
+
+
+@pytest.mark.anyio
+async def test_async_tpx_exchange_and_errors() -> None:
+    rec = Recorder(
+        [
+            ok(chat_body("c1")),
+            ok({"error": {"message": "busy"}}, 529, **{"retry-after": "1"}),
+            httpx.ReadTimeout("slow"),
+        ]
+    )
+    async with aboot(
+        oauth_token=TOKEN,
+        tpx_base_url=TPX_URL,
+        env={},
+        transport=httpx.MockTransport(rec.handle_async),
+    ) as t:
+        first = await t.create(REQUEST)
+        tool_id = first["content"][0]["id"]
+        assert t.exchange.pending == {tool_id}
+        with pytest.raises(errors.PairingError):
+            await t.create(REQUEST)
+        with pytest.raises(errors.OverloadedError) as info:
+            await t.create(REQUEST)
+        assert info.value.retry_after == 1.0
+        with pytest.raises(errors.TimeoutError):
+            await t.create(REQUEST)
+    assert rec.seen[0].headers["authorization"] == f"Bearer {TOKEN}"
+    assert "x-api-key" not in rec.seen[0].headers
+    assert len(rec.seen) == 3
+    assert (t.exchange.turn, t.exchange.last_outcome) == (4, "err")
+
+
+@pytest.mark.anyio
+async def test_async_injected_client_is_used_and_not_closed() -> None:
+    rec = Recorder([ok(messages_body())])
+    async with httpx.AsyncClient(transport=httpx.MockTransport(rec.handle_async)) as client:
+        t = aboot(api_key=KEY, env={}, client=client)
+        await t.create(REQUEST)
+        await t.aclose()
+        assert not client.is_closed
+    assert len(rec.seen) == 1
+
+
+@pytest.mark.anyio
+async def test_cancellation_mid_request_returns_the_exchange_to_idle() -> None:
+    started = anyio.Event()
+
+    async def hang(request: httpx.Request) -> httpx.Response:
+        started.set()
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async with aboot(api_key=KEY, env={}, transport=httpx.MockTransport(hang)) as t:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(t.create, REQUEST)
+            await started.wait()
+            assert t.exchange.phase == "req"
+            tg.cancel_scope.cancel()
+        assert (t.exchange.phase, t.exchange.last_outcome) == ("idle", "err")
+
+
+# -- the docstring example ------------------------------------------------------------------------
+
+
+def test_module_docstring_example_runs() -> None:
+    doc = tpx.transport.__doc__
+    assert doc is not None
+    example = textwrap.dedent(doc.split("::\n", 1)[1].split("\nCredentials never", 1)[0])
+    exec(compile(example, "tpx.transport docstring", "exec"), {})

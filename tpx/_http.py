@@ -1,0 +1,55 @@
+"""httpx exceptions -> :class:`~tpx.errors.ModelError` (the only httpx-aware error code)."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Iterable
+
+import httpx
+
+from tpx.errors import ModelError, NetworkError, ProtocolError, TimeoutError, TLSError, redact
+
+__all__ = ["error_from_httpx", "ssl_cause"]
+
+_TIMEOUT_KIND: dict[type[httpx.TimeoutException], str] = {
+    httpx.ConnectTimeout: "connect",
+    httpx.ReadTimeout: "read",
+    httpx.WriteTimeout: "write",
+    httpx.PoolTimeout: "pool",
+}
+
+
+def ssl_cause(exc: BaseException) -> ssl.SSLError | None:
+    """The first :class:`ssl.SSLError` in *exc*'s cause/context chain, if any."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, ssl.SSLError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def error_from_httpx(
+    exc: httpx.HTTPError, *, provider: str, secrets: Iterable[str | None] = ()
+) -> ModelError:
+    """Map an httpx failure to the ModelError the exchange fails with.
+
+    ``TimeoutException`` -> :class:`TimeoutError`; an :class:`ssl.SSLError` anywhere in
+    the cause chain -> :class:`TLSError`; ``DecodingError`` (undecodable body) ->
+    :class:`ProtocolError`; every other transport failure (connect, read, write,
+    remote protocol, proxy, ...) -> :class:`NetworkError`. Messages are redacted.
+    """
+    secrets = tuple(secrets)
+    detail = redact(str(exc) or type(exc).__name__, secrets)
+    if isinstance(exc, httpx.TimeoutException):
+        kind = _TIMEOUT_KIND.get(type(exc), "request")
+        return TimeoutError(f"{provider}: {kind} timeout: {detail}", provider=provider)
+    tls = ssl_cause(exc)
+    if tls is not None:
+        reason = redact(getattr(tls, "reason", None) or str(tls), secrets)
+        return TLSError(f"{provider}: TLS failure: {reason}", provider=provider)
+    if isinstance(exc, httpx.DecodingError):
+        return ProtocolError(f"{provider}: undecodable response body: {detail}", provider=provider)
+    return NetworkError(f"{provider}: {type(exc).__name__}: {detail}", provider=provider)

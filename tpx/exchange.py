@@ -1,0 +1,583 @@
+"""The exchange state machine: a sans-I/O mirror of ``spec/TpxTransport.tla``.
+
+No sockets, no httpx: dicts and bytes go in, dicts and bytes come out, and the
+I/O shells in :mod:`tpx.transport` move the bytes. Each step is one action of
+the spec and is refused (:class:`~tpx.errors.ExchangeStateError`, nothing
+changes) when the spec's guard does not hold.
+
+==============================  ===================================================
+spec/TpxTransport.tla           here
+==============================  ===================================================
+``Select(k, t)``                :func:`select_provider`
+``NativeShape(p)``              :func:`native_shape`
+``CallerSend``                  :meth:`Exchange.send` (pairing holds)
+``CallerAbort``                 :meth:`Exchange.abort`, and :meth:`Exchange.send` when
+                                the tool_results do not answer the pending tool_uses
+``NoProvider``                  :meth:`Exchange.no_provider`
+``ProviderReply``               :meth:`Exchange.receive` (2xx, well-formed native body)
+``ProviderFail``                :meth:`Exchange.receive` (non-2xx / bad body) and
+                                :meth:`Exchange.fail` (timeout, network, TLS)
+``Deliver``                     :meth:`Exchange.deliver` / :meth:`Exchange.deliver_bytes`
+``Halted``                      :attr:`Exchange.halted` (no step: nothing to do)
+``MaxTurns``                    ``max_turns`` (``None``: unbounded)
+variables                       :class:`ExchangeSnapshot` (:meth:`Exchange.snapshot`)
+``PairingInv``                  checked on every send / receive (see below)
+==============================  ===================================================
+
+Concrete readings of the abstract spec:
+
+* ``pending`` holds the tool_use ids *the caller sees* (for TPX the translator's
+  reversible encodings of the provider's ids); ``wire_ids`` / ``emitted`` hold the
+  ids on the wire (the provider's own ids).
+* ``CallerSend`` requires the tool_result ids of the request's last user message
+  to answer exactly ``pending``. When they do not and ``pending`` is non-empty the
+  send performs ``CallerAbort`` and raises :class:`~tpx.errors.PairingError`.
+  When ``pending`` is empty the spec enables no abort, so a request carrying
+  tool_results then raises :class:`~tpx.errors.PairingError` and changes nothing.
+* A request the transport cannot frame (``stream: true``, a feature the
+  translator cannot carry) raises before anything is sent and changes nothing:
+  no spec action covers it.
+* The response is validated *and translated* in :meth:`Exchange.receive`, so a
+  body that cannot be handed back Messages-shaped is a ``ProviderFail`` (from
+  phase ``req``), never a stuck ``resp`` phase.
+* ``PairingInv`` is checked concretely: the translated request must carry one tool
+  result per tool_result the caller sent, and the translated response one (unique)
+  tool_use per tool call the provider emitted; otherwise
+  :class:`~tpx.errors.ProtocolError`. Providers may repeat or omit ids (the
+  translator's encoding keeps caller ids unique), so wire ids are compared by count.
+
+``tests/test_exchange.py`` walks every reachable state of the spec (via the
+mirror in :mod:`tpx.model`, ToolIds = {t1, t2}, MaxTurns = 3: 361 states) and
+replays each path on this machine, for both providers, checking the variables and
+the set of enabled actions state by state.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+import attrs
+import orjson
+
+from tpx.errors import (
+    ExchangeStateError,
+    ModelError,
+    PairingError,
+    ProtocolError,
+    UnauthorizedError,
+    UnsupportedError,
+    error_for_status,
+    redact,
+)
+from tpx.translate import request_to_openai, response_to_messages, tool_result_ids
+
+__all__ = [
+    "ANTHROPIC_VERSION",
+    "Exchange",
+    "ExchangeSnapshot",
+    "OutboundRequest",
+    "Outcome",
+    "Phase",
+    "Provider",
+    "Shape",
+    "native_shape",
+    "select_provider",
+]
+
+ANTHROPIC_VERSION = "2023-06-01"
+
+Phase = Literal["idle", "req", "resp"]
+Outcome = Literal["none", "ok", "err"]
+Shape = Literal["messages", "openai"]
+
+_TOOL_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
+
+
+class Provider(enum.Enum):
+    """The spec's provider constants."""
+
+    ANTHROPIC = "ANTHROPIC"
+    TPX = "TPX"
+    NONE = "NONE"
+
+
+def select_provider(has_key: bool, has_token: bool) -> Provider:
+    """``Select(k, t)``: key wins, then token, else no provider."""
+    if has_key:
+        return Provider.ANTHROPIC
+    if has_token:
+        return Provider.TPX
+    return Provider.NONE
+
+
+def native_shape(provider: Provider) -> Shape:
+    """``NativeShape(p)``: the protocol the provider speaks on the wire."""
+    return "openai" if provider is Provider.TPX else "messages"
+
+
+@attrs.frozen
+class OutboundRequest:
+    """One HTTP request to make, without credentials (the I/O shell adds them)."""
+
+    method: str
+    path: str
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+
+    def header_dict(self) -> dict[str, str]:
+        return dict(self.headers)
+
+
+@attrs.frozen
+class ExchangeSnapshot:
+    """The spec's exchange variables at one instant (``hasKey``/``hasToken`` live in boot)."""
+
+    provider: Provider
+    turn: int
+    phase: Phase
+    pending: frozenset[str]
+    last_outcome: Outcome
+    max_turns: int | None
+    req_ids: frozenset[str]
+    wire_shape: Shape
+    wire_ids: frozenset[str]
+    emitted: frozenset[str]
+    got_shape: Shape
+
+
+# --------------------------------------------------------------------------
+# Tool ids in Messages and Chat Completions bodies.
+# --------------------------------------------------------------------------
+
+
+def _tool_result_ids(request: Mapping[str, Any]) -> list[str]:
+    """tool_result ids of the last user message (duplicates kept; odd ids shown by repr)."""
+    return [i if isinstance(i, str) else repr(i) for i in tool_result_ids(request)]
+
+
+def _openai_request_tool_ids(body: Mapping[str, Any]) -> list[str]:
+    """``tool_call_id`` of the tool messages after the last assistant message."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return []
+    start = 0
+    for index, message in enumerate(messages):
+        if isinstance(message, Mapping) and message.get("role") == "assistant":
+            start = index + 1
+    return [
+        str(m.get("tool_call_id"))
+        for m in messages[start:]
+        if isinstance(m, Mapping) and m.get("role") == "tool"
+    ]
+
+
+def _openai_response_tool_ids(body: Mapping[str, Any]) -> list[str]:
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+        return []
+    message = choices[0].get("message")
+    if not isinstance(message, Mapping):
+        return []
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list):
+        return []
+    return [str(c.get("id")) if isinstance(c, Mapping) else "" for c in calls]
+
+
+def _check_messages_response(body: Any) -> list[str]:
+    """Validate a Messages response body; return its tool_use ids. Raises ProtocolError."""
+    if not isinstance(body, Mapping):
+        raise ProtocolError("response body is not a JSON object")
+    if body.get("type") != "message":
+        raise ProtocolError(f"response type is {body.get('type')!r}, expected 'message'")
+    if body.get("role") != "assistant":
+        raise ProtocolError(f"response role is {body.get('role')!r}, expected 'assistant'")
+    content = body.get("content")
+    if not isinstance(content, list):
+        raise ProtocolError("response content is not a list")
+    ids: list[str] = []
+    for block in content:
+        if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
+            raise ProtocolError("response content block without a type")
+        if block["type"] == "tool_use":
+            tool_id = block.get("id")
+            if not isinstance(tool_id, str) or not _TOOL_ID.match(tool_id):
+                raise ProtocolError(f"tool_use block with invalid id {tool_id!r}")
+            if not isinstance(block.get("name"), str) or not isinstance(
+                block.get("input"), Mapping
+            ):
+                raise ProtocolError(f"tool_use block {tool_id} without name or input object")
+            ids.append(tool_id)
+    duplicated = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicated:
+        raise ProtocolError(f"duplicated tool_use ids {duplicated}")
+    return ids
+
+
+def _pairing_problem(answered: Sequence[str], pending: frozenset[str]) -> str | None:
+    duplicated = sorted({i for i in answered if answered.count(i) > 1})
+    missing = sorted(pending - set(answered))
+    unknown = sorted(set(answered) - pending)
+    problems = []
+    if missing:
+        problems.append(f"no tool_result for tool_use ids {missing}")
+    if duplicated:
+        problems.append(f"duplicated tool_result ids {duplicated}")
+    if unknown:
+        problems.append(f"tool_result ids {unknown} answer no pending tool_use")
+    return "; ".join(problems) or None
+
+
+# --------------------------------------------------------------------------
+# The machine.
+# --------------------------------------------------------------------------
+
+
+class Exchange:
+    """One boot's exchange machine. Provider and bound are fixed at construction.
+
+    ``secrets`` (never shown) are only used to redact error messages built from
+    provider output; the exchange itself never sends credentials.
+    """
+
+    __slots__ = (
+        "_delivered",
+        "_delivered_ids",
+        "_emitted",
+        "_got_shape",
+        "_last_outcome",
+        "_max_turns",
+        "_model",
+        "_pending",
+        "_phase",
+        "_provider",
+        "_req_ids",
+        "_secrets",
+        "_turn",
+        "_wire_ids",
+        "_wire_model",
+        "_wire_shape",
+    )
+
+    def __init__(
+        self,
+        provider: Provider,
+        *,
+        max_turns: int | None = None,
+        model: str | None = None,
+        secrets: Iterable[str | None] = (),
+    ) -> None:
+        if not isinstance(provider, Provider):
+            raise TypeError(f"provider must be a Provider, got {type(provider).__name__}")
+        if max_turns is not None and (isinstance(max_turns, bool) or max_turns < 0):
+            raise ValueError("max_turns must be None or a non-negative int")
+        self._provider = provider
+        self._max_turns = max_turns
+        self._model = model
+        self._secrets: tuple[str, ...] = tuple(s for s in secrets if s)
+        self._turn = 0
+        self._phase: Phase = "idle"
+        self._pending: frozenset[str] = frozenset()
+        self._req_ids: frozenset[str] = frozenset()
+        self._wire_shape: Shape = "messages"
+        self._wire_ids: frozenset[str] = frozenset()
+        self._emitted: frozenset[str] = frozenset()
+        self._got_shape: Shape = "messages"
+        self._last_outcome: Outcome = "none"
+        self._delivered: dict[str, Any] | None = None
+        self._delivered_ids: frozenset[str] = frozenset()
+        self._wire_model: str | None = None
+
+    # -- read-only state ---------------------------------------------------
+
+    @property
+    def provider(self) -> Provider:
+        return self._provider
+
+    @property
+    def turn(self) -> int:
+        return self._turn
+
+    @property
+    def phase(self) -> Phase:
+        return self._phase
+
+    @property
+    def pending(self) -> frozenset[str]:
+        return self._pending
+
+    @property
+    def last_outcome(self) -> Outcome:
+        return self._last_outcome
+
+    @property
+    def max_turns(self) -> int | None:
+        return self._max_turns
+
+    @property
+    def model(self) -> str | None:
+        return self._model
+
+    @property
+    def halted(self) -> bool:
+        """``Halted``'s guard: idle with the turn budget spent."""
+        return self._phase == "idle" and self._turn == self._max_turns
+
+    def snapshot(self) -> ExchangeSnapshot:
+        return ExchangeSnapshot(
+            provider=self._provider,
+            turn=self._turn,
+            phase=self._phase,
+            pending=self._pending,
+            last_outcome=self._last_outcome,
+            max_turns=self._max_turns,
+            req_ids=self._req_ids,
+            wire_shape=self._wire_shape,
+            wire_ids=self._wire_ids,
+            emitted=self._emitted,
+            got_shape=self._got_shape,
+        )
+
+    def enabled_actions(self) -> frozenset[str]:
+        """Names of the spec actions whose guards hold now."""
+        names: set[str] = set()
+        if self._phase == "idle":
+            if self._below_bound():
+                if self._provider is Provider.NONE:
+                    names.add("NoProvider")
+                else:
+                    names.add("CallerSend")
+                    if self._pending:
+                        names.add("CallerAbort")
+            else:
+                names.add("Halted")
+        elif self._phase == "req":
+            names.update(("ProviderReply", "ProviderFail"))
+        else:
+            names.add("Deliver")
+        return frozenset(names)
+
+    def __repr__(self) -> str:
+        return (
+            f"Exchange(provider={self._provider.name}, turn={self._turn}, "
+            f"phase={self._phase!r}, pending={sorted(self._pending)!r}, "
+            f"last_outcome={self._last_outcome!r}, max_turns={self._max_turns!r})"
+        )
+
+    # -- guards --------------------------------------------------------------
+
+    def _below_bound(self) -> bool:
+        return self._max_turns is None or self._turn < self._max_turns
+
+    def _require(self, action: str, ok: bool) -> None:
+        if not ok:
+            raise ExchangeStateError(
+                f"{action} is not enabled: provider={self._provider.name}, "
+                f"phase={self._phase!r}, turn={self._turn}, max_turns={self._max_turns!r}"
+            )
+
+    def _end_turn(self, outcome: Outcome) -> None:
+        self._turn += 1
+        self._phase = "idle"
+        self._last_outcome = outcome
+
+    # -- CallerSend / CallerAbort / NoProvider ----------------------------------
+
+    def send(self, request: Mapping[str, Any]) -> OutboundRequest:
+        """``CallerSend``: frame (ANTHROPIC) or translate (TPX) the caller's Messages body.
+
+        Raises :class:`PairingError` after ``CallerAbort`` when the last user
+        message's tool_results do not answer exactly the pending tool_uses.
+        """
+        self._require(
+            "CallerSend",
+            self._phase == "idle" and self._below_bound() and self._provider is not Provider.NONE,
+        )
+        if not isinstance(request, Mapping):
+            raise TypeError(f"request must be a mapping, got {type(request).__name__}")
+        answered = _tool_result_ids(request)
+        problem = _pairing_problem(answered, self._pending)
+        if problem is not None:
+            if self._pending:
+                self._caller_abort()
+                raise PairingError(f"{problem}; the turn was aborted and nothing was sent")
+            raise PairingError(f"{problem}; nothing was sent")
+        if request.get("stream"):
+            raise UnsupportedError("stream: true is not supported by this transport")
+        outbound, wire_ids, wire_model = self._frame(request)
+        if len(wire_ids) != len(answered):
+            raise ProtocolError(
+                f"translation carried {len(wire_ids)} tool results for "
+                f"{len(answered)} tool_result blocks; nothing was sent"
+            )
+        self._req_ids = frozenset(answered)
+        self._wire_shape = native_shape(self._provider)
+        self._wire_ids = frozenset(wire_ids)
+        self._wire_model = wire_model
+        self._phase = "req"
+        return outbound
+
+    def send_bytes(self, request: bytes) -> OutboundRequest:
+        """:meth:`send` for a JSON-encoded request body."""
+        try:
+            decoded = orjson.loads(request)
+        except orjson.JSONDecodeError as exc:
+            raise UnsupportedError(f"request body is not JSON: {exc}") from None
+        if not isinstance(decoded, dict):
+            raise UnsupportedError("request body is not a JSON object")
+        return self.send(decoded)
+
+    def _frame(self, request: Mapping[str, Any]) -> tuple[OutboundRequest, list[str], str | None]:
+        headers: list[tuple[str, str]] = [
+            ("content-type", "application/json"),
+            ("accept", "application/json"),
+        ]
+        if self._provider is Provider.ANTHROPIC:
+            body: Mapping[str, Any] = dict(request)
+            path = "/v1/messages"
+            headers.append(("anthropic-version", ANTHROPIC_VERSION))
+            wire_ids = _tool_result_ids(request)
+        else:
+            body = request_to_openai(request, model=self._model).body
+            path = "/v1/chat/completions"
+            wire_ids = _openai_request_tool_ids(body)
+        try:
+            data = orjson.dumps(body)
+        except TypeError as exc:
+            raise UnsupportedError(f"request is not JSON-serializable: {exc}") from None
+        model = body.get("model")
+        return (
+            OutboundRequest("POST", path, tuple(headers), data),
+            wire_ids,
+            model if isinstance(model, str) else None,
+        )
+
+    def abort(self) -> PairingError:
+        """``CallerAbort``: the caller cannot answer the pending tool_uses.
+
+        Returns the :class:`PairingError` the turn ended with (for the caller to raise).
+        """
+        self._require(
+            "CallerAbort",
+            self._phase == "idle"
+            and self._below_bound()
+            and self._provider is not Provider.NONE
+            and bool(self._pending),
+        )
+        missing = sorted(self._pending)
+        self._caller_abort()
+        return PairingError(f"the caller aborted without answering tool_use ids {missing}")
+
+    def _caller_abort(self) -> None:
+        self._pending = frozenset()
+        self._turn += 1
+        self._last_outcome = "err"
+
+    def no_provider(self) -> UnauthorizedError:
+        """``NoProvider``: no credentials at boot. Returns the error to raise."""
+        self._require(
+            "NoProvider",
+            self._phase == "idle" and self._below_bound() and self._provider is Provider.NONE,
+        )
+        self._turn += 1
+        self._last_outcome = "err"
+        return UnauthorizedError(
+            "no credentials at boot: set ANTHROPIC_API_KEY (Anthropic) or "
+            "TPX_OAUTH_TOKEN with TPX_BASE_URL (TPX)"
+        )
+
+    # -- ProviderReply / ProviderFail ------------------------------------------
+
+    def receive(self, status: int, headers: Mapping[str, str], body: bytes) -> None:
+        """``ProviderReply`` for a 2xx well-formed native body, else ``ProviderFail``.
+
+        On failure the exchange is back in ``idle`` (turn+1, ``err``, pending
+        cleared) and the :class:`ModelError` is raised.
+        """
+        self._require("ProviderReply", self._phase == "req")
+        name = self._provider.name
+        if not 200 <= status < 300:
+            raise self._provider_fail(
+                error_for_status(status, headers, body, provider=name, secrets=self._secrets)
+            )
+        try:
+            delivered, ids, wire_ids = self._read_reply(body)
+        except (UnsupportedError, ProtocolError) as exc:
+            raise self._provider_fail(
+                ProtocolError(exc.message, provider=name, status=exc.status)
+            ) from None
+        self._delivered = delivered
+        self._delivered_ids = frozenset(ids)
+        self._emitted = frozenset(wire_ids)
+        self._wire_ids = frozenset(wire_ids)
+        self._wire_shape = native_shape(self._provider)
+        self._phase = "resp"
+
+    def _read_reply(self, body: bytes) -> tuple[dict[str, Any], list[str], list[str]]:
+        """(Messages body, its tool_use ids, the tool ids on the wire)."""
+        try:
+            decoded = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise ProtocolError("response body is not JSON") from None
+        if not isinstance(decoded, dict):
+            raise ProtocolError("response body is not a JSON object")
+        if self._provider is Provider.ANTHROPIC:
+            ids = _check_messages_response(decoded)
+            return decoded, ids, ids
+        if not isinstance(decoded.get("choices"), list) or not decoded["choices"]:
+            raise ProtocolError("response is not a chat completion (no choices)")
+        wire_ids = _openai_response_tool_ids(decoded)
+        try:
+            # Report the provider's model; if it named none, the model the request named.
+            fallback = None if isinstance(decoded.get("model"), str) else self._wire_model
+            translated = response_to_messages(decoded, model=fallback).body
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise ProtocolError(f"cannot translate the response: {type(exc).__name__}") from None
+        delivered = dict(translated)
+        ids = _check_messages_response(delivered)
+        if len(ids) != len(wire_ids):
+            raise ProtocolError(
+                f"translation returned {len(ids)} tool_use blocks for {len(wire_ids)} tool calls"
+            )
+        return delivered, ids, wire_ids
+
+    def fail(self, error: ModelError) -> ModelError:
+        """``ProviderFail`` for a failure the I/O shell saw (timeout, network, TLS).
+
+        Returns *error* (its message redacted) for the shell to raise.
+        """
+        if not isinstance(error, ModelError):
+            raise TypeError(f"error must be a ModelError, got {type(error).__name__}")
+        self._require("ProviderFail", self._phase == "req")
+        return self._provider_fail(error)
+
+    def _provider_fail(self, error: ModelError) -> ModelError:
+        if self._secrets:
+            error.message = redact(error.message, self._secrets)
+            error.args = (error.message,)
+        if error.provider is None:
+            error.provider = self._provider.name
+        self._pending = frozenset()
+        self._delivered = None
+        self._end_turn("err")
+        return error
+
+    # -- Deliver -------------------------------------------------------------------
+
+    def deliver(self) -> dict[str, Any]:
+        """``Deliver``: the Messages-shaped response; its tool_use ids become pending."""
+        self._require("Deliver", self._phase == "resp" and self._delivered is not None)
+        delivered = self._delivered
+        assert delivered is not None
+        self._delivered = None
+        self._pending = self._delivered_ids
+        self._got_shape = "messages"
+        self._end_turn("ok")
+        return delivered
+
+    def deliver_bytes(self) -> bytes:
+        """:meth:`deliver`, JSON-encoded."""
+        return orjson.dumps(self.deliver())

@@ -1,0 +1,399 @@
+"""httpx shells around the sans-I/O :class:`~tpx.exchange.Exchange`.
+
+:func:`boot` reads the credentials once and picks the provider for good (key
+wins, then token, else none); :meth:`Transport.create` runs one exchange:
+``send`` -> HTTP POST -> ``receive`` / ``fail`` -> ``deliver``. Errors are
+:class:`~tpx.errors.ModelError` subclasses whose ``.body()`` is a Messages
+error body. :func:`aboot` / :class:`AsyncTransport` do the same with
+``httpx.AsyncClient``.
+
+Usage (runnable; ``httpx.MockTransport`` stands in for the network)::
+
+    import httpx
+    import tpx.transport
+
+    def provider(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/v1/messages"
+        assert request.headers["x-api-key"] == "sk-test"
+        return httpx.Response(200, json={
+            "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x",
+            "content": [{"type": "text", "text": "hello"}],
+            "stop_reason": "end_turn", "stop_sequence": None,
+            "usage": {"input_tokens": 3, "output_tokens": 1},
+        })
+
+    with tpx.transport.boot(
+        api_key="sk-test", env={}, transport=httpx.MockTransport(provider)
+    ) as t:
+        reply = t.create({
+            "model": "claude-x", "max_tokens": 64,
+            "messages": [{"role": "user", "content": "hi"}],
+        })
+        assert reply["content"][0]["text"] == "hello"
+        assert t.exchange.turn == 1 and t.exchange.last_outcome == "ok"
+
+Credentials never appear in ``repr``/``str``, logs or error messages, and only
+the selected provider's credential is kept: the Anthropic request carries
+``x-api-key`` and never ``Authorization``; the TPX request carries
+``Authorization: Bearer`` and never ``x-api-key``. Redirects are not followed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any, Self
+
+import attrs
+import httpx
+
+from tpx._http import error_from_httpx
+from tpx.errors import ConfigurationError, ModelError, NetworkError
+from tpx.exchange import Exchange, OutboundRequest, Provider, select_provider
+
+__all__ = [
+    "DEFAULT_ANTHROPIC_BASE_URL",
+    "DEFAULT_TIMEOUT",
+    "AsyncTransport",
+    "Transport",
+    "aboot",
+    "boot",
+]
+
+logger = logging.getLogger("tpx.transport")
+
+DEFAULT_ANTHROPIC_BASE_URL = "https://api.anthropic.com"
+DEFAULT_TIMEOUT = httpx.Timeout(600.0, connect=10.0)
+
+_CREDENTIAL_HEADERS = ("authorization", "x-api-key")
+
+
+@attrs.frozen(repr=False)
+class _Secret:
+    """A credential that never renders."""
+
+    value: str
+
+    def __repr__(self) -> str:
+        return "<redacted>"
+
+    __str__ = __repr__
+
+
+@attrs.frozen(repr=False)
+class _Config:
+    provider: Provider
+    base_url: str | None
+    secret: _Secret | None
+    model: str | None
+
+
+def _pick(explicit: str | None, env: Mapping[str, str], name: str) -> str | None:
+    value = explicit if explicit is not None else env.get(name)
+    return value.strip() if value and value.strip() else None
+
+
+def _base_url(raw: str, name: str) -> str:
+    try:
+        url = httpx.URL(raw)
+    except (httpx.InvalidURL, TypeError) as exc:
+        raise ConfigurationError(f"{name} is not a valid URL") from exc
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ConfigurationError(f"{name} must be an http(s) URL with a host")
+    if url.userinfo or url.query or url.fragment:
+        raise ConfigurationError(f"{name} must not carry user info, a query or a fragment")
+    path = url.path.rstrip("/")
+    if path.endswith("/v1"):  # paths below already start with /v1
+        path = path[: -len("/v1")]
+    return str(url.copy_with(path=path or "/")).rstrip("/")
+
+
+def _configure(
+    *,
+    api_key: str | None,
+    oauth_token: str | None,
+    anthropic_base_url: str | None,
+    tpx_base_url: str | None,
+    env: Mapping[str, str] | None,
+    model: str | None,
+) -> _Config:
+    environ: Mapping[str, str] = os.environ if env is None else env
+    key = _pick(api_key, environ, "ANTHROPIC_API_KEY")
+    token = _pick(oauth_token, environ, "TPX_OAUTH_TOKEN")
+    provider = select_provider(key is not None, token is not None)
+    if provider is Provider.ANTHROPIC:
+        assert key is not None
+        raw = _pick(anthropic_base_url, environ, "ANTHROPIC_BASE_URL")
+        base = _base_url(raw or DEFAULT_ANTHROPIC_BASE_URL, "ANTHROPIC_BASE_URL")
+        return _Config(provider, base, _Secret(key), None)
+    if provider is Provider.TPX:
+        assert token is not None
+        raw = _pick(tpx_base_url, environ, "TPX_BASE_URL")
+        if raw is None:
+            raise ConfigurationError(
+                "TPX_OAUTH_TOKEN is set but TPX_BASE_URL is not: there is no default TPX "
+                "endpoint, set TPX_BASE_URL (or pass tpx_base_url=)"
+            )
+        tpx_model = _pick(model, environ, "TPX_MODEL")
+        return _Config(provider, _base_url(raw, "TPX_BASE_URL"), _Secret(token), tpx_model)
+    return _Config(Provider.NONE, None, None, None)
+
+
+@attrs.frozen(repr=False)
+class _Core:
+    """What both shells share: fixed provider, endpoint and credential, plus the machine."""
+
+    provider: Provider
+    base_url: str | None
+    model: str | None
+    exchange: Exchange
+    _secret: _Secret | None
+    _timeout: httpx.Timeout | None
+    _owns_client: bool
+
+    def __attrs_post_init__(self) -> None:
+        if self.exchange.provider is not self.provider:
+            raise ConfigurationError("the exchange's provider differs from the transport's")
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(provider={self.provider.name}, "
+            f"base_url={self.base_url!r}, model={self.model!r}, "
+            f"credentials={'<redacted>' if self._secret else None}, "
+            f"turn={self.exchange.turn}, phase={self.exchange.phase!r})"
+        )
+
+    __str__ = __repr__
+
+    def _secrets(self) -> tuple[str, ...]:
+        return (self._secret.value,) if self._secret else ()
+
+    def _auth_headers(self) -> dict[str, str]:
+        assert self._secret is not None
+        if self.provider is Provider.ANTHROPIC:
+            return {"x-api-key": self._secret.value}
+        return {"authorization": f"Bearer {self._secret.value}"}
+
+    def _build(self, client: httpx.Client | httpx.AsyncClient, out: OutboundRequest) -> Any:
+        assert self.base_url is not None
+        headers = {**out.header_dict(), **self._auth_headers()}
+        request = client.build_request(
+            out.method,
+            self.base_url + out.path,
+            headers=headers,
+            content=out.body,
+            timeout=self._timeout if self._timeout is not None else httpx.USE_CLIENT_DEFAULT,
+        )
+        # Only this provider's credential travels, whatever the client's defaults hold.
+        own = next(iter(self._auth_headers()))
+        for name in _CREDENTIAL_HEADERS:
+            if name != own and name in request.headers:
+                del request.headers[name]
+        logger.debug(
+            "tpx %s turn %d: %s %s", self.provider.name, self.exchange.turn, out.method, request.url
+        )
+        return request
+
+    def _start(self, request: Mapping[str, Any]) -> OutboundRequest:
+        if self.exchange.provider is Provider.NONE:
+            error = self.exchange.no_provider()
+            logger.info("tpx exchange failed: %s", error.code)
+            raise error
+        return self.exchange.send(request)
+
+    def _transport_failed(self, exc: httpx.HTTPError) -> ModelError:
+        error = self.exchange.fail(
+            error_from_httpx(exc, provider=self.provider.name, secrets=self._secrets())
+        )
+        logger.info("tpx exchange failed: %s: %s", error.code, error.message)
+        return error
+
+    def _interrupted(self) -> None:
+        self.exchange.fail(NetworkError("the exchange was interrupted before the provider replied"))
+
+    def _finish(self, response: httpx.Response) -> dict[str, Any]:
+        logger.debug(
+            "tpx %s turn %d: HTTP %d", self.provider.name, self.exchange.turn, response.status_code
+        )
+        try:
+            self.exchange.receive(response.status_code, response.headers, response.content)
+        except ModelError as error:
+            logger.info("tpx exchange failed: %s: %s", error.code, error.message)
+            raise
+        return self.exchange.deliver()
+
+
+def _exchange_for(config: _Config, max_turns: int | None) -> Exchange:
+    secrets = (config.secret.value,) if config.secret else ()
+    return Exchange(config.provider, max_turns=max_turns, model=config.model, secrets=secrets)
+
+
+def _timeout(timeout: float | httpx.Timeout | None) -> httpx.Timeout | None:
+    if timeout is None or isinstance(timeout, httpx.Timeout):
+        return timeout
+    return httpx.Timeout(timeout)
+
+
+@attrs.frozen(repr=False)
+class Transport(_Core):
+    """Synchronous transport: one provider, fixed at :func:`boot`."""
+
+    client: httpx.Client = attrs.field(kw_only=True)
+
+    def create(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """Run one exchange; return the Messages response body or raise a ModelError."""
+        out = self._start(request)
+        http_request = self._build(self.client, out)
+        try:
+            response = self.client.send(http_request, follow_redirects=False)
+        except httpx.HTTPError as exc:
+            raise self._transport_failed(exc) from exc
+        except BaseException:
+            self._interrupted()
+            raise
+        return self._finish(response)
+
+    def close(self) -> None:
+        """Close the HTTP client if :func:`boot` created it."""
+        if self._owns_client:
+            self.client.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+@attrs.frozen(repr=False)
+class AsyncTransport(_Core):
+    """Asynchronous transport: one provider, fixed at :func:`aboot`."""
+
+    client: httpx.AsyncClient = attrs.field(kw_only=True)
+
+    async def create(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """Run one exchange; return the Messages response body or raise a ModelError."""
+        out = self._start(request)
+        http_request = self._build(self.client, out)
+        try:
+            response = await self.client.send(http_request, follow_redirects=False)
+        except httpx.HTTPError as exc:
+            raise self._transport_failed(exc) from exc
+        except BaseException:  # cancellation included: the exchange must not stay in "req"
+            self._interrupted()
+            raise
+        return self._finish(response)
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if :func:`aboot` created it."""
+        if self._owns_client:
+            await self.client.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+def boot(
+    *,
+    api_key: str | None = None,
+    oauth_token: str | None = None,
+    anthropic_base_url: str | None = None,
+    tpx_base_url: str | None = None,
+    env: Mapping[str, str] | None = None,
+    client: httpx.Client | None = None,
+    transport: httpx.BaseTransport | None = None,
+    timeout: float | httpx.Timeout | None = None,
+    model: str | None = None,
+    max_turns: int | None = None,
+) -> Transport:
+    """Read credentials once and return a frozen :class:`Transport`.
+
+    Explicit arguments win over ``env`` (default ``os.environ``): ``ANTHROPIC_API_KEY``,
+    ``TPX_OAUTH_TOKEN``, ``ANTHROPIC_BASE_URL`` (default :data:`DEFAULT_ANTHROPIC_BASE_URL`),
+    ``TPX_BASE_URL`` (required with a token: :class:`ConfigurationError` otherwise) and
+    ``TPX_MODEL`` (model override for TPX requests). A key selects ANTHROPIC, else a token
+    selects TPX, else no provider (every exchange raises ``UnauthorizedError``).
+
+    Pass *client* (used as is, not closed by the transport) or *transport* (wrapped in a
+    new client), not both. *timeout* defaults to :data:`DEFAULT_TIMEOUT` for a client
+    made here and to the client's own timeout for an injected client.
+    """
+    if client is not None and transport is not None:
+        raise ConfigurationError("pass client= or transport=, not both")
+    config = _configure(
+        api_key=api_key,
+        oauth_token=oauth_token,
+        anthropic_base_url=anthropic_base_url,
+        tpx_base_url=tpx_base_url,
+        env=env,
+        model=model,
+    )
+    owns = client is None
+    if client is None:
+        client = httpx.Client(transport=transport, timeout=_timeout(timeout) or DEFAULT_TIMEOUT)
+    return Transport(
+        config.provider,
+        config.base_url,
+        config.model,
+        _exchange_for(config, max_turns),
+        config.secret,
+        None if owns else _timeout(timeout),
+        owns,
+        client=client,
+    )
+
+
+def aboot(
+    *,
+    api_key: str | None = None,
+    oauth_token: str | None = None,
+    anthropic_base_url: str | None = None,
+    tpx_base_url: str | None = None,
+    env: Mapping[str, str] | None = None,
+    client: httpx.AsyncClient | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+    timeout: float | httpx.Timeout | None = None,
+    model: str | None = None,
+    max_turns: int | None = None,
+) -> AsyncTransport:
+    """:func:`boot` for ``httpx.AsyncClient`` (a plain function: booting does no I/O)."""
+    if client is not None and transport is not None:
+        raise ConfigurationError("pass client= or transport=, not both")
+    config = _configure(
+        api_key=api_key,
+        oauth_token=oauth_token,
+        anthropic_base_url=anthropic_base_url,
+        tpx_base_url=tpx_base_url,
+        env=env,
+        model=model,
+    )
+    owns = client is None
+    if client is None:
+        client = httpx.AsyncClient(
+            transport=transport, timeout=_timeout(timeout) or DEFAULT_TIMEOUT
+        )
+    return AsyncTransport(
+        config.provider,
+        config.base_url,
+        config.model,
+        _exchange_for(config, max_turns),
+        config.secret,
+        None if owns else _timeout(timeout),
+        owns,
+        client=client,
+    )
