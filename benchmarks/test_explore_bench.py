@@ -39,10 +39,13 @@ def test_explorer_vs_tlc(
     assert tlc.verdict.kind == "ok"
 
     config = Config.of(tool_ids, max_turns)
-    result = benchmark.pedantic(explore_packed, args=(config,), rounds=2, iterations=1)
+    result = benchmark.pedantic(  # type: ignore[no-untyped-call]
+        explore_packed, args=(config,), rounds=2, iterations=1
+    )
     assert result.ok
     assert result.distinct == tlc.distinct
     assert result.generated == tlc.generated
+    assert benchmark.stats is not None
     mirror_s = benchmark.stats.stats.min
     ratio = mirror_s / tlc_s
     benchmark.extra_info.update(

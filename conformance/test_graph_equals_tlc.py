@@ -9,7 +9,7 @@ import pytest
 from tpx.model import Config, explore
 from tpx.tlc import dump_graph
 from tpx.tlc.cfg import load_cfg, render_cfg, with_constants
-from tpx.values import ModelValue
+from tpx.values import ModelValue, TLAValue
 
 SPEC = Path(__file__).parents[1] / "spec" / "TpxTransport.tla"
 SEED_CFG = SPEC.with_suffix(".cfg")
@@ -19,7 +19,7 @@ def _ids(*names: str) -> frozenset[ModelValue]:
     return frozenset(ModelValue(n) for n in names)
 
 
-CASES = {
+CASES: dict[str, dict[str, TLAValue] | None] = {
     "seed": None,
     "ids1-turns1": {"ToolIds": _ids("t1"), "MaxTurns": 1},
     "ids3-turns6-named": {"ToolIds": _ids("read", "write", "grep"), "MaxTurns": 6},

@@ -22,7 +22,8 @@ Every exception tpx raises on purpose derives from :class:`TpxError`::
         ├── JarNotFoundError       no tla2tools.jar
         ├── TLCConfigError         TLC rejected the spec or cfg (parse / semantic error)
         ├── TLCCrashError          TLC exited abnormally
-        └── TLCTimeoutError        TLC ran past its timeout and was killed
+        ├── TLCTimeoutError        TLC ran past its timeout and was killed
+        └── TLCCancelledError      the run was cancelled and the JVM killed
 
 MODEL_* codes are data on the classes (``ModelError.code``) and every
 :class:`ModelError` renders a Messages-API error body (:meth:`ModelError.body`)
@@ -57,6 +58,7 @@ __all__ = [
     "ProtocolError",
     "RateLimitedError",
     "SpecConfigError",
+    "TLCCancelledError",
     "TLCConfigError",
     "TLCCrashError",
     "TLCError",
@@ -216,6 +218,10 @@ class TLCConfigError(TLCError):
 
 class TLCCrashError(TLCError):
     """TLC terminated abnormally."""
+
+
+class TLCCancelledError(TLCError):
+    """The TLC run was cancelled (its JVM was killed)."""
 
 
 class TLCTimeoutError(TLCError, builtins.TimeoutError):

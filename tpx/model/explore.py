@@ -21,35 +21,19 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from typing import Literal
 
 import attrs
 
 from tpx.model.actions import Init, Next
 from tpx.model.invariants import INVARIANTS, Invariant, SelectionStable
 from tpx.model.state import Config, State
+from tpx.tlc.runner import TraceStep, Verdict
 from tpx.values import Record
 
 __all__ = ["ExploreResult", "Graph", "Verdict", "explore"]
 
-VerdictKind = Literal["ok", "invariant", "action_property", "deadlock"]
-
 #: TLC's exit codes for the same outcomes.
 EXIT_CODES: dict[str, int] = {"ok": 0, "deadlock": 11, "invariant": 12, "action_property": 13}
-
-
-@attrs.frozen
-class Verdict:
-    kind: VerdictKind
-    property: str | None = None
-
-    def __str__(self) -> str:
-        if self.kind == "ok":
-            return "ok"
-        if self.kind == "deadlock":
-            return "deadlock"
-        label = "invariant" if self.kind == "invariant" else "action property"
-        return f"{label} {self.property} violated"
 
 
 @attrs.frozen
@@ -69,7 +53,7 @@ class ExploreResult:
     distinct: int
     depth: int
     duration_s: float
-    trace: tuple[tuple[str, Record], ...] = ()
+    trace: tuple[TraceStep, ...] = ()
     graph: Graph | None = None
 
     @property
@@ -169,20 +153,20 @@ def explore(
                 if not prop(s, t):
                     # The counterexample is the path to s plus the offending step.
                     result = finish(Verdict("action_property", pname), s)
-                    return attrs.evolve(result, trace=(*result.trace, (action, t.as_record())))
+                    return attrs.evolve(
+                        result, trace=(*result.trace, TraceStep(action, t.as_record()))
+                    )
         if successors == 0 and check_deadlock:
             return finish(Verdict("deadlock"), s)
     return finish(Verdict("ok"), None)
 
 
-def _trace(
-    parent: dict[State, tuple[State, str] | None], at: State
-) -> tuple[tuple[str, Record], ...]:
-    steps: list[tuple[str, Record]] = []
+def _trace(parent: dict[State, tuple[State, str] | None], at: State) -> tuple[TraceStep, ...]:
+    steps: list[TraceStep] = []
     cur: State | None = at
     while cur is not None:
         link = parent[cur]
-        steps.append((link[1] if link else "Init", cur.as_record()))
+        steps.append(TraceStep(link[1] if link else "Init", cur.as_record()))
         cur = link[0] if link else None
     return tuple(reversed(steps))
 
