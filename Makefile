@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 SPEC   ?= spec/TpxTransport.tla
 CFG    ?= spec/TpxTransport.cfg
 
-.PHONY: all setup tlc explore test conformance conformance-deep bench lint clean
+.PHONY: all setup graphviz tlc explore test conformance conformance-deep bench lint clean
 
 all: test
 
@@ -18,6 +18,13 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+## graphviz `dot` renders coverage pictures (`tpx graph`); installed when absent.
+graphviz:
+	@command -v dot >/dev/null 2>&1 || { \
+	  echo "installing graphviz (dot)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq graphviz >/dev/null; }
+
 ## Model-check the seed spec with TLC (the main job).
 tlc: $(STAMP)
 	$(VENV)/bin/tpx tlc $(SPEC) --config $(CFG) --workers 1
@@ -27,14 +34,14 @@ explore: $(STAMP)
 	$(VENV)/bin/tpx explore $(SPEC) --config $(CFG)
 
 ## The test suite (fast; deep runs and benchmarks have their own targets).
-test: $(STAMP)
+test: $(STAMP) graphviz
 	$(PY) -m pytest -n 2 -m "not slow" -q
 
-conformance: $(STAMP)
+conformance: $(STAMP) graphviz
 	$(PY) -m pytest conformance -n 2 -q
 
-conformance-deep: $(STAMP)
-	$(PY) -m pytest conformance -n 2 -q -m slow
+conformance-deep: $(STAMP) graphviz
+	TPX_HYPOTHESIS_PROFILE=deep $(PY) -m pytest conformance -n 2 -q
 
 bench: $(STAMP)
 	$(PY) -m pytest benchmarks -p no:xdist --benchmark-only -q

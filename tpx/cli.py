@@ -4,6 +4,11 @@
 with TLC; ``tpx explore [SPEC] [--config CFG]`` explores the same model with the
 Python mirror. Both print the same one-screen summary so they can be compared
 side by side, and both exit non-zero on any violation or error.
+
+``tpx check-trace FILE... [--config CFG] [--tlc]`` validates recorded traces (ITF or
+JSON lines, see :mod:`tpx.tracecheck`) against the spec; ``tpx graph [SPEC]
+[--config CFG] [--covered FILE...] -o OUT.svg`` draws the state graph with the
+covered part highlighted (see :mod:`tpx.graphviz`).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from tpx.errors import TpxError
+from tpx.tlc.values import format_value
 
 DEFAULT_SPEC = Path("spec/TpxTransport.tla")
 
@@ -54,7 +60,7 @@ def summary(
         for i, (action, state) in enumerate(trace, 1):
             print(f"    {i}: {action}", file=out)
             for name in sorted(state):
-                print(f"         {name} = {state[name]!r}", file=out)
+                print(f"         /\\ {name} = {format_value(state[name])}", file=out)
 
 
 def _cmd_tlc(args: argparse.Namespace) -> int:
@@ -64,7 +70,12 @@ def _cmd_tlc(args: argparse.Namespace) -> int:
     cfg = _cfg_for(spec, args.config)
 
     def progress(p: Any) -> None:
-        print(f"  ... {p}", file=sys.stderr, flush=True)
+        print(
+            f"  ... depth {p.depth}: {p.generated} generated, {p.distinct} distinct, "
+            f"{p.left} left on queue",
+            file=sys.stderr,
+            flush=True,
+        )
 
     result = run_tlc(
         spec,
@@ -124,6 +135,54 @@ def _cmd_explore(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+def _cmd_check_trace(args: argparse.Namespace) -> int:
+    from tpx.model import Config
+    from tpx.tracecheck import TraceReport, check_trace, check_traces_tlc, load_trace
+
+    spec: Path = args.spec
+    cfg_path = _cfg_for(spec, args.config)
+    config = Config.from_cfg(cfg_path)
+    loaded: list[tuple[Path, list[Any], list[str | None]]] = []
+    errors = 0
+    for path in args.files:
+        try:
+            states, actions = load_trace(path)
+        except (TpxError, OSError) as exc:
+            print(f"{path}: ERROR: {exc}", file=sys.stderr)
+            errors += 1
+            continue
+        loaded.append((path, states, actions))
+    reports: list[TraceReport]
+    if args.tlc:
+        traces = [states for _, states, _ in loaded]
+        reports = check_traces_tlc(traces, config, spec=spec, cfg=cfg_path, timeout=args.timeout)
+    else:
+        reports = [check_trace(states, config, actions=actions) for _, states, actions in loaded]
+    rejected = 0
+    for (path, _, _), report in zip(loaded, reports, strict=True):
+        print(f"{path}: {report}")
+        rejected += not report.accepted
+    return 2 if errors else 1 if rejected else 0
+
+
+def _cmd_graph(args: argparse.Namespace) -> int:
+    from tpx.graphviz import coverage_summary, load_covered, render_coverage
+    from tpx.model import Config
+    from tpx.model.explore import explore
+
+    spec: Path = args.spec
+    cfg_path = _cfg_for(spec, args.config)
+    config = Config.from_cfg(cfg_path)
+    graph = explore(config, check_deadlock=False, keep_graph=True).graph
+    assert graph is not None
+    states, edges = load_covered(args.covered, config)
+    out: Path = args.output
+    fmt = args.format or (out.suffix.lstrip(".") or "svg")
+    render_coverage(graph, states, edges, out, fmt=fmt)
+    print(f"{out}: {coverage_summary(graph, states, edges)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tpx", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -143,6 +202,40 @@ def build_parser() -> argparse.ArgumentParser:
         "--readable", action="store_true", help="use the readable explorer, not the packed one"
     )
     exp.set_defaults(func=_cmd_explore)
+
+    chk = sub.add_parser(
+        "check-trace",
+        help="validate recorded traces (ITF or JSON lines) against the spec",
+        description="Prints FILE: ACCEPTED or FILE: REJECTED at step N (property): reason per "
+        "file. Exit 0 if all are accepted, 1 if any is rejected, 2 if any cannot be read.",
+    )
+    chk.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    chk.add_argument("--spec", type=Path, default=DEFAULT_SPEC)
+    chk.add_argument("--config", type=Path, default=None, help="cfg file (default: SPEC.cfg)")
+    chk.add_argument("--tlc", action="store_true", help="check with TLC (one run for all files)")
+    chk.add_argument("--timeout", type=float, default=None, help="seconds before TLC is killed")
+    chk.set_defaults(func=_cmd_check_trace)
+
+    gra = sub.add_parser(
+        "graph",
+        help="draw the state graph, covered states/edges highlighted",
+        description="Draws every reachable state and step of the mirror's graph; states and "
+        "steps seen in the --covered traces are green, the rest grey. Without --covered "
+        "nothing is covered (the picture shows the whole graph, uncovered).",
+    )
+    gra.add_argument("spec", nargs="?", type=Path, default=DEFAULT_SPEC)
+    gra.add_argument("--config", type=Path, default=None, help="cfg file (default: SPEC.cfg)")
+    gra.add_argument(
+        "--covered",
+        type=Path,
+        nargs="*",
+        default=[],
+        metavar="FILE",
+        help="traces (ITF or JSON lines) whose states and steps count as covered",
+    )
+    gra.add_argument("-o", "--output", type=Path, required=True, help="output file (.svg, .dot)")
+    gra.add_argument("--format", default=None, help="dot output format (default: from -o suffix)")
+    gra.set_defaults(func=_cmd_graph)
     return parser
 
 

@@ -1,0 +1,487 @@
+"""Trace validation: is an implementation's recorded behaviour a behaviour of the spec?
+
+Any implementation of the transport can log its 12 spec variables after every step
+and have the log checked here, by the Python mirror (:func:`check_trace`) or by TLC
+(:func:`check_trace_tlc`), from the command line with ``tpx check-trace``.
+
+Input files (:func:`load_trace` tells them apart by content):
+
+* an ITF trace (see :mod:`tpx.itf`), e.g. one written by :func:`tpx.itf.dump_itf`;
+* JSON lines: one JSON object per line, one line per observed state, in order.
+  Keys are the spec's 12 variable names; keys starting with ``#`` are ignored
+  (comments, timestamps), except ``"#action"``, the implementation's name for the
+  step that produced the state, which, when present, must be one of the spec
+  actions that explain the step. Blank lines are skipped. Values::
+
+    hasKey, hasToken                      JSON boolean
+    turn                                  JSON integer
+    phase, wireShape, gotShape,           JSON string ("idle"/"req"/"resp",
+      lastOutcome                         "messages"/"openai", "none"/"ok"/"err")
+    provider                              JSON string naming the provider model value
+                                          ("ANTHROPIC", "TPX", "NONE", as the cfg names them)
+    pending, reqIds, wireIds, emitted     JSON list of strings naming tool ids ("t1", ...),
+                                          any order, no duplicates
+
+  The variable decides which strings are model values: ``provider`` and the
+  elements of the four id sets are read as model values, the other strings as
+  TLA+ strings. (ITF-tagged values such as ``{"#set": [...]}`` are accepted too.)
+
+A trace is accepted when its first state satisfies ``Init``, every next state is a
+successor under ``Next`` (or repeats its predecessor: a stuttering step, which
+``[][Next]_vars`` allows), every state satisfies the cfg's invariants
+(:data:`tpx.model.INVARIANTS`) and every step ``SelectionStable``. Per state, the
+checks run in this order: the invariants (``TypeOK`` first), then
+``SelectionStable`` on the step into it, then ``Init`` / ``Next``; the first
+failure rejects the trace and names the 1-based state index.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from tpx.itf import TraceFormatError, decode_value, from_itf
+from tpx.model import INVARIANTS, VARS, Config, Init, Next, SelectionStable, State
+from tpx.model.state import Outcomes, Phases, Shapes
+from tpx.values import ModelValue
+
+__all__ = [
+    "DEFAULT_CFG",
+    "DEFAULT_SPEC",
+    "TraceReport",
+    "check_trace",
+    "check_trace_tlc",
+    "check_traces_tlc",
+    "coerce_state",
+    "load_trace",
+    "parse_json_lines",
+]
+
+DEFAULT_SPEC = Path("spec/TpxTransport.tla")
+DEFAULT_CFG = Path("spec/TpxTransport.cfg")
+
+_BOOL_VARS = frozenset({"hasKey", "hasToken"})
+_INT_VARS = frozenset({"turn"})
+_STR_VARS = frozenset({"phase", "wireShape", "gotShape", "lastOutcome"})
+_MV_VARS = frozenset({"provider"})
+_SET_VARS = frozenset({"pending", "reqIds", "wireIds", "emitted"})
+
+#: What each invariant demands, for the rejection message.
+_INVARIANT_HINTS: dict[str, tuple[tuple[str, ...], str]] = {
+    "ShapeInv": (("gotShape",), "the caller must only ever be handed Messages-shaped bodies"),
+    "SelectionInv": (
+        ("hasKey", "hasToken", "provider"),
+        "provider must be Select(hasKey, hasToken): key -> ANTHROPIC, else token -> TPX, else NONE",
+    ),
+    "BoundedInv": (("turn",), "turn must not exceed MaxTurns"),
+}
+
+
+@attrs.frozen
+class TraceReport:
+    """The verdict on one recorded trace.
+
+    ``steps`` names, per accepted state, the action(s) that explain it (``"Init"``
+    first; ``"A|B"`` when several actions do; ``"stutter"`` for a repeated state);
+    the TLC path leaves it empty (TLC's trace run does not name actions).
+    ``failed_step`` is the 1-based index of the first rejected state,
+    ``failed_property`` the check it fails (an invariant name, ``"SelectionStable"``,
+    ``"Init"``, ``"Next"`` or ``"Action"`` for a wrong ``#action`` claim).
+    """
+
+    accepted: bool
+    steps: list[str]
+    failed_step: int | None = None
+    failed_property: str | None = None
+    message: str = ""
+
+    def __str__(self) -> str:
+        if self.accepted:
+            return f"ACCEPTED ({self.message})"
+        return f"REJECTED at step {self.failed_step} ({self.failed_property}): {self.message}"
+
+
+# --------------------------------------------------------------------------- values
+
+
+def _show(v: object) -> str:
+    from tpx.tlc.values import format_value
+
+    try:
+        return format_value(v)
+    except (TypeError, ValueError):
+        return repr(v)
+
+
+def coerce_state(raw: Mapping[str, Any], config: Config, index: int) -> tuple[State, str | None]:
+    """The :class:`State` a recorded state denotes, and a type problem (or ``None``).
+
+    Strings stand for model values where the variable holds model values (see the
+    module docstring); lists and tuples stand for sets. Raises
+    :class:`~tpx.itf.TraceFormatError` if variables are missing or unknown.
+    """
+    names = {k for k in raw if not k.startswith("#")}
+    if names != set(VARS):
+        raise TraceFormatError(
+            f"state {index}: expected the variables {list(VARS)}; missing "
+            f"{sorted(set(VARS) - names)}, unknown {sorted(names - set(VARS))}"
+        )
+    values: dict[str, Any] = {}
+    problem: str | None = None
+
+    def bad(name: str, why: str) -> None:
+        nonlocal problem
+        if problem is None:
+            problem = f"{name} = {_raw(raw[name])} {why}"
+
+    for name in VARS:
+        v = raw[name]
+        if name in _MV_VARS:
+            if isinstance(v, str):
+                v = _model_value(v)
+            elif not _is_model_value(v):
+                bad(name, "is not a provider name")
+                v = config.NONE
+        elif name in _SET_VARS:
+            if isinstance(v, list | tuple | set | frozenset):
+                items = [_model_value(x) if isinstance(x, str) else x for x in v]
+                if not all(_is_model_value(x) for x in items):
+                    bad(name, "is not a set of tool ids")
+                    items = []
+                elif len(set(items)) != len(items):
+                    dups = sorted({x.name for x in items if items.count(x) > 1})
+                    bad(name, f"lists {', '.join(dups)} more than once (a set of ids)")
+                v = frozenset(items)
+            else:
+                bad(name, "is not a set of tool ids")
+                v = frozenset()
+        elif name in _STR_VARS:
+            if not isinstance(v, str):
+                bad(name, "is not a string")
+                v = ""
+        elif name in _INT_VARS:
+            if isinstance(v, bool) or not isinstance(v, int):
+                bad(name, "is not an integer")
+                v = -1
+        elif not isinstance(v, bool):
+            bad(name, "is not a boolean")
+            v = False
+        values[name] = v
+    return State(**values), problem
+
+
+def _raw(v: object) -> str:
+    """A recorded value as the log wrote it (JSON), else as TLA+."""
+    try:
+        return json.dumps(v)
+    except TypeError:
+        return _show(v)
+
+
+def _model_value(name: str) -> ModelValue:
+    return ModelValue(name)
+
+
+def _is_model_value(v: object) -> bool:
+    return isinstance(v, ModelValue)
+
+
+def _pairing(s: State) -> str:
+    """Which conjunct of PairingInv *s* breaks, with the values involved."""
+    if s.phase == "req":
+        return (
+            "on the way out the wire must carry exactly the caller's tool_result ids, which "
+            "must answer every pending tool_use (wireIds = reqIds = pending), but "
+            f"wireIds = {_show(s.wireIds)}, reqIds = {_show(s.reqIds)}, "
+            f"pending = {_show(s.pending)}"
+        )
+    if s.phase == "resp":
+        return (
+            "on the way back the wire must carry exactly the ids the provider emitted "
+            f"(wireIds = emitted), but wireIds = {_show(s.wireIds)}, "
+            f"emitted = {_show(s.emitted)}"
+        )
+    return (
+        "after a delivered response the caller's pending tool_use ids must be exactly the ids "
+        f"the provider emitted (pending = emitted), but pending = {_show(s.pending)}, "
+        f"emitted = {_show(s.emitted)}"
+    )
+
+
+def _type_errors(s: State, c: Config) -> str:
+    """Which variables of *s* are outside their TypeOK domain."""
+    ids = _show(c.ToolIds)
+    domains: list[tuple[str, bool, str]] = [
+        ("provider", s.provider in c.Providers, _show(c.Providers)),
+        ("turn", 0 <= s.turn <= c.MaxTurns, f"0..{c.MaxTurns}"),
+        ("phase", s.phase in Phases, _show(Phases)),
+        ("pending", s.pending <= c.ToolIds, f"SUBSET {ids}"),
+        ("reqIds", s.reqIds <= c.ToolIds, f"SUBSET {ids}"),
+        ("wireShape", s.wireShape in Shapes, _show(Shapes)),
+        ("wireIds", s.wireIds <= c.ToolIds, f"SUBSET {ids}"),
+        ("emitted", s.emitted <= c.ToolIds, f"SUBSET {ids}"),
+        ("gotShape", s.gotShape in Shapes, _show(Shapes)),
+        ("lastOutcome", s.lastOutcome in Outcomes, _show(Outcomes)),
+    ]
+    return "; ".join(
+        f"{n} = {_show(getattr(s, n))} is not in {dom}" for n, ok, dom in domains if not ok
+    )
+
+
+def _diff(observed: State, expected: State) -> list[str]:
+    return [
+        f"{n}: observed {_show(getattr(observed, n))}, expected {_show(getattr(expected, n))}"
+        for n in VARS
+        if getattr(observed, n) != getattr(expected, n)
+    ]
+
+
+def _closest(observed: State, candidates: Sequence[tuple[str, State]]) -> tuple[str, list[str]]:
+    best = min(candidates, key=lambda c: (len(_diff(observed, c[1])), c[0]))
+    return best[0], _diff(observed, best[1])
+
+
+# --------------------------------------------------------------------------- mirror
+
+
+def check_trace(
+    states: Sequence[Mapping[str, Any]],
+    config: Config,
+    *,
+    actions: Sequence[str | None] | None = None,
+) -> TraceReport:
+    """Check a recorded trace against the spec with the Python mirror.
+
+    *states* are mappings of the 12 variables (a :class:`~tpx.values.Record` from
+    ITF, or a parsed JSON line). *actions*, if given, holds the implementation's
+    claimed action per state (``None``: no claim; the first state's claim is
+    ignored); a claim must name one of the actions that explain the step.
+    Raises :class:`~tpx.itf.TraceFormatError` for an empty trace or a state that
+    does not assign exactly the spec's variables.
+    """
+    if not states:
+        raise TraceFormatError("the trace has no states")
+    if actions is not None and len(actions) != len(states):
+        raise ValueError(f"{len(actions)} action claims for {len(states)} states")
+    steps: list[str] = []
+    prev: State | None = None
+
+    def reject(i: int, prop: str, message: str) -> TraceReport:
+        return TraceReport(False, steps, i, prop, message)
+
+    for i, raw in enumerate(states, 1):
+        state, problem = coerce_state(raw, config, i)
+        if problem is not None:
+            return reject(i, "TypeOK", f"state {i}: {problem}")
+        for name, inv in INVARIANTS:
+            if not inv(state, config):
+                if name == "TypeOK":
+                    return reject(
+                        i, name, f"state {i} violates TypeOK: {_type_errors(state, config)}"
+                    )
+                if name == "PairingInv":
+                    return reject(i, name, f"state {i} violates PairingInv: {_pairing(state)}")
+                involved, why = _INVARIANT_HINTS.get(name, ((), ""))
+                shown = ", ".join(f"{n} = {_show(getattr(state, n))}" for n in involved)
+                return reject(i, name, f"state {i} violates {name} ({shown}): {why}")
+        if prev is None:
+            inits = [("Init", s) for s in Init(config)]
+            if state not in {s for _, s in inits}:
+                _, diff = _closest(state, inits)
+                return reject(
+                    i,
+                    "Init",
+                    f"state 1 is not an initial state; the closest initial state differs in "
+                    f"{'; '.join(diff)}",
+                )
+            steps.append("Init")
+        else:
+            if not SelectionStable(prev, state):
+                changed = [
+                    f"{n}: {_show(getattr(prev, n))} -> {_show(getattr(state, n))}"
+                    for n in ("hasKey", "hasToken", "provider")
+                    if getattr(prev, n) != getattr(state, n)
+                ]
+                return reject(
+                    i,
+                    "SelectionStable",
+                    f"step {i - 1} -> {i} changes the boot selection ({'; '.join(changed)}); "
+                    "credentials and provider must stay fixed for the boot",
+                )
+            successors = list(Next(prev, config))
+            explaining = sorted({a for a, t in successors if t == state})
+            if not explaining and state == prev:
+                explaining = ["stutter"]
+            if not explaining:
+                if not successors:
+                    return reject(
+                        i,
+                        "Next",
+                        f"state {i - 1} has no successor under Next, yet the trace goes on",
+                    )
+                action, diff = _closest(state, successors)
+                enabled = ", ".join(sorted({a for a, _ in successors}))
+                return reject(
+                    i,
+                    "Next",
+                    f"state {i} is no successor of state {i - 1} under Next (enabled: {enabled}); "
+                    f"the closest legal successor ({action}) differs in {'; '.join(diff)}",
+                )
+            claim = actions[i - 1] if actions is not None else None
+            if claim is not None and claim not in explaining:
+                return reject(
+                    i,
+                    "Action",
+                    f"step {i - 1} -> {i} is recorded as {claim} but only "
+                    f"{' or '.join(explaining)} explains it",
+                )
+            steps.append("|".join(explaining))
+        prev = state
+    return TraceReport(True, steps, None, None, f"{len(states)} states")
+
+
+# --------------------------------------------------------------------------- TLC
+
+
+def check_traces_tlc(
+    traces: Sequence[Sequence[Mapping[str, Any]]],
+    config: Config | None = None,
+    *,
+    spec: Path = DEFAULT_SPEC,
+    cfg: Path = DEFAULT_CFG,
+    timeout: float | None = None,
+) -> list[TraceReport]:
+    """Check many traces with TLC in one run (:func:`tpx.tlc.check_traces`).
+
+    TLC decides whether each trace is a behaviour of ``Spec`` (``Init`` then
+    ``Next`` steps); its rejections name ``"Init"`` (state 1) or ``"Next"``.
+    Repeated consecutive states (stuttering) are collapsed before TLC sees them.
+    States that are not even well-typed (checked here: TLC cannot compare, say, a
+    string with an integer) are cut off and reported as ``TypeOK`` if TLC accepts
+    the prefix before them.
+    """
+    from tpx.tlc import check_traces
+
+    config = Config.from_cfg(cfg) if config is None else config
+    jobs: list[tuple[list[int], str | None, int | None]] = []
+    payload: list[list[Any]] = []
+    for trace in traces:
+        if not trace:
+            raise TraceFormatError("the trace has no states")
+        kept: list[int] = []  # original 1-based index of each state sent to TLC
+        sent: list[Any] = []
+        problem: str | None = None
+        bad_at: int | None = None
+        for i, raw in enumerate(trace, 1):
+            state, problem = coerce_state(raw, config, i)
+            if problem is not None:
+                bad_at = i
+                break
+            record = state.as_record()
+            if sent and sent[-1] == record:
+                continue
+            kept.append(i)
+            sent.append(record)
+        jobs.append((kept, problem, bad_at))
+        payload.append(sent)
+    sendable = [p for p in payload if p]
+    verdicts = iter(check_traces(spec, cfg, sendable, timeout=timeout) if sendable else [])
+    reports: list[TraceReport] = []
+    for trace, (kept, problem, bad_at), sent in zip(traces, jobs, payload, strict=True):
+        if not sent:
+            reports.append(TraceReport(False, [], 1, "TypeOK", f"state 1: {problem}"))
+            continue
+        verdict = next(verdicts)
+        if not verdict.accepted:
+            assert verdict.failed_step is not None
+            at = kept[verdict.failed_step]
+            prop = "Init" if verdict.failed_step == 0 else "Next"
+            what = (
+                "state 1 is not an initial state"
+                if prop == "Init"
+                else f"no Next step of the spec leads from state {kept[verdict.failed_step - 1]} "
+                f"to state {at}"
+            )
+            reports.append(TraceReport(False, [], at, prop, f"TLC: {what}"))
+        elif problem is not None:
+            reports.append(TraceReport(False, [], bad_at, "TypeOK", f"state {bad_at}: {problem}"))
+        else:
+            n = len(trace)
+            note = f", {n - len(kept)} repeated" if len(kept) < n else ""
+            reports.append(TraceReport(True, [], None, None, f"TLC: {n} states{note}"))
+    return reports
+
+
+def check_trace_tlc(
+    states: Sequence[Mapping[str, Any]],
+    config: Config | None = None,
+    *,
+    spec: Path = DEFAULT_SPEC,
+    cfg: Path = DEFAULT_CFG,
+    timeout: float | None = None,
+) -> TraceReport:
+    """One trace through TLC (see :func:`check_traces_tlc`)."""
+    return check_traces_tlc([states], config, spec=spec, cfg=cfg, timeout=timeout)[0]
+
+
+# --------------------------------------------------------------------------- files
+
+
+def parse_json_lines(text: str, *, source: str = "<trace>") -> list[dict[str, Any]]:
+    """The states of a JSON-lines trace (see the module docstring), values as written.
+
+    ITF-tagged values (``{"#set": ...}`` etc.) are decoded; everything else is kept for
+    :func:`coerce_state`. Errors name the line.
+    """
+    states: list[dict[str, Any]] = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise TraceFormatError(f"{source}, line {lineno}: not JSON: {exc.msg}") from exc
+        if not isinstance(obj, dict):
+            raise TraceFormatError(f"{source}, line {lineno}: a state is a JSON object")
+        state: dict[str, Any] = {}
+        for k, v in obj.items():
+            if k == "#action":
+                if not isinstance(v, str):
+                    raise TraceFormatError(f"{source}, line {lineno}: #action must be a string")
+                state[k] = v
+            elif not k.startswith("#"):
+                try:
+                    state[k] = decode_value(v, where=k) if isinstance(v, dict) else v
+                except TraceFormatError as exc:
+                    raise TraceFormatError(f"{source}, line {lineno}: {exc}") from exc
+                if isinstance(state[k], float) or state[k] is None:
+                    raise TraceFormatError(
+                        f"{source}, line {lineno}: {k} = {v!r} is not a trace value"
+                    )
+        states.append(state)
+    if not states:
+        raise TraceFormatError(f"{source}: no states")
+    return states
+
+
+def load_trace(path: str | Path) -> tuple[list[Mapping[str, Any]], list[str | None]]:
+    """The states of a trace file (ITF or JSON lines) and the recorded action per state."""
+    p = Path(path)
+    text = p.read_text(encoding="utf-8")
+    try:
+        whole = json.loads(text)
+    except json.JSONDecodeError:
+        whole = None
+    if isinstance(whole, dict) and "states" in whole:
+        try:
+            steps = from_itf(whole)
+        except TraceFormatError as exc:
+            raise TraceFormatError(f"{p}: {exc}") from exc
+        return [s for _, s in steps], [a for a, _ in steps]
+    states = parse_json_lines(text, source=str(p))
+    actions = [s.pop("#action", None) for s in states]
+    return list(states), actions
