@@ -1,0 +1,96 @@
+"""Bytes-to-bytes translation against the orjson floor and the stdlib json round trip.
+
+Run: ``pytest benchmarks -p no:xdist --benchmark-only`` (``make bench``).
+
+For every set (history 1 / 20 / 120 tool turns, 200 responses) three things are
+benchmarked on the same bytes: the translation, the floor (``orjson.loads`` +
+``orjson.dumps``) and the stdlib round trip (``json.loads`` + ``json.dumps``).
+``test_ratio_summary`` then measures the three interleaved in this process and
+prints the ratios (targets: translation <= 2x floor, <= 1x stdlib).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+
+import orjson
+import pytest
+from corpus import HISTORY_TURNS, request_bytes, response_set
+from pytest_benchmark.fixture import BenchmarkFixture
+
+from tpx.translate import request_bytes_to_openai, response_bytes_to_messages
+
+_SETS: dict[str, list[bytes]] = {
+    **{f"history_{turns}": [request_bytes(turns)] for turns in HISTORY_TURNS},
+    "responses": response_set(200),
+}
+
+
+def _translate(name: str) -> Callable[[bytes], bytes]:
+    return response_bytes_to_messages if name == "responses" else request_bytes_to_openai
+
+
+def _floor(data: bytes) -> bytes:
+    return orjson.dumps(orjson.loads(data))
+
+
+def _stdlib(data: bytes) -> bytes:
+    return json.dumps(json.loads(data)).encode()
+
+
+def _runner(name: str, kind: str) -> Callable[[], None]:
+    items = _SETS[name]
+    function = {"translate": _translate(name), "orjson_floor": _floor, "stdlib_json": _stdlib}[kind]
+
+    def run() -> None:
+        for data in items:
+            function(data)
+
+    return run
+
+
+@pytest.mark.parametrize("kind", ["translate", "orjson_floor", "stdlib_json"])
+@pytest.mark.parametrize("name", list(_SETS))
+def test_bench(benchmark: BenchmarkFixture, name: str, kind: str) -> None:
+    benchmark.group = name
+    benchmark.extra_info["bytes"] = sum(len(data) for data in _SETS[name])
+    benchmark(_runner(name, kind))
+
+
+def _best(run: Callable[[], None], loops: int) -> float:
+    start = time.perf_counter()
+    for _ in range(loops):
+        run()
+    return (time.perf_counter() - start) / loops
+
+
+def test_ratio_summary(benchmark: BenchmarkFixture, capsys: pytest.CaptureFixture[str]) -> None:
+    """Interleaved, same-process measurement of the ratios; printed as a table."""
+    rows: list[str] = []
+    for name, items in _SETS.items():
+        size = sum(len(data) for data in items)
+        runners = {
+            kind: _runner(name, kind) for kind in ("translate", "orjson_floor", "stdlib_json")
+        }
+        loops = max(1, int(2_000_000 / size))
+        best = dict.fromkeys(runners, float("inf"))
+        for _ in range(15):  # interleave the three so machine noise hits them alike
+            for kind, run in runners.items():
+                best[kind] = min(best[kind], _best(run, loops))
+        floor_ratio = best["translate"] / best["orjson_floor"]
+        stdlib_ratio = best["translate"] / best["stdlib_json"]
+        verdict = "ok" if floor_ratio <= 2.0 and stdlib_ratio <= 1.0 else "MISS"
+        rows.append(
+            f"{name:<12} {size / 1024:>8.1f} KB  translate {best['translate'] * 1e6:>9.1f} us  "
+            f"floor {best['orjson_floor'] * 1e6:>8.1f} us  stdlib {best['stdlib_json'] * 1e6:>9.1f}"
+            f" us  x floor {floor_ratio:5.2f}  x stdlib {stdlib_ratio:5.2f}  {verdict}"
+        )
+    title = "translation ratios (best of 15 interleaved rounds; target <=2x floor, <=1x stdlib)"
+    table = "\n".join(["", title, *rows])
+    with capsys.disabled():
+        sys.stdout.write(table + "\n")
+    benchmark.extra_info["table"] = table
+    benchmark(_runner("responses", "translate"))

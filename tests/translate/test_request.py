@@ -1,0 +1,436 @@
+"""Messages request -> Chat Completions request."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import orjson
+import pytest
+
+from tpx.errors import ProtocolError, UnsupportedError
+from tpx.translate import (
+    Translation,
+    request_bytes_to_openai,
+    request_to_openai,
+    tool_ids_in_request,
+    tool_result_ids,
+)
+from tpx.translate.ids import to_caller_id
+
+from .sdk import validate_messages_request, validate_openai_request
+
+CALL_A = to_caller_id("call_a", 0)
+CALL_B = to_caller_id("call_b", 1)
+
+
+def _request(messages: list[Any], **extra: Any) -> dict[str, Any]:
+    return {"model": "claude-x", "max_tokens": 1024, "messages": messages, **extra}
+
+
+def _translate(request: dict[str, Any], *, sdk: bool = True, **kwargs: Any) -> Translation:
+    before = copy.deepcopy(request)
+    translation = request_to_openai(request, **kwargs)
+    assert request == before, "the input must not be mutated"
+    validate_openai_request(translation.body)
+    if sdk:
+        validate_messages_request(request)
+    raw = request_bytes_to_openai(orjson.dumps(request), **kwargs)
+    assert orjson.loads(raw) == translation.body
+    return translation
+
+
+def _tool_turn(*results: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {"role": "user", "content": "do it"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "calling"},
+                {"type": "tool_use", "id": CALL_A, "name": "f", "input": {"x": 1}},
+                {"type": "tool_use", "id": CALL_B, "name": "g", "input": {}},
+            ],
+        },
+        {"role": "user", "content": list(results)},
+    ]
+
+
+def test_full_mapping() -> None:
+    request = _request(
+        [{"role": "user", "content": "hi"}],
+        system="be brief",
+        temperature=0.5,
+        top_p=0.9,
+        stop_sequences=["END"],
+        metadata={"user_id": "u-1"},
+        stream=True,
+        tools=[
+            {
+                "name": "f",
+                "description": "does f",
+                "input_schema": {"type": "object", "properties": {"x": {"type": "integer"}}},
+            }
+        ],
+        tool_choice={"type": "any", "disable_parallel_tool_use": True},
+    )
+    body = _translate(request, sdk=False).body  # this anthropic SDK has no temperature/top_p
+    assert body == {
+        "model": "claude-x",
+        "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "hi"},
+        ],
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "f",
+                    "description": "does f",
+                    "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}},
+                },
+            }
+        ],
+        "tool_choice": "required",
+        "parallel_tool_calls": False,
+        "max_tokens": 1024,
+        "temperature": 0.5,
+        "top_p": 0.9,
+        "stop": ["END"],
+        "user": "u-1",
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+
+def test_model_kwarg_overrides_and_max_tokens_is_not_clamped() -> None:
+    body = _translate(
+        _request([{"role": "user", "content": "x"}], max_tokens=1_000_000), model="tpx-large"
+    ).body
+    assert body["model"] == "tpx-large"
+    assert body["max_tokens"] == 1_000_000
+
+
+@pytest.mark.parametrize(
+    ("choice", "expected"),
+    [
+        ({"type": "auto"}, "auto"),
+        ({"type": "any"}, "required"),
+        ({"type": "none"}, "none"),
+        ({"type": "tool", "name": "f"}, {"type": "function", "function": {"name": "f"}}),
+    ],
+)
+def test_tool_choice(choice: dict[str, Any], expected: Any) -> None:
+    tools = [{"name": "f", "input_schema": {"type": "object"}}]
+    body = _translate(
+        _request([{"role": "user", "content": "x"}], tools=tools, tool_choice=choice)
+    ).body
+    assert body["tool_choice"] == expected
+    assert "parallel_tool_calls" not in body
+
+
+def test_system_blocks_and_cache_control_warning() -> None:
+    translation = _translate(
+        _request(
+            [{"role": "user", "content": "x"}],
+            system=[
+                {"type": "text", "text": "one"},
+                {"type": "text", "text": "two", "cache_control": {"type": "ephemeral"}},
+            ],
+        )
+    )
+    assert translation.body["messages"][0] == {
+        "role": "system",
+        "content": [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}],
+    }
+    assert any("cache_control" in warning for warning in translation.warnings)
+
+
+def test_images() -> None:
+    content = [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}},
+        {"type": "image", "source": {"type": "url", "url": "https://x.test/a.jpg"}},
+        {"type": "text", "text": "what is this?"},
+    ]
+    body = _translate(_request([{"role": "user", "content": content}])).body
+    assert body["messages"][0]["content"] == [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}},
+        {"type": "image_url", "image_url": {"url": "https://x.test/a.jpg"}},
+        {"type": "text", "text": "what is this?"},
+    ]
+
+
+def test_tool_history_ordering_error_flag_and_text_after() -> None:
+    messages = _tool_turn(
+        {"type": "text", "text": "first note"},
+        {"type": "tool_result", "tool_use_id": CALL_B, "content": "B out", "is_error": True},
+        {"type": "text", "text": "second note"},
+        {
+            "type": "tool_result",
+            "tool_use_id": CALL_A,
+            "content": [{"type": "text", "text": "A1"}, {"type": "text", "text": "A2"}],
+        },
+    )
+    body = _translate(_request(messages)).body
+    assert body["messages"][1:] == [
+        {
+            "role": "assistant",
+            "content": "calling",
+            "tool_calls": [
+                {
+                    "id": "call_a",
+                    "type": "function",
+                    "function": {"name": "f", "arguments": '{"x":1}'},
+                },
+                {"id": "call_b", "type": "function", "function": {"name": "g", "arguments": "{}"}},
+            ],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "call_a",
+            "content": [{"type": "text", "text": "A1"}, {"type": "text", "text": "A2"}],
+        },
+        {"role": "tool", "tool_call_id": "call_b", "content": "[tool error] B out"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "first note"},
+                {"type": "text", "text": "second note"},
+            ],
+        },
+    ]
+
+
+def test_empty_error_result_and_missing_content() -> None:
+    messages = _tool_turn(
+        {"type": "tool_result", "tool_use_id": CALL_A, "is_error": True},
+        {"type": "tool_result", "tool_use_id": CALL_B},
+    )
+    tools = _translate(_request(messages)).body["messages"][2:]
+    assert tools == [
+        {"role": "tool", "tool_call_id": "call_a", "content": "[tool error]"},
+        {"role": "tool", "tool_call_id": "call_b", "content": ""},
+    ]
+
+
+def test_images_in_a_tool_result_move_to_the_following_user_message() -> None:
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA"}}
+    messages = _tool_turn(
+        {
+            "type": "tool_result",
+            "tool_use_id": CALL_A,
+            "content": [{"type": "text", "text": "shot"}, image],
+        },
+        {"type": "tool_result", "tool_use_id": CALL_B, "content": "ok"},
+        {"type": "text", "text": "look"},
+    )
+    out = _translate(_request(messages)).body["messages"]
+    assert out[2]["content"][0] == {"type": "text", "text": "shot"}
+    assert "1 image(s)" in out[2]["content"][1]["text"]
+    assert out[3] == {"role": "tool", "tool_call_id": "call_b", "content": "ok"}
+    assert out[4] == {
+        "role": "user",
+        "content": [
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}},
+            {"type": "text", "text": "look"},
+        ],
+    }
+
+
+def test_native_ids_pass_through() -> None:
+    messages = [
+        {"role": "user", "content": "x"},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_01X", "name": "f", "input": {}}],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_01X", "content": "y"}],
+        },
+    ]
+    out = _translate(_request(messages)).body["messages"]
+    assert out[1]["tool_calls"][0]["id"] == "toolu_01X"
+    assert "content" not in out[1]
+    assert out[2]["tool_call_id"] == "toolu_01X"
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        ({"top_k": 5}, "top_k"),
+        ({"thinking": {"type": "enabled", "budget_tokens": 2000}}, "thinking"),
+        ({"metadata": {"user_id": None}}, None),
+        ({"service_tier": "auto"}, "service_tier"),
+    ],
+)
+def test_dropped_fields_warn(extra: dict[str, Any], needle: str | None) -> None:
+    translation = _translate(_request([{"role": "user", "content": "x"}], **extra), sdk=False)
+    if needle is None:
+        assert translation.warnings == ()
+    else:
+        assert any(needle in warning for warning in translation.warnings)
+        assert needle not in translation.body
+
+
+def test_thinking_blocks_of_another_provider_are_dropped_with_a_warning() -> None:
+    messages = [
+        {"role": "user", "content": "x"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "hmm", "signature": "EqQBCgIYAhIM"},
+                {"type": "redacted_thinking", "data": "abc"},
+                {"type": "text", "text": "answer"},
+            ],
+        },
+        {"role": "user", "content": "y"},
+    ]
+    translation = _translate(_request(messages))
+    assert translation.body["messages"][1] == {"role": "assistant", "content": "answer"}
+    assert len(translation.warnings) == 2
+
+
+def test_empty_text_is_never_sent() -> None:
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": ""}, {"type": "text", "text": "x"}]},
+        {"role": "assistant", "content": ""},
+        {"role": "user", "content": "y"},
+    ]
+    translation = request_to_openai(_request(messages))
+    validate_openai_request(translation.body)
+    assert translation.body["messages"] == [
+        {"role": "user", "content": "x"},
+        {"role": "user", "content": "y"},
+    ]
+    assert translation.warnings
+
+
+def test_prefill_warns() -> None:
+    messages = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "The answer:"}]
+    translation = _translate(_request(messages))
+    assert translation.body["messages"][-1] == {"role": "assistant", "content": "The answer:"}
+    assert any("prefill" in warning for warning in translation.warnings)
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda r: r.update(tools=[{"type": "web_search_20250305", "name": "web_search"}]),
+        lambda r: r.update(mcp_servers=[]),
+        lambda r: r.update(brand_new_field=1),
+        lambda r: r["messages"][0].update(
+            content=[
+                {
+                    "type": "document",
+                    "source": {"type": "text", "media_type": "text/plain", "data": "d"},
+                }
+            ]
+        ),
+        lambda r: r["messages"][0].update(content=[{"type": "hologram"}]),
+        lambda r: r["messages"][0].update(
+            content=[{"type": "image", "source": {"type": "file", "file_id": "f"}}]
+        ),
+    ],
+)
+def test_refused_features(mutate: Any) -> None:
+    request = _request([{"role": "user", "content": "x"}])
+    mutate(request)
+    with pytest.raises(UnsupportedError):
+        request_to_openai(request)
+
+
+@pytest.mark.parametrize(
+    "request_body",
+    [
+        [],
+        "x",
+        {"model": "m", "max_tokens": 5},
+        {"model": "m", "messages": {}},
+        {"model": "m", "messages": [{"role": "system", "content": "x"}]},
+        {"model": "m", "messages": [{"role": "user"}]},
+        {"model": "m", "messages": ["hi"]},
+        {"model": "", "messages": []},
+        {"model": "m", "max_tokens": "5", "messages": []},
+        {"model": "m", "max_tokens": True, "messages": []},
+        {"model": "m", "messages": [], "stop_sequences": "END"},
+        {
+            "model": "m",
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": "toolu_nope", "content": "x"}
+                    ],
+                }
+            ],
+        },
+        {
+            "model": "m",
+            "messages": _tool_turn({"type": "tool_result", "tool_use_id": CALL_A, "content": "x"}),
+        },
+        {
+            "model": "m",
+            "messages": _tool_turn(
+                {"type": "tool_result", "tool_use_id": CALL_A, "content": "x"},
+                {"type": "tool_result", "tool_use_id": CALL_A, "content": "x"},
+                {"type": "tool_result", "tool_use_id": CALL_B, "content": "x"},
+            ),
+        },
+        {"model": "m", "messages": [*_tool_turn()[:2], {"role": "user", "content": "no"}]},
+        {"model": "m", "messages": _tool_turn()[:2]},
+        {
+            "model": "m",
+            "messages": [
+                {"role": "user", "content": "x"},
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "tool_use", "id": "a", "name": "f", "input": {}},
+                        {"type": "tool_use", "id": "a", "name": "f", "input": {}},
+                    ],
+                },
+            ],
+        },
+        {
+            "model": "m",
+            "messages": [
+                {"role": "user", "content": "x"},
+                {
+                    "role": "assistant",
+                    "content": [{"type": "tool_use", "id": "", "name": "f", "input": {}}],
+                },
+            ],
+        },
+        {
+            "model": "m",
+            "messages": [
+                {"role": "user", "content": "x"},
+                {
+                    "role": "assistant",
+                    "content": [{"type": "tool_use", "id": "a", "name": "f", "input": "{}"}],
+                },
+            ],
+        },
+    ],
+)
+def test_malformed_requests_are_protocol_errors(request_body: Any) -> None:
+    with pytest.raises(ProtocolError) as info:
+        request_to_openai(request_body)
+    assert info.value.status == 400
+    assert info.value.body()["error"]["type"] == "invalid_request_error"
+
+
+def test_not_json_request() -> None:
+    with pytest.raises(ProtocolError, match="not JSON"):
+        request_bytes_to_openai(b"{nope")
+
+
+def test_pairing_helpers() -> None:
+    messages = _tool_turn(
+        {"type": "tool_result", "tool_use_id": CALL_B, "content": "x"},
+        {"type": "tool_result", "tool_use_id": CALL_B, "content": "x"},
+    )
+    request = _request(messages)
+    assert tool_result_ids(request) == [CALL_B, CALL_B]
+    assert tool_ids_in_request(request) == ([CALL_A, CALL_B], [CALL_B, CALL_B])
+    assert tool_result_ids(_request([{"role": "user", "content": "x"}])) == []

@@ -1,0 +1,214 @@
+"""Messages <-> Chat Completions translation (requests out, responses back).
+
+Entry points
+------------
+``request_to_openai(request, *, model=None) -> Translation``
+    Messages request (a decoded dict) -> Chat Completions request.
+``response_to_messages(response, *, model=None) -> Translation``
+    Chat Completions response -> Messages response.
+``request_bytes_to_openai(data, *, model=None, warnings=None) -> bytes`` and
+``response_bytes_to_messages(data, *, model=None, warnings=None) -> bytes``
+    The hot path: JSON bytes in, JSON bytes out (orjson). Same output as the dict
+    functions; warnings are appended to *warnings* when a list is given.
+``tool_use_ids`` / ``tool_result_ids`` / ``tool_ids_in_request`` (pairing.py) and the
+id codec (ids.py: ``to_caller_id``, ``to_foreign_id``, ``decode_caller_id``, ``wire_id``).
+
+``Translation.warnings`` lists every feature dropped on the way (one message each).
+Errors: a malformed caller request raises :class:`tpx.errors.ProtocolError` with
+status 400 / ``invalid_request_error``; a well-formed feature that cannot be carried
+raises :class:`tpx.errors.UnsupportedError` (400); a provider body that is not a chat
+completion (error bodies included, carrying the provider's message) raises
+:class:`tpx.errors.ProtocolError` (502). ``PairingError`` is left to the exchange machine.
+
+Request mapping (Messages -> Chat Completions)
+----------------------------------------------
+=================================  =================================================
+Messages                           Chat Completions
+=================================  =================================================
+``model`` (``model=`` kwarg wins)  ``model``
+``system`` string / text blocks    first message ``role: system``; one block -> the
+                                   string, several -> a list of text parts (no
+                                   separator is invented); empty -> omitted
+user ``text`` / ``image`` blocks   ``role: user``; one text -> string, otherwise parts;
+                                   image base64 -> ``image_url`` data URL
+                                   ``data:<media_type>;base64,<data>``; url -> ``url``
+assistant ``text``                 ``content`` (same one-string / parts rule)
+assistant ``tool_use``             ``tool_calls[]``: id decoded (ids.py), ``input`` ->
+                                   JSON text ``arguments``
+user ``tool_result``               one ``role: tool`` message per call with
+                                   ``tool_call_id`` = exactly the provider's id
+                                   (decoded); string or text-block content
+``is_error: true``                 content prefixed ``"[tool error] "`` (just
+                                   ``"[tool error]"`` when empty) -- visible to the model
+images inside a ``tool_result``    moved, in place, into the user message that follows
+                                   the tool messages; the tool message says
+                                   ``[N image(s) from this tool result follow in the
+                                   next user message]``
+ordering                           the assistant message with tool_calls is followed at
+                                   once by its tool messages, in the calls' order, then
+                                   the user's other blocks (text, images) in their
+                                   original order as one user message
+``tools`` (custom)                 ``{"type": "function", "function": {name,
+                                   description, parameters=input_schema, strict}}``
+``tool_choice`` auto/any/tool/none ``"auto"`` / ``"required"`` / ``{"type":
+                                   "function", "function": {"name"}}`` / ``"none"``
+``disable_parallel_tool_use``      ``parallel_tool_calls: false``
+``stop_sequences``                 ``stop`` (empty list -> omitted)
+``temperature``, ``top_p``         unchanged (not rescaled)
+``max_tokens``                     ``max_tokens``, never clamped
+``metadata.user_id``               ``user``
+``stream: true``                   ``stream: true`` + ``stream_options.include_usage``
+thinking block signed              ``reasoning_content`` on that assistant message
+``tpx:reasoning_content``          (DeepSeek needs its reasoning sent back in tool turns)
+=================================  =================================================
+
+Dropped with a warning: ``top_k``; ``thinking`` (request param); ``service_tier``;
+``inference_geo``; ``speed``; ``diagnostics``; ``user_profile_id``; ``workspace_id``;
+top-level and block ``cache_control``; ``citations`` on text blocks; ``metadata``
+keys other than ``user_id``; tool fields other than name, description, input_schema,
+strict, type, cache_control; thinking blocks not signed ``tpx:reasoning_content``
+(another provider's signed reasoning means nothing here); ``redacted_thinking``;
+thinking blocks in user turns; ``tool_choice`` when there are no tools; empty text
+blocks and messages left empty by that (never sent: providers reject them). A
+trailing assistant message (prefill) is sent as is, with a warning that the
+provider may start a new turn instead of continuing it.
+
+Refused with ``UnsupportedError``: server tools (any tool ``type`` other than
+``custom``); ``document``, ``search_result``, server-tool / MCP / container blocks;
+images in assistant messages; image sources other than base64 / url; request fields
+``mcp_servers``, ``container``, ``context_management``, ``output_format``,
+``output_config``; any unknown request field or block type (it could be a newer
+feature; guessing would be a silent mistranslation).
+
+Refused with ``ProtocolError`` (400): a body that is not an object; no ``messages``
+list; a bad role; a missing ``content``; a tool_result whose id is not a tool_use of
+the assistant turn just before it; a tool_use answered twice or not answered (the
+Messages API rejects both too); duplicate tool_use ids in one turn; wrong value types.
+
+Response mapping (Chat Completions -> Messages)
+-----------------------------------------------
+=================================  =================================================
+Chat Completions                   Messages
+=================================  =================================================
+``choices[0]`` (others dropped     the message; ``type: message``, ``role: assistant``
+with a warning)
+``reasoning_content`` (DeepSeek)   first, a ``thinking`` block with ``signature:
+                                   "tpx:reasoning_content"`` so it can go back (above)
+``content`` (string or text parts) ``text`` blocks (empty ones are not emitted; an
+                                   empty reply is ``content: []``)
+``refusal``                        a ``text`` block with the refusal, and
+                                   ``stop_reason: refusal`` (unless there are tool calls)
+``tool_calls[i]``                  ``tool_use`` with id ``to_caller_id(id, i)``;
+                                   ``arguments`` JSON text -> ``input``; an object
+                                   (llama.cpp) is taken as is; ``""``/blank/missing ->
+                                   ``{}``; invalid JSON or a non-object -> ProtocolError
+legacy ``function_call``           one ``tool_use`` (id missing, position 0)
+``finish_reason`` stop             ``end_turn``; ``stop_sequence`` (+ the string) when
+                                   ``choices[0].stop_reason`` (vLLM) or
+                                   ``matched_stop`` (SGLang) is a string
+length / content_filter            ``max_tokens`` / ``refusal``
+tool_calls / function_call         ``tool_use``; any response carrying tool calls is
+                                   ``tool_use`` whatever ``finish_reason`` says; without
+                                   calls -> ``end_turn`` with a warning
+null / unknown                     ``end_turn`` with a warning
+``usage``                          ``input_tokens = prompt_tokens - cached``,
+                                   ``cache_read_input_tokens = prompt_tokens_details.
+                                   cached_tokens``, ``output_tokens =
+                                   completion_tokens``, ``cache_creation_input_tokens =
+                                   0`` (not reported by OpenAI); missing -> zeros + warning
+``id``                             kept; missing/empty -> ``msg_tpx_`` + 32 hex of the
+                                   SHA-256 of the body's canonical (sorted-key) JSON
+``model`` (``model=`` kwarg wins)  ``model``; neither -> ``"unknown"`` + warning
+=================================  =================================================
+
+Not a chat completion (not an object, ``choices`` missing / empty / not a list, a
+message that is not an object, wrong types) -> ProtocolError. An error body in
+OpenAI (``{"error": {...}}``), vLLM (``{"object": "error", ...}``) or Messages
+(``{"type": "error", ...}``) shape -> ProtocolError carrying the provider's message.
+``message.reasoning`` (non-DeepSeek reasoning field) is dropped with a warning.
+
+Tool ids
+--------
+See :mod:`tpx.translate.ids`: caller ids are a reversible, table-free encoding
+``tpx<kind><position>_<payload>`` of the provider's id and the call's position, so
+empty, missing, duplicated, non-alphabet or huge foreign ids all map one-to-one and
+go back byte for byte; ids that are not ours (``toolu_...``) pass through unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from tpx.errors import ProtocolError
+from tpx.translate._result import Translation
+from tpx.translate.ids import decode_caller_id, to_caller_id, to_foreign_id, wire_id
+from tpx.translate.pairing import tool_ids_in_request, tool_result_ids, tool_use_ids
+from tpx.translate.request import (
+    REASONING_SIGNATURE,
+    TOOL_ERROR_PREFIX,
+    new_state,
+    request_to_openai,
+    translate_request,
+)
+from tpx.translate.response import (
+    error_message,
+    parse_arguments,
+    response_to_messages,
+    stop_reason,
+    translate_response,
+    usage_to_messages,
+)
+
+__all__ = [
+    "REASONING_SIGNATURE",
+    "TOOL_ERROR_PREFIX",
+    "Translation",
+    "decode_caller_id",
+    "error_message",
+    "parse_arguments",
+    "request_bytes_to_openai",
+    "request_to_openai",
+    "response_bytes_to_messages",
+    "response_to_messages",
+    "stop_reason",
+    "to_caller_id",
+    "to_foreign_id",
+    "tool_ids_in_request",
+    "tool_result_ids",
+    "tool_use_ids",
+    "usage_to_messages",
+    "wire_id",
+]
+
+
+def request_bytes_to_openai(
+    data: bytes, *, model: str | None = None, warnings: list[str] | None = None
+) -> bytes:
+    """JSON Messages request -> JSON Chat Completions request (see :func:`request_to_openai`)."""
+    try:
+        request: Any = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise ProtocolError(
+            f"invalid Messages request: body is not JSON ({exc})",
+            status=400,
+            error_type="invalid_request_error",
+        ) from None
+    st = new_state()
+    body = translate_request(request, model, st)
+    if warnings is not None:
+        warnings.extend(st.warnings)
+    return orjson.dumps(body)
+
+
+def response_bytes_to_messages(
+    data: bytes, *, model: str | None = None, warnings: list[str] | None = None
+) -> bytes:
+    """JSON Chat Completions response -> JSON Messages response (:func:`response_to_messages`)."""
+    try:
+        response: Any = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise ProtocolError(f"not a Chat Completions response: body is not JSON ({exc})") from None
+    sink: list[str] = [] if warnings is None else warnings
+    return orjson.dumps(translate_response(response, model, sink))

@@ -1,0 +1,605 @@
+"""Messages request -> Chat Completions request (see the package docstring for the table)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NoReturn
+
+import orjson
+
+from tpx.errors import ProtocolError, UnsupportedError
+from tpx.translate._result import Translation
+from tpx.translate.ids import RAW_ENCODED_ID as _RAW_ENCODED
+from tpx.translate.ids import wire_id
+
+__all__ = [
+    "REASONING_SIGNATURE",
+    "TOOL_ERROR_PREFIX",
+    "request_to_openai",
+    "translate_request",
+]
+
+#: ``signature`` of the thinking blocks tpx makes from a provider's ``reasoning_content``.
+REASONING_SIGNATURE = "tpx:reasoning_content"
+#: Prefix that carries ``is_error: true`` of a tool_result into the tool message text.
+TOOL_ERROR_PREFIX = "[tool error]"
+
+# Top-level request fields dropped with a warning: (field, reason).
+_DROPPED_FIELDS = {
+    "top_k": "top_k has no Chat Completions equivalent",
+    "thinking": "extended thinking cannot be requested over Chat Completions",
+    "service_tier": "service_tier values do not map onto the provider's tiers",
+    "cache_control": "prompt caching directives have no Chat Completions equivalent",
+    "inference_geo": "inference_geo has no Chat Completions equivalent",
+    "speed": "speed has no Chat Completions equivalent",
+    "diagnostics": "prompt-cache diagnostics have no Chat Completions equivalent",
+    "user_profile_id": "user_profile_id has no Chat Completions equivalent",
+    "workspace_id": "workspace_id has no Chat Completions equivalent",
+}
+# Top-level request fields refused: they change what the model can do.
+_REFUSED_FIELDS = {
+    "mcp_servers": "MCP servers",
+    "container": "code-execution containers",
+    "context_management": "context management",
+    "output_format": "structured output_format",
+    "output_config": "output_config",
+}
+_HANDLED_FIELDS = frozenset(
+    {
+        "model",
+        "messages",
+        "system",
+        "tools",
+        "tool_choice",
+        "stop_sequences",
+        "temperature",
+        "top_p",
+        "max_tokens",
+        "metadata",
+        "stream",
+    }
+)
+# Block types that exist in the Messages API but have no Chat Completions form.
+_UNSUPPORTED_BLOCKS = frozenset(
+    {
+        "document",
+        "search_result",
+        "server_tool_use",
+        "web_search_tool_result",
+        "web_fetch_tool_result",
+        "code_execution_tool_result",
+        "bash_code_execution_tool_result",
+        "text_editor_code_execution_tool_result",
+        "tool_search_tool_result",
+        "mcp_tool_use",
+        "mcp_tool_result",
+        "container_upload",
+    }
+)
+_MISSING = object()
+_dumps = orjson.dumps
+_CACHE_WARNING = "cache_control dropped: prompt caching has no Chat Completions equivalent"
+_CITATIONS_WARNING = "citations on text blocks dropped"
+
+
+def _bad(message: str) -> NoReturn:
+    """Raise the error for a malformed caller request (HTTP 400)."""
+    raise ProtocolError(
+        f"invalid Messages request: {message}", status=400, error_type="invalid_request_error"
+    )
+
+
+def _unsupported(message: str) -> NoReturn:
+    raise UnsupportedError(f"cannot translate to Chat Completions: {message}")
+
+
+def _text_content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    """One text part -> the string itself; anything else -> the list of parts."""
+    if len(parts) == 1 and parts[0]["type"] == "text":
+        text: str = parts[0]["text"]
+        return text
+    return parts
+
+
+def _image_part(block: Mapping[str, Any]) -> dict[str, Any]:
+    source = block.get("source")
+    if not isinstance(source, dict):
+        _bad("image block without a source object")
+    kind = source.get("type")
+    if kind == "base64":
+        media_type = source.get("media_type")
+        data = source.get("data")
+        if not isinstance(media_type, str) or not isinstance(data, str) or not data:
+            _bad("base64 image source needs string media_type and non-empty data")
+        url = f"data:{media_type};base64,{data}"
+    elif kind == "url":
+        url_value = source.get("url")
+        if not isinstance(url_value, str) or not url_value:
+            _bad("url image source needs a non-empty url")
+        url = url_value
+    else:
+        _unsupported(f"image source of type {kind!r} (only base64 and url are carried)")
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _wire_id(caller_id: Any, where: str) -> str:
+    if not isinstance(caller_id, str) or not caller_id:
+        _bad(f"{where} needs a non-empty string id")
+    return wire_id(caller_id)
+
+
+class _State:
+    __slots__ = ("cache_warned", "warnings")
+
+    def __init__(self) -> None:
+        self.warnings: list[str] = []
+        self.cache_warned = False
+
+    def cache(self) -> None:
+        if not self.cache_warned:
+            self.cache_warned = True
+            self.warnings.append(_CACHE_WARNING)
+
+    def warn(self, message: str) -> None:
+        if message not in self.warnings:
+            self.warnings.append(message)
+
+
+def _tool_message(
+    block: Mapping[str, Any], wire: str, extra_parts: list[dict[str, Any]], st: _State
+) -> dict[str, Any]:
+    """A ``role: tool`` message for one tool_result; its images go to *extra_parts*."""
+    content = block.get("content")
+    is_error = block.get("is_error")
+    if content.__class__ is str and (is_error is None or is_error is False):
+        if "cache_control" in block:
+            st.cache()
+        return {"role": "tool", "tool_call_id": wire, "content": content}
+    parts: list[dict[str, Any]]
+    if content is None:
+        parts = []
+    elif isinstance(content, str):
+        parts = [{"type": "text", "text": content}] if content else []
+    elif isinstance(content, list):
+        parts = []
+        images = 0
+        for inner in content:
+            if not isinstance(inner, dict):
+                _bad("tool_result content blocks must be objects")
+            kind = inner.get("type")
+            if kind == "text":
+                text = inner.get("text")
+                if not isinstance(text, str):
+                    _bad("text block without a string text")
+                if text:
+                    parts.append({"type": "text", "text": text})
+            elif kind == "image":
+                extra_parts.append(_image_part(inner))
+                images += 1
+            elif kind in _UNSUPPORTED_BLOCKS:
+                _unsupported(f"{kind} blocks inside a tool_result")
+            else:
+                _unsupported(f"unknown tool_result content block type {kind!r}")
+            if "cache_control" in inner:
+                st.cache()
+        if images:
+            parts.append(
+                {
+                    "type": "text",
+                    "text": f"[{images} image(s) from this tool result follow in the next "
+                    "user message]",
+                }
+            )
+    else:
+        _bad("tool_result content must be a string or a list of blocks")
+    if is_error is True:
+        if parts and parts[0]["type"] == "text":
+            parts[0] = {"type": "text", "text": f"{TOOL_ERROR_PREFIX} {parts[0]['text']}"}
+        else:
+            parts.insert(0, {"type": "text", "text": TOOL_ERROR_PREFIX})
+    elif is_error not in (False, None):
+        _bad("tool_result is_error must be a boolean")
+    if "cache_control" in block:
+        st.cache()
+    return {"role": "tool", "tool_call_id": wire, "content": _text_content(parts) if parts else ""}
+
+
+def _tool_use_slow(block: dict[str, Any]) -> NoReturn:
+    """Raise the precise error for a tool_use block the fast path rejected."""
+    caller_id = block.get("id", "")
+    _wire_id(caller_id, "tool_use")
+    name = block.get("name")
+    if not isinstance(name, str) or not name:
+        _bad("tool_use needs a non-empty string name")
+    _bad(f"tool_use {caller_id!r}: input must be an object")
+
+
+def _assistant(
+    content: Any, out: list[dict[str, Any]], st: _State, index: int
+) -> tuple[list[str], list[str]]:
+    """Append the assistant message; return its tool calls' (caller ids, wire ids)."""
+    callers: list[str] = []
+    wires: list[str] = []
+    if content.__class__ is str:
+        if content:
+            out.append({"role": "assistant", "content": content})
+        else:
+            st.warn(f"messages[{index}]: empty assistant message dropped")
+        return callers, wires
+    if content.__class__ is not list:
+        _bad(f"messages[{index}].content must be a string or a list of blocks")
+    parts: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+    reasoning: list[str] = []
+    for block in content:
+        if block.__class__ is not dict:
+            _bad(f"messages[{index}].content blocks must be objects")
+        kind = block.get("type")
+        if kind == "tool_use":
+            caller_id = block.get("id")
+            name = block.get("name")
+            tool_input = block.get("input")
+            if (
+                caller_id.__class__ is not str
+                or name.__class__ is not str
+                or tool_input.__class__ is not dict
+                or not caller_id
+                or not name
+            ):
+                _tool_use_slow(block)
+            raw = _RAW_ENCODED(caller_id)
+            wire = raw.group(1) if raw is not None else wire_id(caller_id)
+            try:
+                arguments = _dumps(tool_input).decode()
+            except TypeError as exc:
+                _bad(f"tool_use {caller_id!r}: input is not JSON-serialisable ({exc})")
+            calls.append(
+                {
+                    "id": wire,
+                    "type": "function",
+                    "function": {"name": name, "arguments": arguments},
+                }
+            )
+            callers.append(caller_id)
+            wires.append(wire)
+        elif kind == "text":
+            text = block.get("text")
+            if text.__class__ is not str:
+                _bad("text block without a string text")
+            if text:
+                parts.append({"type": "text", "text": text})
+            if block.get("citations"):
+                st.warn(_CITATIONS_WARNING)
+        elif kind == "thinking":
+            if block.get("signature") == REASONING_SIGNATURE:
+                thought = block.get("thinking")
+                if isinstance(thought, str) and thought:
+                    reasoning.append(thought)
+            else:
+                st.warn("thinking blocks not produced by this provider dropped")
+        elif kind == "redacted_thinking":
+            st.warn("redacted_thinking blocks dropped")
+        elif kind == "image":
+            _unsupported("images in assistant messages")
+        elif kind in _UNSUPPORTED_BLOCKS:
+            _unsupported(f"{kind} blocks")
+        else:
+            _unsupported(f"unknown content block type {kind!r} in an assistant message")
+        if "cache_control" in block:
+            st.cache()
+    if len(callers) > 1 and len(set(callers)) != len(callers):
+        _bad(f"messages[{index}]: tool_use ids must be unique")
+    if not parts and not calls:
+        if reasoning:
+            thoughts = "".join(reasoning)
+            out.append({"role": "assistant", "content": "", "reasoning_content": thoughts})
+        else:
+            st.warn(f"messages[{index}]: assistant message with nothing to carry dropped")
+        return callers, wires
+    message: dict[str, Any] = {"role": "assistant"}
+    if parts:
+        message["content"] = parts[0]["text"] if len(parts) == 1 else parts
+    if calls:
+        message["tool_calls"] = calls
+    if reasoning:
+        message["reasoning_content"] = "".join(reasoning)
+    out.append(message)
+    return callers, wires
+
+
+def _user(
+    content: Any,
+    out: list[dict[str, Any]],
+    st: _State,
+    index: int,
+    callers: list[str],
+    wires: list[str],
+) -> None:
+    """Append the tool messages answering *callers*, then the user's other content."""
+    if content.__class__ is str:
+        if callers:
+            _bad(f"messages[{index}] must answer the tool_use ids of the assistant turn before it")
+        if content:
+            out.append({"role": "user", "content": content})
+        else:
+            st.warn(f"messages[{index}]: empty user message dropped")
+        return
+    if content.__class__ is not list:
+        _bad(f"messages[{index}].content must be a string or a list of blocks")
+    parts: list[dict[str, Any]] = []
+    answers: dict[str, dict[str, Any]] = {}
+    wire_of = dict(zip(callers, wires, strict=True))
+    for block in content:
+        if block.__class__ is not dict:
+            _bad(f"messages[{index}].content blocks must be objects")
+        kind = block.get("type")
+        if kind == "tool_result":
+            caller_id: str = block.get("tool_use_id", "")
+            wire = wire_of.get(caller_id) if caller_id.__class__ is str else None
+            if wire is None:
+                _bad(
+                    f"messages[{index}]: tool_result {caller_id!r} answers no tool_use of the "
+                    "assistant turn before it"
+                )
+            if caller_id in answers:
+                _bad(f"messages[{index}]: tool_use {caller_id!r} answered twice")
+            result = block.get("content")
+            is_error = block.get("is_error")
+            if (is_error is None or is_error is False) and "cache_control" not in block:
+                if result.__class__ is str:
+                    answers[caller_id] = {"role": "tool", "tool_call_id": wire, "content": result}
+                    continue
+                if result.__class__ is list and len(result) == 1:
+                    only = result[0]
+                    if only.__class__ is dict and len(only) == 2 and only.get("type") == "text":
+                        text = only.get("text")
+                        if text.__class__ is str:
+                            answers[caller_id] = {
+                                "role": "tool",
+                                "tool_call_id": wire,
+                                "content": text,
+                            }
+                            continue
+            answers[caller_id] = _tool_message(block, wire, parts, st)
+        elif kind == "text":
+            text = block.get("text")
+            if text.__class__ is not str:
+                _bad("text block without a string text")
+            if text:
+                parts.append({"type": "text", "text": text})
+            if block.get("citations"):
+                st.warn(_CITATIONS_WARNING)
+            if "cache_control" in block:
+                st.cache()
+        elif kind == "image":
+            parts.append(_image_part(block))
+            if "cache_control" in block:
+                st.cache()
+        elif kind in ("thinking", "redacted_thinking"):
+            st.warn(f"{kind} blocks in user messages dropped")
+        elif kind in _UNSUPPORTED_BLOCKS:
+            _unsupported(f"{kind} blocks")
+        else:
+            _unsupported(f"unknown content block type {kind!r} in a user message")
+    if len(answers) != len(callers):
+        missing = [caller for caller in callers if caller not in answers]
+        _bad(f"messages[{index}]: tool_use ids without a tool_result: {missing!r}")
+    for caller in callers:  # one tool message per call, in the calls' order
+        out.append(answers[caller])
+    if parts:
+        out.append({"role": "user", "content": _text_content(parts)})
+    elif not callers:
+        st.warn(f"messages[{index}]: empty user message dropped")
+
+
+def _system(system: Any, out: list[dict[str, Any]], st: _State) -> None:
+    if isinstance(system, str):
+        if system:
+            out.append({"role": "system", "content": system})
+        return
+    if not isinstance(system, list):
+        _bad("system must be a string or a list of text blocks")
+    parts: list[dict[str, Any]] = []
+    for block in system:
+        if not isinstance(block, dict) or block.get("type") != "text":
+            _bad("system blocks must be text blocks")
+        text = block.get("text")
+        if not isinstance(text, str):
+            _bad("text block without a string text")
+        if text:
+            parts.append({"type": "text", "text": text})
+        if "cache_control" in block:
+            st.cache()
+        if block.get("citations"):
+            st.warn(_CITATIONS_WARNING)
+    if parts:
+        out.append({"role": "system", "content": _text_content(parts)})
+
+
+_TOOL_KEYS = frozenset({"name", "description", "input_schema", "type", "strict", "cache_control"})
+
+
+def _tools(tools: Any, st: _State) -> list[dict[str, Any]]:
+    if not isinstance(tools, list):
+        _bad("tools must be a list")
+    result: list[dict[str, Any]] = []
+    for tool in tools:
+        if not isinstance(tool, dict):
+            _bad("tools entries must be objects")
+        kind = tool.get("type")
+        if kind is not None and kind != "custom":
+            _unsupported(f"server tool {kind!r} (only custom tools are carried)")
+        name = tool.get("name")
+        if not isinstance(name, str) or not name:
+            _bad("a tool needs a non-empty string name")
+        schema = tool.get("input_schema")
+        if not isinstance(schema, dict):
+            _bad(f"tool {name!r}: input_schema must be an object")
+        function: dict[str, Any] = {"name": name}
+        description = tool.get("description")
+        if description is not None:
+            if not isinstance(description, str):
+                _bad(f"tool {name!r}: description must be a string")
+            function["description"] = description
+        function["parameters"] = schema
+        strict = tool.get("strict")
+        if strict is not None:
+            if not isinstance(strict, bool):
+                _bad(f"tool {name!r}: strict must be a boolean")
+            function["strict"] = strict
+        if "cache_control" in tool:
+            st.cache()
+        for key in tool:
+            if key not in _TOOL_KEYS:
+                st.warn(f"tool field {key!r} dropped: no Chat Completions equivalent")
+        result.append({"type": "function", "function": function})
+    return result
+
+
+def _tool_choice(choice: Any, out: dict[str, Any], has_tools: bool, st: _State) -> None:
+    if not isinstance(choice, dict):
+        _bad("tool_choice must be an object")
+    kind = choice.get("type")
+    value: Any
+    if kind == "auto":
+        value = "auto"
+    elif kind == "any":
+        value = "required"
+    elif kind == "none":
+        value = "none"
+    elif kind == "tool":
+        name = choice.get("name")
+        if not isinstance(name, str) or not name:
+            _bad("tool_choice of type tool needs a name")
+        value = {"type": "function", "function": {"name": name}}
+    else:
+        _bad(f"unknown tool_choice type {kind!r}")
+    if not has_tools:
+        if kind != "none":
+            st.warn("tool_choice dropped: the request has no tools")
+        return
+    out["tool_choice"] = value
+    parallel = choice.get("disable_parallel_tool_use")
+    if parallel is True and kind != "none":
+        out["parallel_tool_calls"] = False
+    elif parallel not in (None, False, True):
+        _bad("disable_parallel_tool_use must be a boolean")
+
+
+def _number(value: Any, name: str) -> float | int:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        _bad(f"{name} must be a number")
+    return value
+
+
+def translate_request(request: Any, model: str | None, st: _State) -> dict[str, Any]:
+    """Translate a decoded Messages request into a Chat Completions body."""
+    if not isinstance(request, dict):
+        if not isinstance(request, Mapping):
+            _bad("the body must be a JSON object")
+        request = dict(request)
+    for key in request:
+        if key not in _HANDLED_FIELDS:
+            if key in _DROPPED_FIELDS:
+                st.warn(f"{key} dropped: {_DROPPED_FIELDS[key]}")
+            elif key in _REFUSED_FIELDS:
+                _unsupported(f"{_REFUSED_FIELDS[key]} ({key!r})")
+            else:
+                _unsupported(f"unknown request field {key!r}")
+    name = model if model is not None else request.get("model")
+    if not isinstance(name, str) or not name:
+        _bad("model must be a non-empty string")
+    body: dict[str, Any] = {"model": name}
+    messages = request.get("messages")
+    if not isinstance(messages, list):
+        _bad("messages must be a list")
+    out: list[dict[str, Any]] = []
+    if "system" in request:
+        _system(request["system"], out, st)
+    callers: list[str] = []
+    wires: list[str] = []
+    last = len(messages) - 1
+    for index, message in enumerate(messages):
+        if message.__class__ is not dict:
+            _bad(f"messages[{index}] must be an object")
+        role = message.get("role")
+        content = message.get("content", _MISSING)
+        if content is _MISSING:
+            _bad(f"messages[{index}] has no content")
+        if role == "user":
+            _user(content, out, st, index, callers, wires)
+            callers, wires = [], []
+        elif role == "assistant":
+            if callers:
+                _bad(f"messages[{index - 1}]: tool_use ids without a tool_result")
+            callers, wires = _assistant(content, out, st, index)
+            if index == last:
+                if callers:
+                    _bad("the last assistant message has tool_use blocks without tool_results")
+                st.warn(
+                    "a trailing assistant message (prefill) is sent as a complete turn; "
+                    "the provider may not continue it"
+                )
+        else:
+            _bad(f"messages[{index}].role must be 'user' or 'assistant', not {role!r}")
+    body["messages"] = out
+    if "tools" in request:
+        tools = _tools(request["tools"], st)
+        if tools:
+            body["tools"] = tools
+    else:
+        tools = []
+    if "tool_choice" in request:
+        _tool_choice(request["tool_choice"], body, bool(tools), st)
+    if "max_tokens" in request:
+        max_tokens = request["max_tokens"]
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            _bad("max_tokens must be a positive integer")
+        body["max_tokens"] = max_tokens
+    if "temperature" in request:
+        body["temperature"] = _number(request["temperature"], "temperature")
+    if "top_p" in request:
+        body["top_p"] = _number(request["top_p"], "top_p")
+    if "stop_sequences" in request:
+        stops = request["stop_sequences"]
+        if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+            _bad("stop_sequences must be a list of strings")
+        if stops:
+            body["stop"] = list(stops)
+    if "metadata" in request:
+        metadata = request["metadata"]
+        if not isinstance(metadata, dict):
+            _bad("metadata must be an object")
+        for key, value in metadata.items():
+            if key == "user_id":
+                if value is not None:
+                    if not isinstance(value, str):
+                        _bad("metadata.user_id must be a string")
+                    body["user"] = value
+            else:
+                st.warn(f"metadata.{key} dropped: no Chat Completions equivalent")
+    if "stream" in request:
+        stream = request["stream"]
+        if not isinstance(stream, bool):
+            _bad("stream must be a boolean")
+        if stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def request_to_openai(request: Mapping[str, Any], *, model: str | None = None) -> Translation:
+    """Translate a Messages request into a Chat Completions request.
+
+    *model* overrides the request's ``model``. Raises :class:`~tpx.errors.ProtocolError`
+    (status 400) for a malformed request and :class:`~tpx.errors.UnsupportedError` for a
+    feature that cannot be carried.
+    """
+    st = _State()
+    body = translate_request(request, model, st)
+    return Translation(body, tuple(st.warnings))
+
+
+def new_state() -> _State:
+    """A fresh warning collector (for the bytes-level entry point)."""
+    return _State()

@@ -1,0 +1,345 @@
+"""Chat Completions response -> Messages response (see the package docstring for the table)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any, NoReturn
+
+import orjson
+
+from tpx.errors import ProtocolError
+from tpx.translate._result import Translation
+from tpx.translate.ids import RAW_FOREIGN_ID as _RAW_OK
+from tpx.translate.ids import to_caller_id
+from tpx.translate.request import REASONING_SIGNATURE
+
+__all__ = [
+    "error_message",
+    "parse_arguments",
+    "response_to_messages",
+    "stable_message_id",
+    "stop_reason",
+    "translate_response",
+    "usage_to_messages",
+]
+
+_loads = orjson.loads
+_JSONDecodeError = orjson.JSONDecodeError
+
+_FINISH = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "content_filter": "refusal",
+}
+
+
+def _bad(message: str) -> NoReturn:
+    raise ProtocolError(f"not a Chat Completions response: {message}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def error_message(body: Mapping[str, Any]) -> str | None:
+    """The provider's message if *body* is an error body (OpenAI, vLLM or Messages shape)."""
+    error = body.get("error")
+    if isinstance(error, Mapping):
+        message = error.get("message")
+        kind = error.get("type") or error.get("code")
+        text = message if isinstance(message, str) else orjson.dumps(error).decode()
+        return f"{kind}: {text}" if isinstance(kind, str) and kind else text
+    if isinstance(error, str):
+        return error
+    if body.get("object") == "error" or body.get("type") == "error":
+        message = body.get("message")
+        return message if isinstance(message, str) else orjson.dumps(dict(body)).decode()
+    return None
+
+
+def parse_arguments(raw: Any, position: int = 0, name: str = "") -> dict[str, Any]:
+    """A tool call's ``arguments`` as an object.
+
+    A JSON string holding an object, an already-parsed object (llama.cpp), and the
+    empty / all-blank string or a missing value (no-parameter tools) are accepted;
+    anything else raises :class:`~tpx.errors.ProtocolError` -- never a guess.
+    *position* and *name* only label the error message.
+    """
+    call = f"{position} ({name})"
+    if raw.__class__ is str:
+        if not raw or raw.isspace():
+            return {}
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise ProtocolError(f"tool call {call}: arguments are not valid JSON ({exc})") from None
+        if value.__class__ is not dict:
+            raise ProtocolError(
+                f"tool call {call}: arguments must be a JSON object, got {type(value).__name__}"
+            )
+        return value
+    if isinstance(raw, dict):
+        return raw
+    if raw is None:
+        return {}
+    raise ProtocolError(f"tool call {call}: arguments must be a JSON string or an object")
+
+
+def stop_reason(
+    choice: Mapping[str, Any], has_tool_calls: bool, refused: bool, warnings: list[str]
+) -> tuple[str, str | None]:
+    """Messages ``(stop_reason, stop_sequence)`` for a choice (a chunk's choice works too)."""
+    if has_tool_calls:
+        return "tool_use", None
+    finish = choice.get("finish_reason")
+    if refused:
+        return "refusal", None
+    if finish == "stop":
+        matched = choice.get("stop_reason")  # vLLM: the stop string (or a token id)
+        if not isinstance(matched, str):
+            matched = choice.get("matched_stop")  # SGLang
+        if isinstance(matched, str) and matched:
+            return "stop_sequence", matched
+        return "end_turn", None
+    mapped = _FINISH.get(finish) if isinstance(finish, str) else None
+    if mapped is None:
+        warnings.append(f"unknown finish_reason {finish!r} reported as end_turn")
+        return "end_turn", None
+    if mapped == "tool_use":
+        warnings.append(f"finish_reason {finish!r} without tool calls reported as end_turn")
+        return "end_turn", None
+    return mapped, None
+
+
+def usage_to_messages(usage: Any, warnings: list[str]) -> dict[str, Any]:
+    """Messages ``usage`` from Chat Completions ``usage`` (missing -> zeros, with a warning)."""
+    if usage is None:
+        warnings.append("the response carried no usage; zeros reported")
+        return {
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": 0,
+        }
+    if not isinstance(usage, Mapping):
+        _bad("usage must be an object")
+    prompt = usage.get("prompt_tokens", 0)
+    completion = usage.get("completion_tokens", 0)
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+    if cached is None:
+        cached = 0
+    if not (_is_int(prompt) and _is_int(completion) and _is_int(cached)):
+        _bad("usage token counts must be integers")
+    return {
+        "input_tokens": max(prompt - cached, 0),
+        "output_tokens": completion,
+        "cache_read_input_tokens": cached,
+        "cache_creation_input_tokens": 0,
+    }
+
+
+def stable_message_id(response: Mapping[str, Any]) -> str:
+    """A stable Messages id for a response without one: a hash of its canonical JSON."""
+    try:
+        canonical = orjson.dumps(response, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        canonical = repr(response).encode()
+    return "msg_tpx_" + hashlib.sha256(canonical).hexdigest()[:32]
+
+
+def _text_blocks(content: Any, blocks: list[dict[str, Any]]) -> None:
+    if isinstance(content, str):
+        if content:
+            blocks.append({"type": "text", "text": content})
+    elif isinstance(content, list):
+        for part in content:
+            if not isinstance(part, Mapping) or part.get("type") != "text":
+                _bad("message content parts must be text parts")
+            text = part.get("text")
+            if not isinstance(text, str):
+                _bad("a text part needs a string text")
+            if text:
+                blocks.append({"type": "text", "text": text})
+    elif content is not None:
+        _bad("message content must be a string, a list of text parts or null")
+
+
+def _tool_use(call: Any, position: int) -> dict[str, Any]:
+    if call.__class__ is not dict:
+        _bad(f"tool_calls[{position}] must be an object")
+    kind = call.get("type")
+    if kind is not None and kind != "function":
+        _bad(f"tool_calls[{position}] has unsupported type {kind!r}")
+    function = call.get("function")
+    if function.__class__ is not dict:
+        _bad(f"tool_calls[{position}].function must be an object")
+    foreign = call.get("id")
+    if foreign is not None and foreign.__class__ is not str:
+        _bad(f"tool_calls[{position}].id must be a string")
+    name = function.get("name")
+    if name.__class__ is not str or not name:
+        _bad(f"tool_calls[{position}].function.name must be a non-empty string")
+    return {
+        "type": "tool_use",
+        "id": to_caller_id(foreign, position),
+        "name": name,
+        "input": parse_arguments(function.get("arguments"), position, name),
+    }
+
+
+def translate_response(response: Any, model: str | None, warnings: list[str]) -> dict[str, Any]:
+    """Translate a decoded Chat Completions response into a Messages response body."""
+    if response.__class__ is not dict:
+        if not isinstance(response, Mapping):
+            _bad("the body must be a JSON object")
+        response = dict(response)
+    choices = response.get("choices")
+    if choices.__class__ is not list or not choices:
+        provider_message = error_message(response)
+        if provider_message is not None:
+            raise ProtocolError(f"the provider returned an error: {provider_message}")
+        _bad("choices must be a non-empty list")
+    choice = choices[0]
+    if choice.__class__ is not dict:
+        _bad("choices[0] must be an object")
+    if len(choices) > 1:
+        warnings.append(f"{len(choices) - 1} extra choice(s) dropped; only choices[0] is used")
+    message = choice.get("message")
+    if message.__class__ is not dict:
+        _bad("choices[0].message must be an object")
+    blocks: list[dict[str, Any]] = []
+    reasoning = message.get("reasoning_content")
+    if reasoning is not None:
+        if reasoning.__class__ is not str:
+            _bad("reasoning_content must be a string")
+        if reasoning:
+            blocks.append(
+                {"type": "thinking", "thinking": reasoning, "signature": REASONING_SIGNATURE}
+            )
+    content = message.get("content")
+    if content.__class__ is str:
+        if content:
+            blocks.append({"type": "text", "text": content})
+    elif content is not None:
+        _text_blocks(content, blocks)
+    refusal = message.get("refusal")
+    refused = False
+    if refusal is not None:
+        if refusal.__class__ is not str:
+            _bad("refusal must be a string")
+        if refusal:
+            blocks.append({"type": "text", "text": refusal})
+            refused = True
+    calls = message.get("tool_calls")
+    has_calls = False
+    if calls:
+        if calls.__class__ is not list:
+            _bad("tool_calls must be a list")
+        position = 0
+        for call in calls:  # inlined _tool_use: the hot path
+            if call.__class__ is not dict:
+                _bad(f"tool_calls[{position}] must be an object")
+            function = call.get("function")
+            foreign = call.get("id")
+            kind = call.get("type")
+            if (
+                function.__class__ is not dict
+                or (kind is not None and kind != "function")
+                or (foreign is not None and foreign.__class__ is not str)
+            ):
+                blocks.append(_tool_use(call, position))  # raises the precise error
+                position += 1
+                continue
+            name = function.get("name")
+            if name.__class__ is not str or not name:
+                _bad(f"tool_calls[{position}].function.name must be a non-empty string")
+            raw = function.get("arguments")
+            arguments: Any = None
+            if raw.__class__ is str and raw[:1] == "{":
+                try:
+                    arguments = _loads(raw)
+                except _JSONDecodeError:
+                    arguments = None
+            if arguments.__class__ is not dict:
+                arguments = parse_arguments(raw, position, name)
+            if foreign.__class__ is str and _RAW_OK(foreign) is not None:
+                caller_id = f"tpxr{position}_{foreign}"
+            else:
+                caller_id = to_caller_id(foreign, position)
+            blocks.append({"type": "tool_use", "id": caller_id, "name": name, "input": arguments})
+            position += 1
+        has_calls = True
+    elif calls is not None and calls.__class__ is not list:
+        _bad("tool_calls must be a list")
+    if not has_calls:
+        legacy = message.get("function_call")
+        if legacy is not None:
+            if legacy.__class__ is not dict:
+                _bad("function_call must be an object")
+            blocks.append(_tool_use({"function": legacy}, 0))
+            has_calls = True
+    if message.get("reasoning"):
+        warnings.append("message.reasoning dropped (only reasoning_content is carried)")
+    if has_calls:
+        reason: str = "tool_use"
+        sequence: str | None = None
+    elif (
+        not refused
+        and choice.get("finish_reason") == "stop"
+        and choice.get("stop_reason") is None
+        and choice.get("matched_stop") is None
+    ):
+        reason, sequence = "end_turn", None
+    else:
+        reason, sequence = stop_reason(choice, has_calls, refused, warnings)
+    raw_usage = response.get("usage")
+    usage: dict[str, Any] | None = None
+    if raw_usage.__class__ is dict:  # inlined fast path of usage_to_messages
+        prompt = raw_usage.get("prompt_tokens", 0)
+        completion = raw_usage.get("completion_tokens", 0)
+        details = raw_usage.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if details.__class__ is dict else None
+        if cached is None:
+            cached = 0
+        if prompt.__class__ is int and completion.__class__ is int and cached.__class__ is int:
+            usage = {
+                "input_tokens": prompt - cached if prompt > cached else 0,
+                "output_tokens": completion,
+                "cache_read_input_tokens": cached,
+                "cache_creation_input_tokens": 0,
+            }
+    if usage is None:
+        usage = usage_to_messages(raw_usage, warnings)
+    message_id = response.get("id")
+    if message_id.__class__ is not str or not message_id:
+        message_id = stable_message_id(response)
+    name = model if model is not None else response.get("model")
+    if name.__class__ is not str or not name:
+        warnings.append("the response named no model; 'unknown' reported")
+        name = "unknown"
+    return {
+        "id": message_id,
+        "type": "message",
+        "role": "assistant",
+        "model": name,
+        "content": blocks,
+        "stop_reason": reason,
+        "stop_sequence": sequence,
+        "usage": usage,
+    }
+
+
+def response_to_messages(response: Mapping[str, Any], *, model: str | None = None) -> Translation:
+    """Translate a Chat Completions response into a Messages response.
+
+    *model* overrides the response's ``model``. Raises :class:`~tpx.errors.ProtocolError`
+    for anything that is not a chat completion (error bodies included, with the
+    provider's message).
+    """
+    warnings: list[str] = []
+    body = translate_response(response, model, warnings)
+    return Translation(body, tuple(warnings))
