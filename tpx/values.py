@@ -17,7 +17,7 @@ model value ``t1``     :class:`ModelValue` (never equal to a str)
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, Union
+from typing import Any, TypeAlias
 
 import attrs
 
@@ -84,4 +84,6 @@ class Function(_FrozenMapping):
     __slots__ = ()
 
 
-TLAValue = Union[bool, int, str, ModelValue, frozenset[Any], tuple[Any, ...], Record, Function]
+TLAValue: TypeAlias = (
+    bool | int | str | ModelValue | frozenset[Any] | tuple[Any, ...] | Record | Function
+)
