@@ -13,6 +13,7 @@ __all__ = [
     "json_foreign_ids",
     "json_values",
     "messages_history",
+    "nonces",
     "openai_tool_response",
     "unicode_ids",
 ]
@@ -50,6 +51,9 @@ json_foreign_ids: st.SearchStrategy[str | None] = st.one_of(
     st.text(alphabet="tpxrb0_-", max_size=10),
 )
 
+#: Per-response tool-id nonces (12 lowercase hex digits).
+nonces: st.SearchStrategy[str] = st.from_regex(r"[0-9a-f]{12}", fullmatch=True)
+
 json_values: st.SearchStrategy[Any] = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20),
     lambda inner: (
@@ -83,7 +87,8 @@ def messages_history(draw: st.DrawFn) -> tuple[dict[str, Any], list[list[str | N
     for turn in range(turns):
         if draw(st.booleans()):
             foreign = draw(_call_ids())
-            callers = [to_caller_id(fid, pos) for pos, fid in enumerate(foreign)]
+            nonce = draw(nonces)
+            callers = [to_caller_id(fid, pos, nonce) for pos, fid in enumerate(foreign)]
             wires: list[str | None] = ["" if fid is None else fid for fid in foreign]
         else:
             count = draw(st.integers(1, 3))

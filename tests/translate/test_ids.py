@@ -9,8 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tpx.translate.ids import (
+    DecodedId,
     decode_caller_id,
+    encode_caller_id,
     is_caller_id_valid,
+    new_nonce,
     to_caller_id,
     to_foreign_id,
     wire_id,
@@ -22,35 +25,49 @@ _VALID = re.compile(r"^[a-zA-Z0-9_-]+$")
 ids_or_missing = st.one_of(st.none(), unicode_ids)
 
 
+nonces = st.from_regex(r"[0-9a-f]{12}", fullmatch=True)
+
+
 @settings(deadline=None)
-@given(foreign=ids_or_missing, position=st.integers(0, 10_000))
-def test_round_trip_is_identity(foreign: str | None, position: int) -> None:
-    caller = to_caller_id(foreign, position)
+@given(foreign=ids_or_missing, position=st.integers(0, 10_000), nonce=nonces)
+def test_round_trip_is_identity(foreign: str | None, position: int, nonce: str) -> None:
+    caller = to_caller_id(foreign, position, nonce)
     assert _VALID.match(caller)
     assert is_caller_id_valid(caller)
     decoded = decode_caller_id(caller)
     assert decoded is not None
     assert decoded.foreign == foreign
     assert decoded.position == position
+    assert decoded.nonce == nonce
     expected_wire = "" if foreign is None else foreign
     assert to_foreign_id(caller) == expected_wire
     assert wire_id(caller) == expected_wire
 
 
 @settings(deadline=None)
-@given(ids=st.lists(ids_or_missing, max_size=8))
-def test_ids_of_a_response_are_valid_and_unique(ids: list[str | None]) -> None:
-    callers = [to_caller_id(foreign, position) for position, foreign in enumerate(ids)]
+@given(ids=st.lists(ids_or_missing, max_size=8), nonce=nonces)
+def test_ids_of_a_response_are_valid_and_unique(ids: list[str | None], nonce: str) -> None:
+    callers = [to_caller_id(foreign, position, nonce) for position, foreign in enumerate(ids)]
     assert len(set(callers)) == len(callers)
     assert all(_VALID.match(caller) for caller in callers)
     assert [wire_id(caller) for caller in callers] == ["" if f is None else f for f in ids]
 
 
 @settings(deadline=None)
-@given(a=ids_or_missing, b=ids_or_missing, pa=st.integers(0, 50), pb=st.integers(0, 50))
-def test_encoding_is_injective(a: str | None, b: str | None, pa: int, pb: int) -> None:
-    if (a, pa) != (b, pb):
-        assert to_caller_id(a, pa) != to_caller_id(b, pb)
+@given(
+    a=ids_or_missing,
+    b=ids_or_missing,
+    pa=st.integers(0, 50),
+    pb=st.integers(0, 50),
+    na=st.sampled_from(["000000000000", "00000000000a"]) | st.none(),
+    nb=st.sampled_from(["000000000000", "00000000000a"]) | st.none(),
+)
+def test_encoding_is_injective(
+    a: str | None, b: str | None, pa: int, pb: int, na: str | None, nb: str | None
+) -> None:
+    """Injective over (foreign, position, nonce), legacy (nonce None) forms included."""
+    if (a, pa, na) != (b, pb, nb):
+        assert encode_caller_id(a, pa, na) != encode_caller_id(b, pb, nb)
 
 
 @settings(deadline=None)
@@ -61,7 +78,8 @@ def test_foreign_ids_never_collide_with_pass_through_ids(text: str) -> None:
     if decoded is None:
         assert wire_id(text) == text  # not ours: unchanged
     else:
-        assert to_caller_id(decoded.foreign, decoded.position) == text  # canonical only
+        # canonical only
+        assert encode_caller_id(decoded.foreign, decoded.position, decoded.nonce) == text
 
 
 @pytest.mark.parametrize(
@@ -81,6 +99,13 @@ def test_foreign_ids_never_collide_with_pass_through_ids(text: str) -> None:
         "tpxn0_x",  # missing id carries no payload
         "tpxq0_abc",
         "tpxr0_a.b",
+        "tpxr0-0123456789ab",  # no "_" before the payload
+        "tpxr0-0123456789a_abc",  # nonce too short
+        "tpxr0-0123456789AB_abc",  # nonce not lowercase hex
+        "tpxr0-0123456789abc_abc",  # nonce too long
+        "tpxn0-0123456789ab_x",
+        "tpxb0-0123456789ab_YWJj",
+        "tpxr00-0123456789ab_abc",
     ],
 )
 def test_ids_not_in_our_encoding_pass_through(caller: str) -> None:
@@ -92,17 +117,66 @@ def test_ids_not_in_our_encoding_pass_through(caller: str) -> None:
 @pytest.mark.parametrize(
     ("foreign", "caller"),
     [
-        ("call_abc", "tpxr0_call_abc"),
-        ("aB3dE6gH9", "tpxr2_aB3dE6gH9"),  # Mistral: 9 alphanumerics, raw
-        ("", "tpxb0_"),
-        (None, "tpxn1_"),
-        ("a.b", "tpxb0_YS5i"),
-        ("é", "tpxb0_w6k"),
+        ("call_abc", "tpxr0-00ff00ff00ff_call_abc"),
+        ("aB3dE6gH9", "tpxr2-00ff00ff00ff_aB3dE6gH9"),  # Mistral: 9 alphanumerics, raw
+        ("", "tpxb0-00ff00ff00ff_"),
+        (None, "tpxn1-00ff00ff00ff_"),
+        ("a.b", "tpxb0-00ff00ff00ff_YS5i"),
+        ("é", "tpxb0-00ff00ff00ff_w6k"),
     ],
 )
 def test_known_encodings(foreign: str | None, caller: str) -> None:
     position = int(caller[4])
-    assert to_caller_id(foreign, position) == caller
+    assert to_caller_id(foreign, position, "00ff00ff00ff") == caller
+    decoded = decode_caller_id(caller)
+    assert decoded == DecodedId(foreign, position, "00ff00ff00ff")
+
+
+@pytest.mark.parametrize(
+    ("caller", "foreign"),
+    [
+        ("tpxr0_call_abc", "call_abc"),
+        ("tpxr2_aB3dE6gH9", "aB3dE6gH9"),
+        ("tpxb0_", ""),
+        ("tpxn1_", None),
+        ("tpxb0_YS5i", "a.b"),
+    ],
+)
+def test_legacy_ids_without_a_nonce_still_decode(caller: str, foreign: str | None) -> None:
+    decoded = decode_caller_id(caller)
+    assert decoded == DecodedId(foreign, int(caller[4]), None)
+    assert wire_id(caller) == ("" if foreign is None else foreign)
+    assert encode_caller_id(foreign, int(caller[4]), None) == caller
+
+
+@pytest.mark.parametrize("nonce", ["", "0123456789a", "0123456789abc", "0123456789AB", "g" * 12])
+def test_bad_nonces_are_refused(nonce: str) -> None:
+    with pytest.raises(ValueError, match="nonce"):
+        to_caller_id("call_a", 0, nonce)
+
+
+def test_fresh_nonces_make_ids_unique_across_responses() -> None:
+    """Gemini sends "" at position 0 every turn: the caller ids must still differ."""
+    callers = [to_caller_id("", 0) for _ in range(2_000)]
+    assert len(set(callers)) == len(callers)
+    assert {wire_id(caller) for caller in callers} == {""}
+    nonces = {new_nonce() for _ in range(2_000)}
+    assert len(nonces) == 2_000
+    assert all(re.fullmatch(r"[0-9a-f]{12}", nonce) for nonce in nonces)
+
+
+def test_seeding_the_global_random_module_does_not_repeat_nonces() -> None:
+    import random
+
+    state = random.getstate()
+    try:
+        random.seed(0)
+        first = new_nonce()
+        random.seed(0)
+        second = new_nonce()
+    finally:
+        random.setstate(state)
+    assert first != second
 
 
 def test_missing_and_empty_ids_stay_distinct() -> None:

@@ -21,13 +21,17 @@ from tpx.translate.ids import to_caller_id
 from .quirks import ANTHROPIC_ERROR, OPENAI_ERROR, QUIRKS, VLLM_ERROR, completion
 from .sdk import validate_messages_response, validate_openai_request, validate_openai_response
 
+NONCE = "0123456789ab"
+
 
 def _translate(body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """Dict and bytes translations (same fixed nonce) agree; the input is not mutated."""
     before = copy.deepcopy(body)
-    result = response_to_messages(body, **kwargs).body
+    result = response_to_messages(body, nonce=NONCE, **kwargs).body
     assert body == before, "the input must not be mutated"
     validate_messages_response(result)
-    assert orjson.loads(response_bytes_to_messages(orjson.dumps(body), **kwargs)) == result
+    data = orjson.dumps(body)
+    assert orjson.loads(response_bytes_to_messages(data, nonce=NONCE, **kwargs)) == result
     return result
 
 
@@ -102,7 +106,12 @@ def test_arguments_forms() -> None:
     parsed = _translate(QUIRKS["llamacpp_object_arguments"])["content"][0]
     assert parsed["input"] == {"a": 1, "b": [2, 3]}
     empty = _translate(QUIRKS["empty_arguments"])["content"][0]
-    assert empty == {"type": "tool_use", "id": "tpxr0_call_now", "name": "now", "input": {}}
+    assert empty == {
+        "type": "tool_use",
+        "id": f"tpxr0-{NONCE}_call_now",
+        "name": "now",
+        "input": {},
+    }
     text = _translate(QUIRKS["gemini_empty_ids"])["content"]
     assert [block["input"] for block in text] == [{"city": "Paris"}, {"city": "Rome"}]
 
@@ -238,7 +247,7 @@ def test_legacy_function_call() -> None:
     )
     result = _translate(body)
     assert result["content"] == [
-        {"type": "tool_use", "id": to_caller_id(None, 0), "name": "f", "input": {"a": 1}}
+        {"type": "tool_use", "id": to_caller_id(None, 0, NONCE), "name": "f", "input": {"a": 1}}
     ]
     assert result["stop_reason"] == "tool_use"
 

@@ -6,16 +6,20 @@ from collections import Counter
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tpx.translate import (
     request_bytes_to_openai,
     request_to_openai,
+    response_bytes_to_messages,
     response_to_messages,
     tool_use_ids,
 )
+from tpx.translate.ids import decode_caller_id
 
+from .quirks import QUIRKS
 from .sdk import validate_messages_request, validate_messages_response, validate_openai_request
 from .strategies import messages_history, openai_tool_response
 
@@ -105,3 +109,94 @@ def test_response_then_next_request_carries_exactly_the_emitted_ids(
         arguments = original["function"]["arguments"]
         expected = arguments if isinstance(arguments, dict) else orjson.loads(arguments or "{}")
         assert orjson.loads(sent["function"]["arguments"]) == expected
+
+
+# -- caller ids across a whole conversation --------------------------------------------------
+
+#: A small pool, so that responses reuse foreign ids at the same positions (Gemini's "",
+#: servers restarting at call_0 every response, a missing id).
+_REUSED_IDS = st.sampled_from([None, "", "call_0", "call_1", "a.b", "é"])
+
+
+def _response_with_ids(foreign: list[str | None]) -> dict[str, Any]:
+    calls: list[dict[str, Any]] = []
+    for position, fid in enumerate(foreign):
+        call: dict[str, Any] = {
+            "type": "function",
+            "function": {"name": "f", "arguments": f'{{"n": {position}}}'},
+        }
+        if fid is not None:
+            call["id"] = fid
+        calls.append(call)
+    return {
+        "id": "chatcmpl-same",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": None, "tool_calls": calls},
+                "finish_reason": "tool_calls",
+            }
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+    }
+
+
+@pytest.mark.parametrize("name", ["gemini_empty_ids", "missing_ids", "ollama_shared_id"])
+def test_two_translations_of_the_same_response_give_disjoint_caller_ids(name: str) -> None:
+    body = QUIRKS[name]
+    first = tool_use_ids(response_to_messages(body).body)
+    second = tool_use_ids(response_to_messages(body).body)
+    third = tool_use_ids(orjson.loads(response_bytes_to_messages(orjson.dumps(body))))
+    assert first
+    assert set(first).isdisjoint(second)
+    assert set(first).isdisjoint(third)
+    assert set(second).isdisjoint(third)
+    decoded = [decode_caller_id(caller) for caller in first + second + third]
+    assert [d.foreign for d in decoded if d is not None] == [
+        call.get("id") for call in body["choices"][0]["message"]["tool_calls"]
+    ] * 3
+
+
+@_SETTINGS
+@given(turns=st.lists(st.lists(_REUSED_IDS, min_size=1, max_size=3), min_size=2, max_size=6))
+def test_caller_ids_are_unique_across_responses_and_go_back_exactly(
+    turns: list[list[str | None]],
+) -> None:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    seen: list[str] = []
+    for index, foreign in enumerate(turns):
+        body = _response_with_ids(foreign)
+        if index % 2:
+            message = orjson.loads(response_bytes_to_messages(orjson.dumps(body)))
+        else:
+            message = response_to_messages(body).body
+        validate_messages_response(message)
+        callers = tool_use_ids(message)
+        decoded = [decode_caller_id(caller) for caller in callers]
+        assert [d.foreign if d is not None else "not ours" for d in decoded] == foreign
+        seen += callers
+        messages.append({"role": "assistant", "content": message["content"]})
+        messages.append(
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": caller, "content": f"r{index}"}
+                    for caller in reversed(callers)
+                ],
+            }
+        )
+    assert len(set(seen)) == len(seen), "a caller id repeats in the conversation"
+    request = {"model": "claude-x", "max_tokens": 64, "messages": messages}
+    validate_messages_request(request)
+    body = request_to_openai(request).body
+    validate_openai_request(body)
+    assert orjson.loads(request_bytes_to_openai(orjson.dumps(request))) == body
+    sent = [message for message in body["messages"] if message.get("tool_calls")]
+    assert [[call["id"] for call in m["tool_calls"]] for m in sent] == [
+        ["" if fid is None else fid for fid in foreign] for foreign in turns
+    ]
+    results = [m["tool_call_id"] for m in body["messages"] if m["role"] == "tool"]
+    assert results == ["" if fid is None else fid for foreign in turns for fid in foreign]

@@ -98,7 +98,8 @@ with a warning)
                                    empty reply is ``content: []``)
 ``refusal``                        a ``text`` block with the refusal, and
                                    ``stop_reason: refusal`` (unless there are tool calls)
-``tool_calls[i]``                  ``tool_use`` with id ``to_caller_id(id, i)``;
+``tool_calls[i]``                  ``tool_use`` with id ``to_caller_id(id, i, nonce)``
+                                   (one fresh nonce per translated response);
                                    ``arguments`` JSON text -> ``input``; an object
                                    (llama.cpp) is taken as is; ``""``/blank/missing ->
                                    ``{}``; invalid JSON or a non-object -> ProtocolError
@@ -130,9 +131,16 @@ OpenAI (``{"error": {...}}``), vLLM (``{"object": "error", ...}``) or Messages
 Tool ids
 --------
 See :mod:`tpx.translate.ids`: caller ids are a reversible, table-free encoding
-``tpx<kind><position>_<payload>`` of the provider's id and the call's position, so
-empty, missing, duplicated, non-alphabet or huge foreign ids all map one-to-one and
-go back byte for byte; ids that are not ours (``toolu_...``) pass through unchanged.
+``tpx<kind><position>-<nonce>_<payload>`` of the provider's id, the call's position
+and a 12-hex-digit nonce drawn once per translated response (decoding ignores it),
+so empty, missing, duplicated, non-alphabet or huge foreign ids all map one-to-one
+and go back byte for byte, and caller ids stay unique across the whole conversation
+even when a provider reuses the same id at the same position in every turn (the
+Messages API rejects a history with two tool_use blocks of one id). Translating the
+same response twice gives different caller ids; ``nonce=`` on the response entry
+points fixes it (tests, replays). Legacy ids without a nonce
+(``tpx<kind><position>_<payload>``) still decode. Ids that are not ours
+(``toolu_...``) pass through unchanged.
 """
 
 from __future__ import annotations
@@ -153,6 +161,7 @@ from tpx.translate.request import (
     translate_request,
 )
 from tpx.translate.response import (
+    check_nonce,
     error_message,
     parse_arguments,
     response_to_messages,
@@ -203,7 +212,11 @@ def request_bytes_to_openai(
 
 
 def response_bytes_to_messages(
-    data: bytes, *, model: str | None = None, warnings: list[str] | None = None
+    data: bytes,
+    *,
+    model: str | None = None,
+    warnings: list[str] | None = None,
+    nonce: str | None = None,
 ) -> bytes:
     """JSON Chat Completions response -> JSON Messages response (:func:`response_to_messages`)."""
     try:
@@ -211,4 +224,4 @@ def response_bytes_to_messages(
     except orjson.JSONDecodeError as exc:
         raise ProtocolError(f"not a Chat Completions response: body is not JSON ({exc})") from None
     sink: list[str] = [] if warnings is None else warnings
-    return orjson.dumps(translate_response(response, model, sink))
+    return orjson.dumps(translate_response(response, model, sink, check_nonce(nonce)))

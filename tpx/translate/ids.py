@@ -2,14 +2,16 @@
 
 The provider behind the Chat Completions API emits tool-call ids that a Messages
 caller cannot always use: empty (Gemini), missing, shared by parallel calls
-(Ollama), outside ``^[a-zA-Z0-9_-]+$``, or absurdly long. Every id the caller
-sees is therefore an *encoding* of the foreign id plus the call's position in
-its response. No table is kept: the mapping survives restarts and works across
-processes, because the caller id itself carries the foreign id.
+(Ollama), reused in every turn (Gemini's ``""``, servers counting ``call_0`` per
+response), outside ``^[a-zA-Z0-9_-]+$``, or absurdly long. Every id the caller
+sees is therefore an *encoding* of the foreign id, the call's position in its
+response and a per-response nonce. No table is kept: the mapping survives
+restarts and works across processes, because the caller id itself carries the
+foreign id.
 
 Grammar of a caller id (the ``tpx`` prefix is reserved)::
 
-    caller_id := "tpx" KIND POSITION "_" PAYLOAD
+    caller_id := "tpx" KIND POSITION "-" NONCE "_" PAYLOAD
     KIND      := "r"   PAYLOAD is the foreign id itself; used when the foreign id
                        is non-empty and entirely in [A-Za-z0-9_-]
                | "b"   PAYLOAD is unpadded base64url of the foreign id's UTF-8
@@ -17,14 +19,22 @@ Grammar of a caller id (the ``tpx`` prefix is reserved)::
                | "n"   the call had no id at all (missing / null); PAYLOAD is empty
     POSITION  := decimal, no leading zeros: the call's 0-based index among the
                  tool calls of its response
+    NONCE     := 12 lowercase hex digits (48 random bits), drawn once per
+                 translated response (:func:`new_nonce`); decoding ignores it
 
-Properties (property-tested in tests/translate/test_ids.py):
+e.g. ``tpxr0-3f9a0c11b2de_call_abc`` (foreign ``call_abc``), ``tpxb1-3f9a0c11b2de_``
+(foreign ``""``), ``tpxn0-3f9a0c11b2de_`` (no id).
+
+Properties (property-tested in tests/translate/test_ids.py and test_roundtrip.py):
 
 * caller ids match ``^[a-zA-Z0-9_-]+$``;
-* ``to_caller_id`` is injective on ``(foreign, position)``, so ids are unique
-  within a response even when foreign ids repeat;
-* ``to_foreign_id(to_caller_id(f, p)) == f`` byte for byte (``None`` stays
-  ``None`` via :func:`decode_caller_id`; see below);
+* ``to_caller_id`` is injective on ``(foreign, position, nonce)``: ids are unique
+  within a response even when foreign ids repeat, and unique across responses
+  (with probability 1 - n²/2⁴⁹ for n responses) even when a provider reuses the
+  same foreign id at the same position in every turn -- the Messages API rejects
+  a history with two tool_use blocks of the same id;
+* ``to_foreign_id(to_caller_id(f, p, n)) == f`` byte for byte (``None`` stays
+  ``None`` via :func:`decode_caller_id`; see below), whatever the nonce;
 * only *canonical* encodings decode (re-encoding must reproduce the input), so
   every other id -- e.g. Anthropic's ``toolu_...`` from a native provider --
   is not ours and passes through unchanged. The union (encoded foreign ids and
@@ -35,37 +45,61 @@ A call that had no id (``"n"``) goes back to the provider as the empty string:
 the wire needs a string and the provider gave none, so nothing is invented;
 Gemini, which omits ids, itself sends ``""``.
 
-Caller ids are unique within one response. They are deterministic, so two
-responses whose calls have the same foreign id at the same position produce
-the same caller id; that happens only when the provider reuses ids across turns.
+Legacy ids: releases before the nonce emitted ``"tpx" KIND POSITION "_" PAYLOAD``
+(no ``-NONCE``). Those still decode (a history recorded before an upgrade keeps
+working; :attr:`DecodedId.nonce` is ``None`` for them) but are never produced.
+The ``_`` right after POSITION tells them apart from the current form's ``-``.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import os
+import random
 import re
 
 import attrs
 
 __all__ = [
     "CALLER_ID_PREFIX",
+    "NONCE_BITS",
+    "NONCE_LENGTH",
     "RAW_ENCODED_ID",
     "RAW_FOREIGN_ID",
     "DecodedId",
     "decode_caller_id",
+    "encode_caller_id",
     "is_caller_id_valid",
+    "new_nonce",
     "to_caller_id",
     "to_foreign_id",
     "wire_id",
 ]
 
 CALLER_ID_PREFIX = "tpx"
+#: Length of the per-response nonce (lowercase hex).
+NONCE_LENGTH = 12
 
 _RAW_OK = RAW_FOREIGN_ID = re.compile(r"[A-Za-z0-9_-]+").fullmatch
 _VALID = re.compile(r"[a-zA-Z0-9_-]+").fullmatch
-_ENCODED = re.compile(r"tpx([rbn])(0|[1-9][0-9]*)_(.*)", re.DOTALL).fullmatch
-_RAW_ENCODED = RAW_ENCODED_ID = re.compile(r"tpxr(?:0|[1-9][0-9]*)_([A-Za-z0-9_-]+)").fullmatch
+_NONCE_OK = re.compile(r"[0-9a-f]{12}").fullmatch
+_ENCODED = re.compile(r"tpx([rbn])(0|[1-9][0-9]*)(?:-([0-9a-f]{12}))?_(.*)", re.DOTALL).fullmatch
+#: Fast path of :func:`wire_id`: group 1 is the foreign id of a raw-kind caller id.
+_RAW_ENCODED = RAW_ENCODED_ID = re.compile(
+    r"tpxr(?:0|[1-9][0-9]*)(?:-[0-9a-f]{12})?_([A-Za-z0-9_-]+)"
+).fullmatch
+# The nonce needs uniqueness, not secrecy: a private generator (``random.seed`` elsewhere
+# cannot make it repeat), seeded from os.urandom at import and again in a forked child.
+_RNG = random.Random()
+os.register_at_fork(after_in_child=_RNG.seed)
+#: ``NONCE_BITS(48)`` -> the random bits of a nonce (the private generator's getrandbits).
+NONCE_BITS = _getrandbits = _RNG.getrandbits
+
+
+def new_nonce() -> str:
+    """A fresh per-response nonce: 12 lowercase hex digits (48 random bits)."""
+    return f"{_getrandbits(48):012x}"
 
 
 def is_caller_id_valid(caller_id: str) -> bool:
@@ -73,22 +107,46 @@ def is_caller_id_valid(caller_id: str) -> bool:
     return _VALID(caller_id) is not None
 
 
-def to_caller_id(foreign: str | None, position: int) -> str:
-    """Encode the provider's tool-call id *foreign* (``None`` = missing) at *position*."""
+def encode_caller_id(foreign: str | None, position: int, nonce: str | None) -> str:
+    """The caller id of *foreign* (``None`` = missing) at *position* with *nonce*.
+
+    ``nonce=None`` gives the legacy form (no nonce), only for re-encoding legacy ids;
+    new ids come from :func:`to_caller_id`.
+    """
+    head = f"tpx%s{position}_" if nonce is None else f"tpx%s{position}-{nonce}_"
     if foreign is None:
-        return f"tpxn{position}_"
+        return head % "n"
     if _RAW_OK(foreign) is not None:
-        return f"tpxr{position}_{foreign}"
+        return head % "r" + foreign
     payload = base64.urlsafe_b64encode(foreign.encode("utf-8", "surrogatepass"))
-    return f"tpxb{position}_{payload.rstrip(b'=').decode('ascii')}"
+    return head % "b" + payload.rstrip(b"=").decode("ascii")
+
+
+def to_caller_id(foreign: str | None, position: int, nonce: str | None = None) -> str:
+    """Encode the provider's tool-call id *foreign* (``None`` = missing) at *position*.
+
+    *nonce* is the response's nonce (:func:`new_nonce`; every call of one response
+    shares it); ``None`` draws a fresh one. Raises ``ValueError`` for a nonce that
+    is not 12 lowercase hex digits.
+    """
+    if nonce is None:
+        nonce = f"{_getrandbits(48):012x}"
+    elif _NONCE_OK(nonce) is None:
+        raise ValueError(f"a tool-id nonce is 12 lowercase hex digits, not {nonce!r}")
+    return encode_caller_id(foreign, position, nonce)
 
 
 @attrs.frozen
 class DecodedId:
-    """A caller id of ours, decoded: the foreign id (``None`` = missing) and its position."""
+    """A caller id of ours, decoded.
+
+    ``foreign`` is the provider's id (``None`` = missing), ``position`` the call's
+    index in its response, ``nonce`` the response's nonce (``None`` for a legacy id).
+    """
 
     foreign: str | None
     position: int
+    nonce: str | None = None
 
 
 def decode_caller_id(caller_id: str) -> DecodedId | None:
@@ -98,14 +156,14 @@ def decode_caller_id(caller_id: str) -> DecodedId | None:
     match = _ENCODED(caller_id)
     if match is None:
         return None
-    kind, pos, payload = match.groups()
+    kind, pos, nonce, payload = match.groups()
     position = int(pos)
     if kind == "r":
         if _RAW_OK(payload) is None:
             return None
-        return DecodedId(payload, position)
+        return DecodedId(payload, position, nonce)
     if kind == "n":
-        return DecodedId(None, position) if payload == "" else None
+        return DecodedId(None, position, nonce) if payload == "" else None
     if _VALID(payload) is None and payload != "":
         return None
     try:
@@ -113,9 +171,9 @@ def decode_caller_id(caller_id: str) -> DecodedId | None:
         foreign = raw.decode("utf-8", "surrogatepass")
     except (binascii.Error, ValueError):
         return None
-    if to_caller_id(foreign, position) != caller_id:
+    if encode_caller_id(foreign, position, nonce) != caller_id:
         return None  # non-canonical (a raw-able id in base64, stray bits, ...)
-    return DecodedId(foreign, position)
+    return DecodedId(foreign, position, nonce)
 
 
 def to_foreign_id(caller_id: str) -> str | None:

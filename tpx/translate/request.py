@@ -214,18 +214,15 @@ def _tool_use_slow(block: dict[str, Any]) -> NoReturn:
     _bad(f"tool_use {caller_id!r}: input must be an object")
 
 
-def _assistant(
-    content: Any, out: list[dict[str, Any]], st: _State, index: int
-) -> tuple[list[str], list[str]]:
-    """Append the assistant message; return its tool calls' (caller ids, wire ids)."""
-    callers: list[str] = []
-    wires: list[str] = []
+def _assistant(content: Any, out: list[dict[str, Any]], st: _State, index: int) -> dict[str, str]:
+    """Append the assistant message; return its tool calls' caller id -> wire id, in order."""
+    callers: dict[str, str] = {}
     if content.__class__ is str:
         if content:
             out.append({"role": "assistant", "content": content})
         else:
             st.warn(f"messages[{index}]: empty assistant message dropped")
-        return callers, wires
+        return callers
     if content.__class__ is not list:
         _bad(f"messages[{index}].content must be a string or a list of blocks")
     parts: list[dict[str, Any]] = []
@@ -247,6 +244,8 @@ def _assistant(
                 or not name
             ):
                 _tool_use_slow(block)
+            if caller_id in callers:
+                _bad(f"messages[{index}]: tool_use ids must be unique")
             raw = _RAW_ENCODED(caller_id)
             wire = raw.group(1) if raw is not None else wire_id(caller_id)
             try:
@@ -260,8 +259,7 @@ def _assistant(
                     "function": {"name": name, "arguments": arguments},
                 }
             )
-            callers.append(caller_id)
-            wires.append(wire)
+            callers[caller_id] = wire
         elif kind == "text":
             text = block.get("text")
             if text.__class__ is not str:
@@ -287,15 +285,13 @@ def _assistant(
             _unsupported(f"unknown content block type {kind!r} in an assistant message")
         if "cache_control" in block:
             st.cache()
-    if len(callers) > 1 and len(set(callers)) != len(callers):
-        _bad(f"messages[{index}]: tool_use ids must be unique")
     if not parts and not calls:
         if reasoning:
             thoughts = "".join(reasoning)
             out.append({"role": "assistant", "content": "", "reasoning_content": thoughts})
         else:
             st.warn(f"messages[{index}]: assistant message with nothing to carry dropped")
-        return callers, wires
+        return callers
     message: dict[str, Any] = {"role": "assistant"}
     if parts:
         message["content"] = parts[0]["text"] if len(parts) == 1 else parts
@@ -304,7 +300,7 @@ def _assistant(
     if reasoning:
         message["reasoning_content"] = "".join(reasoning)
     out.append(message)
-    return callers, wires
+    return callers
 
 
 def _user(
@@ -312,12 +308,11 @@ def _user(
     out: list[dict[str, Any]],
     st: _State,
     index: int,
-    callers: list[str],
-    wires: list[str],
+    wire_of: dict[str, str],
 ) -> None:
     """Append the tool messages answering *callers*, then the user's other content."""
     if content.__class__ is str:
-        if callers:
+        if wire_of:
             _bad(f"messages[{index}] must answer the tool_use ids of the assistant turn before it")
         if content:
             out.append({"role": "user", "content": content})
@@ -328,7 +323,6 @@ def _user(
         _bad(f"messages[{index}].content must be a string or a list of blocks")
     parts: list[dict[str, Any]] = []
     answers: dict[str, dict[str, Any]] = {}
-    wire_of = dict(zip(callers, wires, strict=True))
     for block in content:
         if block.__class__ is not dict:
             _bad(f"messages[{index}].content blocks must be objects")
@@ -381,14 +375,14 @@ def _user(
             _unsupported(f"{kind} blocks")
         else:
             _unsupported(f"unknown content block type {kind!r} in a user message")
-    if len(answers) != len(callers):
-        missing = [caller for caller in callers if caller not in answers]
+    if len(answers) != len(wire_of):
+        missing = [caller for caller in wire_of if caller not in answers]
         _bad(f"messages[{index}]: tool_use ids without a tool_result: {missing!r}")
-    for caller in callers:  # one tool message per call, in the calls' order
-        out.append(answers[caller])
+    if answers:  # one tool message per call, in the calls' order
+        out.extend([answers[caller] for caller in wire_of])
     if parts:
         out.append({"role": "user", "content": _text_content(parts)})
-    elif not callers:
+    elif not wire_of:
         st.warn(f"messages[{index}]: empty user message dropped")
 
 
@@ -516,8 +510,7 @@ def translate_request(request: Any, model: str | None, st: _State) -> dict[str, 
     out: list[dict[str, Any]] = []
     if "system" in request:
         _system(request["system"], out, st)
-    callers: list[str] = []
-    wires: list[str] = []
+    callers: dict[str, str] = {}
     last = len(messages) - 1
     for index, message in enumerate(messages):
         if message.__class__ is not dict:
@@ -527,12 +520,12 @@ def translate_request(request: Any, model: str | None, st: _State) -> dict[str, 
         if content is _MISSING:
             _bad(f"messages[{index}] has no content")
         if role == "user":
-            _user(content, out, st, index, callers, wires)
-            callers, wires = [], []
+            _user(content, out, st, index, callers)
+            callers = {}
         elif role == "assistant":
             if callers:
                 _bad(f"messages[{index - 1}]: tool_use ids without a tool_result")
-            callers, wires = _assistant(content, out, st, index)
+            callers = _assistant(content, out, st, index)
             if index == last:
                 if callers:
                     _bad("the last assistant message has tool_use blocks without tool_results")

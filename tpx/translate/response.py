@@ -10,11 +10,12 @@ import orjson
 
 from tpx.errors import ProtocolError
 from tpx.translate._result import Translation
+from tpx.translate.ids import NONCE_BITS, new_nonce, to_caller_id
 from tpx.translate.ids import RAW_FOREIGN_ID as _RAW_OK
-from tpx.translate.ids import to_caller_id
 from tpx.translate.request import REASONING_SIGNATURE
 
 __all__ = [
+    "check_nonce",
     "error_message",
     "parse_arguments",
     "response_to_messages",
@@ -25,6 +26,7 @@ __all__ = [
 ]
 
 _loads = orjson.loads
+_getrandbits = NONCE_BITS
 _JSONDecodeError = orjson.JSONDecodeError
 
 _FINISH = {
@@ -168,7 +170,7 @@ def _text_blocks(content: Any, blocks: list[dict[str, Any]]) -> None:
         _bad("message content must be a string, a list of text parts or null")
 
 
-def _tool_use(call: Any, position: int) -> dict[str, Any]:
+def _tool_use(call: Any, position: int, nonce: str) -> dict[str, Any]:
     if call.__class__ is not dict:
         _bad(f"tool_calls[{position}] must be an object")
     kind = call.get("type")
@@ -185,14 +187,20 @@ def _tool_use(call: Any, position: int) -> dict[str, Any]:
         _bad(f"tool_calls[{position}].function.name must be a non-empty string")
     return {
         "type": "tool_use",
-        "id": to_caller_id(foreign, position),
+        "id": to_caller_id(foreign, position, nonce),
         "name": name,
         "input": parse_arguments(function.get("arguments"), position, name),
     }
 
 
-def translate_response(response: Any, model: str | None, warnings: list[str]) -> dict[str, Any]:
-    """Translate a decoded Chat Completions response into a Messages response body."""
+def translate_response(
+    response: Any, model: str | None, warnings: list[str], nonce: str | None = None
+) -> dict[str, Any]:
+    """Translate a decoded Chat Completions response into a Messages response body.
+
+    *nonce* is the per-response tool-id nonce (:func:`tpx.translate.ids.new_nonce`);
+    ``None`` draws a fresh one when the response has tool calls.
+    """
     if response.__class__ is not dict:
         if not isinstance(response, Mapping):
             _bad("the body must be a JSON object")
@@ -240,6 +248,8 @@ def translate_response(response: Any, model: str | None, warnings: list[str]) ->
         if calls.__class__ is not list:
             _bad("tool_calls must be a list")
         position = 0
+        if nonce is None:
+            nonce = "%012x" % _getrandbits(48)  # noqa: UP031 (fastest)
         for call in calls:  # inlined _tool_use: the hot path
             if call.__class__ is not dict:
                 _bad(f"tool_calls[{position}] must be an object")
@@ -251,7 +261,7 @@ def translate_response(response: Any, model: str | None, warnings: list[str]) ->
                 or (kind is not None and kind != "function")
                 or (foreign is not None and foreign.__class__ is not str)
             ):
-                blocks.append(_tool_use(call, position))  # raises the precise error
+                blocks.append(_tool_use(call, position, nonce))  # raises the precise error
                 position += 1
                 continue
             name = function.get("name")
@@ -267,9 +277,9 @@ def translate_response(response: Any, model: str | None, warnings: list[str]) ->
             if arguments.__class__ is not dict:
                 arguments = parse_arguments(raw, position, name)
             if foreign.__class__ is str and _RAW_OK(foreign) is not None:
-                caller_id = f"tpxr{position}_{foreign}"
+                caller_id = f"tpxr{position}-{nonce}_{foreign}"
             else:
-                caller_id = to_caller_id(foreign, position)
+                caller_id = to_caller_id(foreign, position, nonce)
             blocks.append({"type": "tool_use", "id": caller_id, "name": name, "input": arguments})
             position += 1
         has_calls = True
@@ -280,7 +290,7 @@ def translate_response(response: Any, model: str | None, warnings: list[str]) ->
         if legacy is not None:
             if legacy.__class__ is not dict:
                 _bad("function_call must be an object")
-            blocks.append(_tool_use({"function": legacy}, 0))
+            blocks.append(_tool_use({"function": legacy}, 0, nonce or new_nonce()))
             has_calls = True
     if message.get("reasoning"):
         warnings.append("message.reasoning dropped (only reasoning_content is carried)")
@@ -333,13 +343,24 @@ def translate_response(response: Any, model: str | None, warnings: list[str]) ->
     }
 
 
-def response_to_messages(response: Mapping[str, Any], *, model: str | None = None) -> Translation:
+def check_nonce(nonce: str | None) -> str | None:
+    """*nonce* if it is a valid tool-id nonce (or ``None``); else ``ValueError``."""
+    if nonce is not None:
+        to_caller_id(None, 0, nonce)  # validates
+    return nonce
+
+
+def response_to_messages(
+    response: Mapping[str, Any], *, model: str | None = None, nonce: str | None = None
+) -> Translation:
     """Translate a Chat Completions response into a Messages response.
 
-    *model* overrides the response's ``model``. Raises :class:`~tpx.errors.ProtocolError`
-    for anything that is not a chat completion (error bodies included, with the
-    provider's message).
+    *model* overrides the response's ``model``. *nonce* fixes the per-response
+    tool-id nonce (12 lowercase hex digits; for tests and replays) -- by default
+    every translation draws a fresh one, so caller ids never repeat across responses.
+    Raises :class:`~tpx.errors.ProtocolError` for anything that is not a chat
+    completion (error bodies included, with the provider's message).
     """
     warnings: list[str] = []
-    body = translate_response(response, model, warnings)
+    body = translate_response(response, model, warnings, check_nonce(nonce))
     return Translation(body, tuple(warnings))
