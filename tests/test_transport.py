@@ -602,3 +602,98 @@ def test_module_docstring_example_runs() -> None:
     assert doc is not None
     example = textwrap.dedent(doc.split("::\n", 1)[1].split("\nCredentials never", 1)[0])
     exec(compile(example, "tpx.transport docstring", "exec"), {})
+
+
+# -- step-level methods: begin / roundtrip / finish ------------------------------------------
+
+
+def test_steps_are_the_spec_actions_one_at_a_time() -> None:
+    t, rec = tpx_(ok(chat_body("call_a")))
+    with t:
+        http_request = t.begin(REQUEST)  # CallerSend: built, not sent
+        assert rec.seen == []
+        assert t.exchange.phase == "req"
+        assert http_request.url == httpx.URL(TPX_URL + "/v1/chat/completions")
+        assert http_request.headers["authorization"] == f"Bearer {TOKEN}"
+        assert "x-api-key" not in http_request.headers
+        assert t.exchange.enabled_actions() == {"ProviderReply", "ProviderFail"}
+        t.roundtrip(http_request)  # ProviderReply
+        assert len(rec.seen) == 1
+        assert rec.seen[0].content == http_request.content
+        assert (t.exchange.phase, t.exchange.turn) == ("resp", 0)
+        body = t.finish()  # Deliver
+        assert body["type"] == "message"
+        assert [b["type"] for b in body["content"]] == ["tool_use"]
+        assert (t.exchange.phase, t.exchange.turn, t.exchange.last_outcome) == ("idle", 1, "ok")
+        assert len(t.exchange.pending) == 1
+
+
+def test_begin_without_provider_is_no_provider_and_touches_nothing() -> None:
+    with boot(env={}, transport=httpx.MockTransport(never_called)) as t:
+        with pytest.raises(errors.UnauthorizedError):
+            t.begin(REQUEST)
+        assert (t.exchange.turn, t.exchange.last_outcome) == (1, "err")
+
+
+def test_begin_with_unanswered_tool_use_aborts_and_builds_nothing() -> None:
+    t, rec = anthropic(ok(messages_body("toolu_1")))
+    with t:
+        t.create(REQUEST)
+        with pytest.raises(errors.PairingError):
+            t.begin(REQUEST)  # answers nothing: CallerAbort
+        assert len(rec.seen) == 1
+        assert (t.exchange.phase, t.exchange.turn, t.exchange.pending) == ("idle", 2, frozenset())
+
+
+@pytest.mark.parametrize(
+    ("reply", "error"),
+    [
+        (ok({"error": {"message": "slow down"}}, status=429), errors.RateLimitedError),
+        (httpx.ConnectError("refused"), errors.NetworkError),
+        (httpx.ReadTimeout("slow"), errors.TimeoutError),
+        (httpx.Response(200, content=b"<html>"), errors.ProtocolError),
+    ],
+)
+def test_roundtrip_failure_is_provider_fail(
+    reply: httpx.Response | Exception, error: type[errors.ModelError]
+) -> None:
+    t, _ = anthropic(reply)
+    with t:
+        http_request = t.begin(REQUEST)
+        with pytest.raises(error):
+            t.roundtrip(http_request)
+        assert (t.exchange.phase, t.exchange.turn, t.exchange.last_outcome) == ("idle", 1, "err")
+        with pytest.raises(errors.ExchangeStateError):
+            t.finish()
+
+
+def test_steps_out_of_order_are_refused_without_change() -> None:
+    t, rec = anthropic(ok(messages_body()))
+    with t:
+        stray = t.client.build_request("POST", "https://api.anthropic.com/v1/messages")
+        with pytest.raises(errors.ExchangeStateError):
+            t.roundtrip(stray)  # no begin() yet
+        with pytest.raises(errors.ExchangeStateError):
+            t.finish()
+        assert rec.seen == []
+        http_request = t.begin(REQUEST)
+        with pytest.raises(errors.ExchangeStateError):
+            t.begin(REQUEST)  # already mid-exchange
+        with pytest.raises(errors.ExchangeStateError):
+            t.finish()  # nothing received yet
+        t.roundtrip(http_request)
+        with pytest.raises(errors.ExchangeStateError):
+            t.roundtrip(http_request)
+        assert t.finish()["content"][0]["text"] == "hello"
+        assert len(rec.seen) == 1
+
+
+def test_halted_exchange_refuses_begin() -> None:
+    t, rec = anthropic(ok(messages_body()), max_turns=1)
+    with t:
+        t.create(REQUEST)
+        assert t.exchange.halted
+        with pytest.raises(errors.ExchangeStateError):
+            t.begin(REQUEST)
+        assert len(rec.seen) == 1
+        assert t.exchange.turn == 1

@@ -50,7 +50,7 @@ import attrs
 import httpx
 
 from tpx._http import error_from_httpx
-from tpx.errors import ConfigurationError, ModelError, NetworkError
+from tpx.errors import ConfigurationError, ExchangeStateError, ModelError, NetworkError
 from tpx.exchange import Exchange, OutboundRequest, Provider, select_provider
 
 __all__ = [
@@ -213,7 +213,7 @@ class _Core:
     def _interrupted(self) -> None:
         self.exchange.fail(NetworkError("the exchange was interrupted before the provider replied"))
 
-    def _finish(self, response: httpx.Response) -> dict[str, Any]:
+    def _receive(self, response: httpx.Response) -> None:
         logger.debug(
             "tpx %s turn %d: HTTP %d", self.provider.name, self.exchange.turn, response.status_code
         )
@@ -222,6 +222,9 @@ class _Core:
         except ModelError as error:
             logger.info("tpx exchange failed: %s: %s", error.code, error.message)
             raise
+
+    def _finish(self, response: httpx.Response) -> dict[str, Any]:
+        self._receive(response)
         return self.exchange.deliver()
 
 
@@ -243,9 +246,39 @@ class Transport(_Core):
     client: httpx.Client = attrs.field(kw_only=True)
 
     def create(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        """Run one exchange; return the Messages response body or raise a ModelError."""
-        out = self._start(request)
-        http_request = self._build(self.client, out)
+        """Run one exchange; return the Messages response body or raise a ModelError.
+
+        Exactly :meth:`begin`, :meth:`roundtrip`, :meth:`finish` in turn.
+        """
+        http_request = self.begin(request)
+        self.roundtrip(http_request)
+        return self.finish()
+
+    # -- the exchange one spec action at a time ------------------------------------
+
+    def begin(self, request: Mapping[str, Any]) -> httpx.Request:
+        """``CallerSend``: frame or translate *request* and build the HTTP request (unsent).
+
+        ``NoProvider`` when no provider was selected at boot (raises
+        :class:`~tpx.errors.UnauthorizedError`, touches no network); ``CallerAbort`` when
+        the tool_results do not answer the pending tool_uses (raises
+        :class:`~tpx.errors.PairingError`, nothing built).
+        """
+        http_request = self._build(self.client, self._start(request))
+        assert isinstance(http_request, httpx.Request)
+        return http_request
+
+    def roundtrip(self, http_request: httpx.Request) -> None:
+        """Send *http_request* (made by :meth:`begin`) and read the reply.
+
+        ``ProviderReply`` on a 2xx well-formed native reply (the exchange is then
+        ready for :meth:`finish`); ``ProviderFail`` otherwise: the mapped
+        :class:`~tpx.errors.ModelError` is raised.
+        """
+        if self.exchange.phase != "req":
+            raise ExchangeStateError(
+                f"roundtrip needs a request built by begin(): phase={self.exchange.phase!r}"
+            )
         try:
             response = self.client.send(http_request, follow_redirects=False)
         except httpx.HTTPError as exc:
@@ -253,7 +286,11 @@ class Transport(_Core):
         except BaseException:
             self._interrupted()
             raise
-        return self._finish(response)
+        self._receive(response)
+
+    def finish(self) -> dict[str, Any]:
+        """``Deliver``: the Messages-shaped response body of the exchange."""
+        return self.exchange.deliver()
 
     def close(self) -> None:
         """Close the HTTP client if :func:`boot` created it."""

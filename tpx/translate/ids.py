@@ -193,7 +193,7 @@ def wire_id(caller_id: str) -> str:
     if caller_id.startswith(CALLER_ID_PREFIX):
         raw = _RAW_ENCODED(caller_id)  # fast path: the common, raw-able foreign id
         if raw is not None:
-            return raw.group(1)
+            return raw[1]
         foreign = to_foreign_id(caller_id)
         if foreign is not None:
             return foreign

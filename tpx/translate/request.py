@@ -247,7 +247,7 @@ def _assistant(content: Any, out: list[dict[str, Any]], st: _State, index: int) 
             if caller_id in callers:
                 _bad(f"messages[{index}]: tool_use ids must be unique")
             raw = _RAW_ENCODED(caller_id)
-            wire = raw.group(1) if raw is not None else wire_id(caller_id)
+            wire = raw[1] if raw is not None else wire_id(caller_id)
             try:
                 arguments = _dumps(tool_input).decode()
             except TypeError as exc:
@@ -379,7 +379,7 @@ def _user(
         missing = [caller for caller in wire_of if caller not in answers]
         _bad(f"messages[{index}]: tool_use ids without a tool_result: {missing!r}")
     if answers:  # one tool message per call, in the calls' order
-        out.extend([answers[caller] for caller in wire_of])
+        out.extend(map(answers.__getitem__, wire_of))
     if parts:
         out.append({"role": "user", "content": _text_content(parts)})
     elif not wire_of:

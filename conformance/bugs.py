@@ -1,0 +1,189 @@
+"""Seeded bugs in the REAL code, injected by monkeypatching, to prove the checks bite.
+
+Each :class:`Bug` names the spec property the conformance checks must report when it is
+active; :meth:`Bug.active` is a context manager (``pytest.MonkeyPatch.context``), usable
+from tests and from other tools (trace validation). :func:`record_behaviour` replays one
+behaviour and returns the observed abstract states, for ``check_trace`` / ``check_traces``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+import attrs
+import orjson
+import pytest
+
+import tpx.exchange
+import tpx.translate
+import tpx.transport
+from conformance.replay import Behaviour, Replayer
+from tpx.exchange import Exchange, Provider
+from tpx.model import Config
+from tpx.translate import Translation
+from tpx.transport import Transport
+from tpx.values import Record
+
+__all__ = ["BUGS", "Bug", "record_behaviour"]
+
+Patch = Callable[[pytest.MonkeyPatch], None]
+
+
+@attrs.frozen
+class Bug:
+    name: str
+    property: str
+    """the spec property a conformance run must name"""
+    description: str
+    patch: Patch
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        with pytest.MonkeyPatch.context() as mp:
+            self.patch(mp)
+            yield
+
+
+def _tool_uses(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    content = body.get("content")
+    return [b for b in content or [] if isinstance(b, dict) and b.get("type") == "tool_use"]
+
+
+def _drop_id(mp: pytest.MonkeyPatch) -> None:
+    original = Exchange.deliver
+
+    def deliver(self: Exchange) -> dict[str, Any]:
+        body = self._delivered
+        if body is not None and (uses := _tool_uses(body)):
+            gone = uses[-1]
+            body["content"] = [b for b in body["content"] if b is not gone]
+            self._delivered_ids = self._delivered_ids - {gone["id"]}
+        return original(self)
+
+    mp.setattr(Exchange, "deliver", deliver)
+
+
+def _duplicate_id(mp: pytest.MonkeyPatch) -> None:
+    original = Exchange.deliver
+
+    def deliver(self: Exchange) -> dict[str, Any]:
+        body = original(self)
+        if uses := _tool_uses(body):
+            body["content"] = [*body["content"], dict(uses[0])]
+        return body
+
+    mp.setattr(Exchange, "deliver", deliver)
+
+
+def _swap_ids(mp: pytest.MonkeyPatch) -> None:
+    original = tpx.translate.request_to_openai
+
+    def request_to_openai(request: Mapping[str, Any], *, model: str | None = None) -> Translation:
+        tr = original(request, model=model)
+        messages = tr.body.get("messages") or []
+        last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
+        tools = [m for m in messages[last + 1 :] if m.get("role") == "tool"]
+        if len(tools) >= 2:
+            tools[0]["tool_call_id"], tools[1]["tool_call_id"] = (
+                tools[1]["tool_call_id"],
+                tools[0]["tool_call_id"],
+            )
+        return tr
+
+    mp.setattr(tpx.exchange, "request_to_openai", request_to_openai)
+
+
+def _openai_body_to_caller(mp: pytest.MonkeyPatch) -> None:
+    raw: dict[int, bytes] = {}
+    receive, deliver = Exchange.receive, Exchange.deliver
+
+    def receive_(self: Exchange, status: int, headers: Mapping[str, str], body: bytes) -> None:
+        raw[id(self)] = body
+        receive(self, status, headers, body)
+
+    def deliver_(self: Exchange) -> dict[str, Any]:
+        body = deliver(self)
+        if self.provider is Provider.TPX:
+            wire: dict[str, Any] = orjson.loads(raw[id(self)])
+            return wire
+        return body
+
+    mp.setattr(Exchange, "receive", receive_)
+    mp.setattr(Exchange, "deliver", deliver_)
+
+
+def _token_over_key(mp: pytest.MonkeyPatch) -> None:
+    def select(has_key: bool, has_token: bool) -> Provider:
+        if has_token:
+            return Provider.TPX
+        return Provider.ANTHROPIC if has_key else Provider.NONE
+
+    mp.setattr(tpx.transport, "select_provider", select)
+
+
+def _provider_changes(mp: pytest.MonkeyPatch) -> None:
+    original = Transport.finish
+
+    def finish(self: Transport) -> dict[str, Any]:
+        body = original(self)
+        other = Provider.TPX if self.provider is Provider.ANTHROPIC else Provider.ANTHROPIC
+        object.__setattr__(self, "provider", other)
+        return body
+
+    mp.setattr(Transport, "finish", finish)
+
+
+def _pairing_unchecked(mp: pytest.MonkeyPatch) -> None:
+    mp.setattr(tpx.exchange, "_pairing_problem", lambda answered, pending: None)
+
+
+BUGS: dict[str, Bug] = {
+    b.name: b
+    for b in (
+        Bug("drop_id", "PairingInv", "a tool_use is dropped on delivery", _drop_id),
+        Bug("duplicate_id", "PairingInv", "a tool_use is handed over twice", _duplicate_id),
+        Bug(
+            "swap_ids",
+            "PairingInv",
+            "tool results go back under each other's foreign ids",
+            _swap_ids,
+        ),
+        Bug(
+            "openai_to_caller",
+            "ShapeInv",
+            "the caller is handed the provider's Chat Completions body",
+            _openai_body_to_caller,
+        ),
+        Bug("token_over_key", "SelectionInv", "the token wins over the key", _token_over_key),
+        Bug(
+            "provider_changes",
+            "SelectionStable",
+            "the provider changes after the first delivered exchange",
+            _provider_changes,
+        ),
+        Bug(
+            "pairing_unchecked",
+            "PairingInv",
+            "a request is sent although it leaves a tool_use unanswered",
+            _pairing_unchecked,
+        ),
+    )
+}
+
+
+def record_behaviour(
+    behaviour: Behaviour, config: Config, *, bug: Bug | None = None, variant: int = 0
+) -> list[Record]:
+    """Replay *behaviour* (under *bug*, if given) and return the observed abstract states.
+
+    Nothing is checked while recording; the recording stops early at the first step whose
+    outcome is not the action's (e.g. a request sent where the caller aborted).
+    """
+    replayer = Replayer(config, check=False)
+    try:
+        with bug.active() if bug is not None else nullcontext():
+            return replayer.replay(behaviour, variant)
+    finally:
+        replayer.close()

@@ -1,0 +1,76 @@
+"""The abstraction's building blocks: shape by structure, planted ids, swap detection."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from conformance.abstraction import Wire, classify, observe, wire_pairs
+from conformance.fakes import MARK, FakeCaller, FakeProvider, mock_client, planted_id
+from tpx.model import Config
+from tpx.transport import boot
+from tpx.values import ModelValue
+
+
+def test_classify_by_structure() -> None:
+    anthropic, tpx = FakeProvider("messages"), FakeProvider("openai", "spaces")
+    assert classify(anthropic.native_reply(["t1"])) == "messages"
+    assert classify(tpx.native_reply(["t1"])) == "openai"
+    request = FakeCaller().request()
+    assert classify(orjson.dumps(request)) == "messages"
+    assert classify({"messages": [{"role": "system", "content": "x"}]}) == "openai"
+    assert classify(b"<html>") == "unknown"
+    assert classify({"messages": [{"role": "user", "content": "hi"}]}) == "unknown"
+
+
+def test_planted_ids() -> None:
+    assert planted_id({"probe": MARK + "t2"}) == "t2"
+    assert planted_id(f"{MARK}t1 done") == "t1"
+    assert planted_id("nothing") is None
+    assert planted_id(f"{MARK}t1 {MARK}t2") == "?"
+
+
+def test_foreign_ids_are_unique_and_styled() -> None:
+    for style in ("openai", "mistral", "spaces"):
+        fake = FakeProvider("openai", style)
+        pairs = wire_pairs(orjson.loads(fake.native_reply(["t1", "t2", "t3"])), "openai")
+        ids = [fid for fid, _ in pairs]
+        assert len(set(ids)) == 3
+        assert [aid for _, aid in pairs] == ["t1", "t2", "t3"]
+        assert {fake.table[f] for f in ids} == {"t1", "t2", "t3"}
+        if style == "mistral":
+            assert all(len(i) == 9 and i.isalnum() for i in ids)
+        if style == "spaces":
+            assert all(" " in i for i in ids)
+    with pytest.raises(ValueError, match="not valid"):
+        FakeProvider("messages").reset(id_style="spaces")
+
+
+def test_swapped_tool_results_are_a_pairing_problem() -> None:
+    anthropic, tpx = FakeProvider("messages"), FakeProvider("openai")
+    client = mock_client(anthropic, tpx)
+    t = boot(api_key="k", anthropic_base_url="https://anthropic.fake.test", env={}, client=client)
+    reply = anthropic.native_reply(["t1", "t2"])
+    (f1, _), (f2, _) = wire_pairs(orjson.loads(reply), "messages")
+    results = [
+        {"type": "tool_result", "tool_use_id": f1, "content": f"{MARK}t2"},
+        {"type": "tool_result", "tool_use_id": f2, "content": f"{MARK}t1"},
+    ]
+    body = {"system": "s", "messages": [{"role": "user", "content": results}]}
+    wire = Wire()
+    wire.request(orjson.dumps(body))
+    obs = observe(
+        t,
+        has_key=True,
+        has_token=False,
+        config=Config.of(2, 3),
+        wire=wire,
+        fake=anthropic,
+        sent=body,
+        delivered=None,
+    )
+    assert obs.state.wireIds == frozenset()
+    assert obs.state.reqIds == {ModelValue("t1"), ModelValue("t2")}
+    assert len(obs.problems) == 2
+    assert all("PairingInv" in p for p in obs.problems)
+    client.close()

@@ -1,0 +1,165 @@
+"""A Hypothesis state machine: the spec's actions as rules, the real transport and the mirror
+side by side, the abstraction compared with the mirror and the invariants checked after
+every step. A failure shrinks to a short rule sequence (Hypothesis prints it) and the
+assertion message carries the readable (action, observed state) trace.
+
+Profiles: ``ci`` (default, derandomized) / ``deep`` (``TPX_HYPOTHESIS_PROFILE=deep``).
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from conformance.abstraction import Observation
+from conformance.bugs import BUGS
+from conformance.conftest import PROFILE
+from conformance.fakes import ABORT_STYLES, FAILURE_KINDS, AbortStyle, FailureKind
+from conformance.replay import ConformanceError, Replayer
+from tpx.model import Config, Init, Next, State
+from tpx.transport import Transport
+from tpx.values import Record
+
+CONFIG = Config.of(3, 5)
+IDS = sorted(str(i) for i in CONFIG.ToolIds)
+
+
+class TransportMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.replayer = Replayer(CONFIG)
+        self.transport: Transport | None = None
+        self.state: State | None = None
+        self.prev: Observation | None = None
+        self.problem = ""
+        self.trace: list[tuple[str, Record]] = []
+        self.variant = 0
+        self.creds = (False, False)
+
+    @initialize(has_key=st.booleans(), has_token=st.booleans(), variant=st.integers(0, 11))
+    def boot(self, has_key: bool, has_token: bool, variant: int) -> None:
+        self.creds = (has_key, has_token)
+        self.variant = variant
+        self.transport = self.replayer.boot(has_key, has_token, variant)
+        self.state = next(s for s in Init(CONFIG) if (s.hasKey, s.hasToken) == self.creds)
+        self.trace = [("Init", self.state.as_record())]
+        self.prev = None
+
+    def _enabled(self, action: str) -> bool:
+        return self.state is not None and any(a == action for a, _ in Next(self.state, CONFIG))
+
+    def _take(
+        self,
+        action: str,
+        *,
+        emitted: frozenset[str] | None = None,
+        kind: FailureKind = "connect",
+        style: AbortStyle = "silent",
+    ) -> None:
+        assert self.state is not None
+        assert self.transport is not None
+        successors = [
+            t
+            for a, t in Next(self.state, CONFIG)
+            if a == action and (emitted is None or {str(x) for x in t.emitted} == emitted)
+        ]
+        assert len(successors) == 1
+        self.prev = self.replayer.observe(self.transport, *self.creds)
+        self.problem = self.replayer.step(
+            self.transport, action, successors[0].as_record(), kind, style
+        )
+        self.state = successors[0]
+        self.trace.append((action, self.state.as_record()))
+
+    @precondition(lambda self: self._enabled("CallerSend"))
+    @rule()
+    def caller_send(self) -> None:
+        self._take("CallerSend")
+
+    @precondition(lambda self: self._enabled("CallerAbort"))
+    @rule(style=st.sampled_from(ABORT_STYLES))
+    def caller_abort(self, style: AbortStyle) -> None:
+        self._take("CallerAbort", style=style)
+
+    @precondition(lambda self: self._enabled("NoProvider"))
+    @rule()
+    def no_provider(self) -> None:
+        self._take("NoProvider")
+
+    @precondition(lambda self: self._enabled("ProviderReply"))
+    @rule(ids=st.frozensets(st.sampled_from(IDS)))
+    def provider_reply(self, ids: frozenset[str]) -> None:
+        self._take("ProviderReply", emitted=ids)
+
+    @precondition(lambda self: self._enabled("ProviderFail"))
+    @rule(kind=st.sampled_from(FAILURE_KINDS))
+    def provider_fail(self, kind: FailureKind) -> None:
+        self._take("ProviderFail", kind=kind)
+
+    @precondition(lambda self: self._enabled("Deliver"))
+    @rule()
+    def deliver(self) -> None:
+        self._take("Deliver")
+
+    @precondition(lambda self: self._enabled("Halted"))
+    @rule()
+    def halted(self) -> None:
+        self._take("Halted")  # the exchange must refuse; nothing changes
+
+    @invariant()
+    def conforms(self) -> None:
+        if self.transport is None or self.state is None:
+            return
+        obs = self.replayer.observe(self.transport, *self.creds)
+        enabled = frozenset(a for a, _ in Next(self.state, CONFIG))
+        action = self.trace[-1][0]
+        self.replayer.judge(
+            obs,
+            self.prev,
+            self.state.as_record(),
+            self.problem,
+            enabled,
+            self.transport,
+            len(self.trace) - 1,
+            action,
+            self.trace,
+        )
+        self.problem = ""
+
+    def teardown(self) -> None:
+        self.replayer.close()
+
+
+TransportMachine.TestCase.settings = settings.get_profile(PROFILE)
+TestTransportMachine = TransportMachine.TestCase
+
+
+@pytest.mark.parametrize("name", ["swap_ids", "token_over_key", "openai_to_caller"])
+def test_machine_catches_seeded_bug(name: str) -> None:
+    bug = BUGS[name]
+    hunt = settings(
+        settings.get_profile("ci"),
+        max_examples=200,
+        stateful_step_count=12,
+        print_blob=False,
+        phases=(Phase.explicit, Phase.generate, Phase.shrink),
+    )
+    with bug.active(), pytest.raises(ConformanceError) as info:
+        run_state_machine_as_test(TransportMachine, settings=hunt)
+    assert bug.property in info.value.violated
+    assert len(info.value.trace) <= 10  # shrunk to a short action sequence
+
+
+@pytest.mark.slow
+def test_machine_deep() -> None:
+    """The ``deep`` profile, whatever TPX_HYPOTHESIS_PROFILE says (``make conformance-deep``)."""
+    run_state_machine_as_test(TransportMachine, settings=settings.get_profile("deep"))
