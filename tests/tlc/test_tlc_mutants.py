@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tpx.model.state import VARS
 from tpx.tlc import check_traces, load_cfg, run_tlc
 from tpx.values import ModelValue, Record
 
@@ -38,21 +39,7 @@ def satisfies_init(s: Record, *, swapped: bool = False) -> bool:
 
 def satisfies_type_ok(s: Record) -> bool:
     return (
-        set(s)
-        == {
-            "hasKey",
-            "hasToken",
-            "provider",
-            "turn",
-            "phase",
-            "pending",
-            "reqIds",
-            "wireShape",
-            "wireIds",
-            "emitted",
-            "gotShape",
-            "lastOutcome",
-        }
+        set(s) == set(VARS)
         and isinstance(s["hasKey"], bool)
         and isinstance(s["hasToken"], bool)
         and s["provider"] in {ANTHROPIC, TPX, NONE}
