@@ -10,10 +10,10 @@ CFG    ?= spec/TpxTransport.cfg
 
 all: test
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,lint]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,lint]'
 	touch $(STAMP)
 
 setup: $(STAMP)
