@@ -161,6 +161,7 @@ from tpx.translate.request import (
     translate_request,
 )
 from tpx.translate.response import (
+    _fast_response,
     check_nonce,
     error_message,
     parse_arguments,
@@ -223,5 +224,11 @@ def response_bytes_to_messages(
         response: Any = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise ProtocolError(f"not a Chat Completions response: body is not JSON ({exc})") from None
+    if nonce is not None:
+        check_nonce(nonce)
+    if response.__class__ is dict:  # the common case, without a detour (no warnings there)
+        body = _fast_response(response, model, nonce)
+        if body is not None:
+            return orjson.dumps(body)
     sink: list[str] = [] if warnings is None else warnings
-    return orjson.dumps(translate_response(response, model, sink, check_nonce(nonce)))
+    return orjson.dumps(translate_response(response, model, sink, nonce))

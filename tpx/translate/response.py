@@ -193,6 +193,115 @@ def _tool_use(call: Any, position: int, nonce: str) -> dict[str, Any]:
     }
 
 
+def _fast_response(response: Any, model: str | None, nonce: str | None) -> dict[str, Any] | None:
+    """The common case of :func:`translate_response`, or ``None`` to take the general path.
+
+    Taken only for a body that needs no warning and raises no error: one choice, a message
+    of exactly ``role`` + ``content`` (+ a non-empty ``tool_calls``), string or null content,
+    well-formed function calls with JSON-object arguments, ``finish_reason: stop`` without a
+    stop string (or tool calls), integer usage, a string id and model. Everything else --
+    including every error -- returns ``None`` before any side effect, and the general path
+    then produces exactly what it always did. Subscripts (``KeyError`` -> ``None``) instead
+    of ``.get`` keep it cheap.
+    """
+    try:
+        choices = response["choices"]
+        if choices.__class__ is not list or len(choices) != 1:
+            return None
+        choice = choices[0]
+        if choice.__class__ is not dict:
+            return None
+        message = choice["message"]
+        if message.__class__ is not dict or "role" not in message:
+            return None
+        content = message["content"]
+        blocks: list[dict[str, Any]]
+        if content.__class__ is str:
+            blocks = [{"type": "text", "text": content}] if content else []
+        elif content is None:
+            blocks = []
+        else:
+            return None
+        if len(message) == 2:
+            if (
+                choice["finish_reason"] != "stop"
+                or choice.get("stop_reason") is not None
+                or choice.get("matched_stop") is not None
+            ):
+                return None
+            reason = "end_turn"
+        else:
+            calls = message["tool_calls"]
+            if len(message) != 3 or calls.__class__ is not list or not calls:
+                return None
+            if nonce is None:  # == new_nonce(), faster than formatting the int
+                nonce = _getrandbits(48).to_bytes(6, "big").hex()
+            position = -1
+            for call in calls:
+                position += 1  # cheaper than enumerate() for 1-3 calls
+                if call.__class__ is not dict or call["type"] != "function":
+                    return None
+                function = call["function"]
+                foreign = call["id"]
+                if function.__class__ is not dict or foreign.__class__ is not str:
+                    return None
+                name = function["name"]
+                raw = function["arguments"]
+                if name.__class__ is not str or not name or raw.__class__ is not str:
+                    return None
+                arguments = _loads(raw)
+                if arguments.__class__ is not dict:
+                    return None
+                # An ASCII identifier ([A-Za-z_][A-Za-z0-9_]*, e.g. OpenAI's call_...) is
+                # raw-able; the cheaper test first, the exact one for everything else.
+                if (foreign.isascii() and foreign.isidentifier()) or _RAW_OK(foreign) is not None:
+                    caller_id = f"tpxr{position}-{nonce}_{foreign}"
+                else:
+                    caller_id = to_caller_id(foreign, position, nonce)
+                blocks.append(
+                    {"type": "tool_use", "id": caller_id, "name": name, "input": arguments}
+                )
+            reason = "tool_use"
+        raw_usage = response["usage"]
+        if raw_usage.__class__ is not dict:
+            return None
+        prompt = raw_usage["prompt_tokens"]
+        completion = raw_usage["completion_tokens"]
+        details = raw_usage.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if details.__class__ is dict else None
+        if cached is None:
+            cached = 0
+        message_id = response["id"]
+        name = model if model is not None else response["model"]
+    except (KeyError, _JSONDecodeError):
+        return None
+    if (
+        prompt.__class__ is not int
+        or completion.__class__ is not int
+        or cached.__class__ is not int
+        or message_id.__class__ is not str
+        or not message_id
+        or name.__class__ is not str
+        or not name
+    ):
+        return None
+    return {
+        "id": message_id,
+        "type": "message",
+        "role": "assistant",
+        "model": name,
+        "content": blocks,
+        "stop_reason": reason,
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": prompt - cached if prompt > cached else 0,
+            "output_tokens": completion,
+            "cache_read_input_tokens": cached,
+            "cache_creation_input_tokens": 0,
+        },
+    }
+
+
 def translate_response(
     response: Any, model: str | None, warnings: list[str], nonce: str | None = None
 ) -> dict[str, Any]:
@@ -201,9 +310,13 @@ def translate_response(
     *nonce* is the per-response tool-id nonce (:func:`tpx.translate.ids.new_nonce`);
     ``None`` draws a fresh one when the response has tool calls.
     """
-    if response.__class__ is not dict:
-        if not isinstance(response, Mapping):
-            _bad("the body must be a JSON object")
+    if response.__class__ is dict:
+        body = _fast_response(response, model, nonce)
+        if body is not None:
+            return body
+    elif not isinstance(response, Mapping):
+        _bad("the body must be a JSON object")
+    else:
         response = dict(response)
     choices = response.get("choices")
     if choices.__class__ is not list or not choices:
@@ -269,7 +382,7 @@ def translate_response(
                 _bad(f"tool_calls[{position}].function.name must be a non-empty string")
             raw = function.get("arguments")
             arguments: Any = None
-            if raw.__class__ is str and raw[:1] == "{":
+            if raw.__class__ is str:
                 try:
                     arguments = _loads(raw)
                 except _JSONDecodeError:
@@ -362,5 +475,7 @@ def response_to_messages(
     completion (error bodies included, with the provider's message).
     """
     warnings: list[str] = []
-    body = translate_response(response, model, warnings, check_nonce(nonce))
+    if nonce is not None:
+        check_nonce(nonce)
+    body = translate_response(response, model, warnings, nonce)
     return Translation(body, tuple(warnings))
