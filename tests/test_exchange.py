@@ -304,11 +304,29 @@ def test_explicit_abort() -> None:
     )
 
 
-def test_streaming_request_is_refused_without_change() -> None:
+def test_streaming_request_is_framed_and_needs_the_stream_steps() -> None:
     ex = Exchange(Provider.ANTHROPIC)
-    with pytest.raises(errors.UnsupportedError, match="stream"):
-        ex.send({**request(), "stream": True})
-    assert ex.snapshot() == Exchange(Provider.ANTHROPIC).snapshot()
+    out = ex.send({**request(), "stream": True})
+    assert orjson.loads(out.body)["stream"] is True
+    assert out.header_dict()["accept"] == "text/event-stream"
+    assert ex.streaming
+    before = ex.snapshot()
+    with pytest.raises(errors.ExchangeStateError):
+        ex.receive(200, {}, messages_reply())  # a streamed reply is fed, not received whole
+    with pytest.raises(errors.ExchangeStateError):
+        ex.feed(b"data: {}\n\n")  # no receive_stream_start yet
+    assert ex.snapshot() == before
+
+
+def test_stream_steps_refused_for_a_non_streaming_request() -> None:
+    ex = Exchange(Provider.TPX)
+    ex.send(request())
+    assert not ex.streaming
+    with pytest.raises(errors.ExchangeStateError):
+        ex.receive_stream_start(200, {})
+    with pytest.raises(errors.ExchangeStateError):
+        ex.end_stream()
+    assert ex.phase == "req"
 
 
 def test_request_without_messages_is_refused_without_change() -> None:

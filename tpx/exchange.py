@@ -14,10 +14,18 @@ spec/TpxTransport.tla           here
 ``CallerAbort``                 :meth:`Exchange.abort`, and :meth:`Exchange.send` when
                                 the tool_results do not answer the pending tool_uses
 ``NoProvider``                  :meth:`Exchange.no_provider`
-``ProviderReply``               :meth:`Exchange.receive` (2xx, well-formed native body)
+``ProviderReply``               :meth:`Exchange.receive` (2xx, well-formed native body);
+                                streaming: :meth:`Exchange.end_stream` once the stream
+                                completed well-formed (``[DONE]`` / ``message_stop``)
 ``ProviderFail``                :meth:`Exchange.receive` (non-2xx / bad body) and
-                                :meth:`Exchange.fail` (timeout, network, TLS)
+                                :meth:`Exchange.fail` (timeout, network, TLS, the
+                                caller stopped reading); streaming:
+                                :meth:`Exchange.receive_stream_start` (non-2xx),
+                                :meth:`Exchange.feed` (error event, malformed chunk,
+                                bad tool arguments), :meth:`Exchange.end_stream` (the
+                                body ended before ``[DONE]`` / ``message_stop``)
 ``Deliver``                     :meth:`Exchange.deliver` / :meth:`Exchange.deliver_bytes`
+                                (streaming too: the accumulated Messages body)
 ``Halted``                      :attr:`Exchange.halted` (no step: nothing to do)
 ``MaxTurns``                    ``max_turns`` (``None``: unbounded)
 variables                       :class:`ExchangeSnapshot` (:meth:`Exchange.snapshot`)
@@ -34,9 +42,25 @@ Concrete readings of the abstract spec:
   send performs ``CallerAbort`` and raises :class:`~tpx.errors.PairingError`.
   When ``pending`` is empty the spec enables no abort, so a request carrying
   tool_results then raises :class:`~tpx.errors.PairingError` and changes nothing.
-* A request the transport cannot frame (``stream: true``, a feature the
-  translator cannot carry) raises before anything is sent and changes nothing:
-  no spec action covers it.
+* A request the transport cannot frame (a feature the translator cannot carry)
+  raises before anything is sent and changes nothing: no spec action covers it.
+* Streaming (``stream: true``) keeps the same steps. ``CallerSend`` frames the
+  request with ``stream: true`` (TPX: plus ``stream_options.include_usage``). The
+  reply is consumed incrementally while the phase stays ``req``:
+  :meth:`Exchange.receive_stream_start` (status, headers), then
+  :meth:`Exchange.feed` (bytes in any chunking -> the Messages stream events for
+  the caller, translated for TPX, passed through for ANTHROPIC), then
+  :meth:`Exchange.end_stream`: ``ProviderReply`` when the stream completed
+  well-formed, else ``ProviderFail``. Every failure while streaming is a
+  ``ProviderFail`` that returns, as the last event, the Messages ``error`` event
+  (``ModelError.body()``); the error itself is :attr:`Exchange.last_error`.
+  ``Deliver`` then returns the body accumulated from the events and sets
+  ``pending`` to the tool_use ids the caller received. Events reach the caller
+  before ``Deliver``; the caller's obligations (``pending``) only change at
+  ``Deliver``, as in the spec. :attr:`Exchange.stream_complete` tells the I/O
+  shell that the terminal event was produced, so it can take ``ProviderReply``
+  and ``Deliver`` before handing the last events over (a caller that stops
+  reading right after ``message_stop`` keeps its obligations).
 * The response is validated *and translated* in :meth:`Exchange.receive`, so a
   body that cannot be handed back Messages-shaped is a ``ProviderFail`` (from
   phase ``req``), never a stuck ``resp`` phase.
@@ -73,6 +97,12 @@ from tpx.errors import (
     redact,
 )
 from tpx.translate import request_to_openai, response_to_messages, tool_result_ids
+from tpx.translate.stream import (
+    AnthropicStreamReader,
+    MessageAccumulator,
+    OpenAIStreamTranslator,
+    SSEParser,
+)
 
 __all__ = [
     "ANTHROPIC_VERSION",
@@ -236,6 +266,18 @@ def _pairing_problem(answered: Sequence[str], pending: frozenset[str]) -> str | 
 # --------------------------------------------------------------------------
 
 
+class _StreamState:
+    """The stream being read: SSE parser, reader/translator, and (TPX) an accumulator
+    of the events produced for the caller (the delivered body is built from them)."""
+
+    __slots__ = ("own", "parser", "reader")
+
+    def __init__(self, reader: AnthropicStreamReader | OpenAIStreamTranslator) -> None:
+        self.parser = SSEParser()
+        self.reader = reader
+        self.own = MessageAccumulator() if isinstance(reader, OpenAIStreamTranslator) else None
+
+
 class Exchange:
     """One boot's exchange machine. Provider and bound are fixed at construction.
 
@@ -248,6 +290,7 @@ class Exchange:
         "_delivered_ids",
         "_emitted",
         "_got_shape",
+        "_last_error",
         "_last_outcome",
         "_max_turns",
         "_model",
@@ -256,6 +299,8 @@ class Exchange:
         "_provider",
         "_req_ids",
         "_secrets",
+        "_stream",
+        "_streaming",
         "_turn",
         "_wire_ids",
         "_wire_model",
@@ -290,6 +335,9 @@ class Exchange:
         self._delivered: dict[str, Any] | None = None
         self._delivered_ids: frozenset[str] = frozenset()
         self._wire_model: str | None = None
+        self._streaming = False
+        self._stream: _StreamState | None = None
+        self._last_error: ModelError | None = None
 
     # -- read-only state ---------------------------------------------------
 
@@ -320,6 +368,21 @@ class Exchange:
     @property
     def model(self) -> str | None:
         return self._model
+
+    @property
+    def streaming(self) -> bool:
+        """The request in flight asked for a stream (``stream: true``)."""
+        return self._phase != "idle" and self._streaming
+
+    @property
+    def stream_complete(self) -> bool:
+        """The stream in flight produced its terminal event (``message_stop``)."""
+        return self._stream is not None and self._stream.reader.complete
+
+    @property
+    def last_error(self) -> ModelError | None:
+        """The error of the last ``ProviderFail`` (``None`` once a new request is sent)."""
+        return self._last_error
 
     @property
     def halted(self) -> bool:
@@ -405,9 +468,8 @@ class Exchange:
                 self._caller_abort()
                 raise PairingError(f"{problem}; the turn was aborted and nothing was sent")
             raise PairingError(f"{problem}; nothing was sent")
-        if request.get("stream"):
-            raise UnsupportedError("stream: true is not supported by this transport")
-        outbound, wire_ids, wire_model = self._frame(request)
+        streaming = request.get("stream") is True
+        outbound, wire_ids, wire_model = self._frame(request, streaming)
         if len(wire_ids) != len(answered):
             raise ProtocolError(
                 f"translation carried {len(wire_ids)} tool results for "
@@ -417,6 +479,9 @@ class Exchange:
         self._wire_shape = native_shape(self._provider)
         self._wire_ids = frozenset(wire_ids)
         self._wire_model = wire_model
+        self._streaming = streaming
+        self._stream = None
+        self._last_error = None
         self._phase = "req"
         return outbound
 
@@ -430,10 +495,12 @@ class Exchange:
             raise UnsupportedError("request body is not a JSON object")
         return self.send(decoded)
 
-    def _frame(self, request: Mapping[str, Any]) -> tuple[OutboundRequest, list[str], str | None]:
+    def _frame(
+        self, request: Mapping[str, Any], streaming: bool = False
+    ) -> tuple[OutboundRequest, list[str], str | None]:
         headers: list[tuple[str, str]] = [
             ("content-type", "application/json"),
-            ("accept", "application/json"),
+            ("accept", "text/event-stream" if streaming else "application/json"),
         ]
         if self._provider is Provider.ANTHROPIC:
             body: Mapping[str, Any] = dict(request)
@@ -497,7 +564,7 @@ class Exchange:
         On failure the exchange is back in ``idle`` (turn+1, ``err``, pending
         cleared) and the :class:`ModelError` is raised.
         """
-        self._require("ProviderReply", self._phase == "req")
+        self._require("ProviderReply", self._phase == "req" and not self._streaming)
         name = self._provider.name
         if not 200 <= status < 300:
             raise self._provider_fail(
@@ -562,8 +629,119 @@ class Exchange:
             error.provider = self._provider.name
         self._pending = frozenset()
         self._delivered = None
+        self._stream = None
+        self._last_error = error
         self._end_turn("err")
         return error
+
+    # -- ProviderReply / ProviderFail, streaming -----------------------------------
+
+    def receive_stream_start(
+        self, status: int, headers: Mapping[str, str], body: bytes = b""
+    ) -> None:
+        """The streamed reply's status line and headers arrived.
+
+        Non-2xx (*body*: the error body, read by the shell) is ``ProviderFail``: the
+        mapped :class:`ModelError` is raised. A 2xx JSON (not event-stream) reply is
+        ``ProviderFail`` with a :class:`ProtocolError`. Otherwise the exchange stays in
+        ``req`` and :meth:`feed` takes the body.
+        """
+        self._require(
+            "ProviderReply", self._phase == "req" and self._streaming and self._stream is None
+        )
+        name = self._provider.name
+        if not 200 <= status < 300:
+            raise self._provider_fail(
+                error_for_status(status, headers, body, provider=name, secrets=self._secrets)
+            )
+        content_type = {k.lower(): v for k, v in headers.items()}.get("content-type", "")
+        if content_type.lower().startswith("application/json"):
+            raise self._provider_fail(
+                ProtocolError(
+                    f"{name} answered a streaming request with {content_type}, "
+                    "not text/event-stream",
+                    provider=name,
+                )
+            )
+        reader: AnthropicStreamReader | OpenAIStreamTranslator
+        if self._provider is Provider.ANTHROPIC:
+            reader = AnthropicStreamReader(provider=name)
+        else:
+            reader = OpenAIStreamTranslator(default_model=self._wire_model, provider=name)
+        self._stream = _StreamState(reader)
+
+    def feed(self, chunk: bytes) -> list[dict[str, Any]]:
+        """The Messages stream events for the next bytes of the streamed body.
+
+        On a failure (a provider error event, a malformed chunk, tool arguments that
+        are not a JSON object, ...) this is ``ProviderFail``: the returned list ends
+        with the Messages ``error`` event, the exchange is back in ``idle`` and the
+        error is :attr:`last_error`. Bytes after the terminal event are ignored.
+        """
+        self._require("ProviderReply", self._phase == "req" and self._stream is not None)
+        stream = self._stream
+        assert stream is not None
+        out: list[dict[str, Any]] = []
+        try:
+            self._consume(stream, stream.parser.feed(chunk), out)
+        except ModelError as error:
+            self._stream_fail(error, out)
+        return out
+
+    def end_stream(self) -> list[dict[str, Any]]:
+        """The streamed body ended: ``ProviderReply`` if the stream completed, else
+        ``ProviderFail`` (the returned list then ends with the ``error`` event)."""
+        self._require("ProviderReply", self._phase == "req" and self._stream is not None)
+        stream = self._stream
+        assert stream is not None
+        out: list[dict[str, Any]] = []
+        try:
+            if not stream.reader.complete:
+                self._consume(stream, stream.parser.close(), out)
+            if not stream.reader.complete:
+                marker = "[DONE]" if self._provider is Provider.TPX else "message_stop"
+                raise ProtocolError(f"the stream ended before {marker}")
+            self._stream_reply(stream)
+        except ModelError as error:
+            self._stream_fail(error, out)
+        return out
+
+    def _consume(self, stream: _StreamState, events: Iterable[Any], out: list[Any]) -> None:
+        for event in events:
+            produced = stream.reader.on_event(event)
+            if stream.own is not None:
+                stream.own.add_all(produced)
+            out.extend(produced)
+
+    def _stream_fail(self, error: ModelError, out: list[dict[str, Any]]) -> None:
+        if isinstance(error, ProtocolError | UnsupportedError) and error.provider is None:
+            error = ProtocolError(error.message, provider=self._provider.name, status=error.status)
+        self._provider_fail(error)
+        out.append(error.body())
+
+    def _stream_reply(self, stream: _StreamState) -> None:
+        if stream.own is not None:
+            delivered = stream.own.message()
+        else:
+            assert isinstance(stream.reader, AnthropicStreamReader)
+            delivered = stream.reader.message()
+        ids = _check_messages_response(delivered)
+        if isinstance(stream.reader, OpenAIStreamTranslator):
+            wire_ids = [str(i) for i in stream.reader.wire_ids]
+            if len(ids) != len(wire_ids):
+                raise ProtocolError(
+                    f"translation returned {len(ids)} tool_use blocks "
+                    f"for {len(wire_ids)} tool calls"
+                )
+        else:
+            wire_ids = ids
+        self._stream = None
+        self._delivered = delivered
+        self._delivered_ids = frozenset(ids)
+        self._emitted = frozenset(wire_ids)
+        self._wire_ids = frozenset(wire_ids)
+        self._wire_shape = native_shape(self._provider)
+        self._phase = "resp"
 
     # -- Deliver -------------------------------------------------------------------
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from types import TracebackType
 from typing import Any, Self
 
@@ -52,6 +52,7 @@ import httpx
 from tpx._http import error_from_httpx
 from tpx.errors import ConfigurationError, ExchangeStateError, ModelError, NetworkError
 from tpx.exchange import Exchange, OutboundRequest, Provider, select_provider
+from tpx.translate.stream import serialize_event
 
 __all__ = [
     "DEFAULT_ANTHROPIC_BASE_URL",
@@ -217,11 +218,81 @@ class _Core:
         logger.debug(
             "tpx %s turn %d: HTTP %d", self.provider.name, self.exchange.turn, response.status_code
         )
+        if self.exchange.streaming:  # create() of a stream: the whole SSE body at once
+            ex = self.exchange
+            self._stream_start(response, response.content)
+            ex.feed(response.content)
+            if ex.phase == "req":
+                ex.end_stream()
+            if ex.phase == "idle":  # ProviderFail
+                error = ex.last_error
+                assert error is not None
+                logger.info("tpx exchange failed: %s: %s", error.code, error.message)
+                raise error
+            return
         try:
             self.exchange.receive(response.status_code, response.headers, response.content)
         except ModelError as error:
             logger.info("tpx exchange failed: %s: %s", error.code, error.message)
             raise
+
+    # -- streaming helpers (shared by both shells) ------------------------------------
+
+    @staticmethod
+    def _stream_request(request: Mapping[str, Any]) -> Mapping[str, Any]:
+        if not isinstance(request, Mapping):
+            raise TypeError(f"request must be a mapping, got {type(request).__name__}")
+        return request if request.get("stream") is True else {**request, "stream": True}
+
+    def _stream_start(self, response: httpx.Response, body: bytes) -> None:
+        logger.debug(
+            "tpx %s turn %d: HTTP %d (stream)",
+            self.provider.name,
+            self.exchange.turn,
+            response.status_code,
+        )
+        try:
+            self.exchange.receive_stream_start(response.status_code, response.headers, body)
+        except ModelError as error:
+            logger.info("tpx exchange failed: %s: %s", error.code, error.message)
+            raise
+
+    def _advance(
+        self, events: list[dict[str, Any]], *, ended: bool
+    ) -> tuple[list[dict[str, Any]], bool, ModelError | None]:
+        """After a feed: ``(events, finished, error)``. Takes ProviderReply and Deliver as
+        soon as the terminal event exists, before the caller sees it."""
+        ex = self.exchange
+        if ex.phase == "req" and (ended or ex.stream_complete):
+            events = [*events, *ex.end_stream()]
+        if ex.phase == "resp":
+            ex.deliver()
+            return events, True, None
+        if ex.phase == "idle":
+            error = ex.last_error
+            assert error is not None
+            logger.info("tpx exchange failed: %s: %s", error.code, error.message)
+            return events, True, error
+        return events, False, None
+
+    @staticmethod
+    def _render(
+        events: list[dict[str, Any]], error: ModelError | None, started: bool
+    ) -> list[bytes]:
+        if error is not None and not started and len(events) == 1:
+            return []  # nothing reached the caller yet: the error is raised, not streamed
+        return [serialize_event(event) for event in events]
+
+    def _stream_broken(self, exc: httpx.HTTPError, started: bool) -> tuple[list[bytes], ModelError]:
+        error = self._transport_failed(exc)
+        return ([serialize_event(error.body())] if started else []), error
+
+    def _stream_abandoned(self) -> None:
+        if self.exchange.phase == "req":
+            error = self.exchange.fail(
+                NetworkError("the stream was closed or interrupted before it completed")
+            )
+            logger.info("tpx exchange failed: %s: %s", error.code, error.message)
 
     def _finish(self, response: httpx.Response) -> dict[str, Any]:
         self._receive(response)
@@ -292,6 +363,71 @@ class Transport(_Core):
         """``Deliver``: the Messages-shaped response body of the exchange."""
         return self.exchange.deliver()
 
+    def stream(self, request: Mapping[str, Any]) -> Iterator[bytes]:
+        """Run one streamed exchange: the Messages stream as SSE bytes, one event per item.
+
+        Lazy: nothing happens until the first ``next()``. The request is sent with
+        ``stream: true`` (added when missing). TPX chunks are translated to Messages
+        events as they arrive; ANTHROPIC events pass through (parsed and checked).
+        ``ProviderReply`` and ``Deliver`` are taken when the terminal event exists,
+        before it is yielded, so ``exchange.pending`` then holds the tool_use ids the
+        caller received.
+
+        Failures: until the first bytes are yielded (no provider, pairing, non-2xx,
+        connect failure, an error as the very first event) the :class:`ModelError` is
+        raised, as by :meth:`create`. Afterwards (a provider error event, a malformed
+        chunk, bad tool arguments, a lost connection, a body that ends before
+        ``[DONE]`` / ``message_stop``) a final ``event: error`` carrying
+        ``ModelError.body()`` is yielded and then the error is raised. Either way the
+        exchange has taken ``ProviderFail`` (idle, ``last_outcome == "err"``). Closing
+        the iterator early is ``ProviderFail`` too, and closes the HTTP response.
+        """
+        http_request = self.begin(self._stream_request(request))
+        started = False
+        try:
+            try:
+                response = self.client.send(http_request, stream=True, follow_redirects=False)
+            except httpx.HTTPError as exc:
+                raise self._transport_failed(exc) from exc
+            try:
+                ok = 200 <= response.status_code < 300
+                try:
+                    body = b"" if ok else response.read()
+                except httpx.HTTPError as exc:
+                    raise self._transport_failed(exc) from exc
+                self._stream_start(response, body)
+                finished = False
+                error: ModelError | None = None
+                try:
+                    for chunk in response.iter_bytes():
+                        events, finished, error = self._advance(
+                            self.exchange.feed(chunk), ended=False
+                        )
+                        for data in self._render(events, error, started):
+                            started = True
+                            yield data
+                        if finished:
+                            break
+                    if not finished:
+                        events, finished, error = self._advance([], ended=True)
+                        for data in self._render(events, error, started):
+                            started = True
+                            yield data
+                except httpx.HTTPError as exc:
+                    if self.exchange.phase != "req":
+                        raise
+                    tail, error = self._stream_broken(exc, started)
+                    for data in tail:
+                        yield data
+                    raise error from exc
+                if error is not None:
+                    raise error
+            finally:
+                response.close()
+        except BaseException:  # GeneratorExit (closed early), KeyboardInterrupt, bugs
+            self._stream_abandoned()
+            raise
+
     def close(self) -> None:
         """Close the HTTP client if :func:`boot` created it."""
         if self._owns_client:
@@ -327,6 +463,55 @@ class AsyncTransport(_Core):
             self._interrupted()
             raise
         return self._finish(response)
+
+    async def stream(self, request: Mapping[str, Any]) -> AsyncIterator[bytes]:
+        """:meth:`Transport.stream` over ``httpx.AsyncClient`` (same failure rules;
+        cancellation and ``aclose()`` of the iterator are ``ProviderFail``)."""
+        http_request = self._build(self.client, self._start(self._stream_request(request)))
+        started = False
+        try:
+            try:
+                response = await self.client.send(http_request, stream=True, follow_redirects=False)
+            except httpx.HTTPError as exc:
+                raise self._transport_failed(exc) from exc
+            try:
+                ok = 200 <= response.status_code < 300
+                try:
+                    body = b"" if ok else await response.aread()
+                except httpx.HTTPError as exc:
+                    raise self._transport_failed(exc) from exc
+                self._stream_start(response, body)
+                finished = False
+                error: ModelError | None = None
+                try:
+                    async for chunk in response.aiter_bytes():
+                        events, finished, error = self._advance(
+                            self.exchange.feed(chunk), ended=False
+                        )
+                        for data in self._render(events, error, started):
+                            started = True
+                            yield data
+                        if finished:
+                            break
+                    if not finished:
+                        events, finished, error = self._advance([], ended=True)
+                        for data in self._render(events, error, started):
+                            started = True
+                            yield data
+                except httpx.HTTPError as exc:
+                    if self.exchange.phase != "req":
+                        raise
+                    tail, error = self._stream_broken(exc, started)
+                    for data in tail:
+                        yield data
+                    raise error from exc
+                if error is not None:
+                    raise error
+            finally:
+                await response.aclose()
+        except BaseException:  # GeneratorExit (aclose), cancellation, bugs
+            self._stream_abandoned()
+            raise
 
     async def aclose(self) -> None:
         """Close the HTTP client if :func:`aboot` created it."""

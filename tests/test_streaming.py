@@ -1,0 +1,565 @@
+"""Streaming through the exchange machine and the httpx transports (MockTransport)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import anyio
+import httpx
+import orjson
+import pytest
+
+from tests.translate.test_stream import NATIVE, native, sse, stream_of, validate_event
+from tpx import errors
+from tpx.exchange import Exchange, Provider
+from tpx.translate.stream import MessageAccumulator, SSEParser
+from tpx.transport import aboot, boot
+
+KEY = "sk-ant-api03-KEY-SECRET-abcdef"
+TOKEN = "oauth-TOKEN-SECRET-123456"
+TPX_URL = "https://tpx.example.test"
+SSE_HEADERS = {"content-type": "text/event-stream"}
+REQUEST: dict[str, Any] = {
+    "model": "claude-test",
+    "max_tokens": 32,
+    "messages": [{"role": "user", "content": "hi"}],
+}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def tool_chat(*ids: str, style: str = "ollama") -> bytes:
+    """A streamed Chat Completions reply calling ``calc`` once per id."""
+    body = {
+        "id": "chatcmpl-s",
+        "object": "chat.completion",
+        "model": "tpx-model",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {
+                    "role": "assistant",
+                    "content": "calling",
+                    "tool_calls": [
+                        {
+                            "id": i,
+                            "type": "function",
+                            "function": {"name": "calc", "arguments": '{"n": 1}'},
+                        }
+                        for i in ids
+                    ],
+                },
+            }
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+    }
+    return sse(stream_of(body, style, piece=3))
+
+
+def text_chat(text: str = "hello", done: bool = True) -> bytes:
+    body = {
+        "id": "chatcmpl-t",
+        "object": "chat.completion",
+        "model": "tpx-model",
+        "choices": [
+            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+    }
+    return sse(stream_of(body, piece=2), done=done)
+
+
+def events_of(data: bytes) -> list[dict[str, Any]]:
+    parser = SSEParser()
+    out = []
+    for event in [*parser.feed(data), *parser.close()]:
+        body = orjson.loads(event.data)
+        assert event.event == body["type"]
+        out.append(body)
+    return out
+
+
+def follow_up(uses: list[str]) -> dict[str, Any]:
+    return {
+        **REQUEST,
+        "messages": [
+            *REQUEST["messages"],
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": i, "name": "calc", "input": {"n": 1}} for i in uses
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": i, "content": "1"} for i in uses
+                ],
+            },
+        ],
+    }
+
+
+class Chunks(httpx.SyncByteStream, httpx.AsyncByteStream):
+    """A response body delivered in pieces, optionally failing after them; records close()."""
+
+    def __init__(self, data: bytes, size: int = 7, error: Exception | None = None) -> None:
+        self.pieces = [data[i : i + size] for i in range(0, len(data), size)]
+        self.error = error
+        self.closed = False
+        self.served = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        for piece in self.pieces:
+            self.served += 1
+            yield piece
+        if self.error is not None:
+            raise self.error
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for piece in self:
+            yield piece
+
+    def close(self) -> None:
+        self.closed = True
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+class Provider_:
+    """MockTransport handler: canned replies in order, requests recorded."""
+
+    def __init__(self, *replies: httpx.Response) -> None:
+        self.replies = list(replies)
+        self.seen: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        request.read()
+        self.seen.append(request)
+        return self.replies.pop(0)
+
+    async def handle_async(self, request: httpx.Request) -> httpx.Response:
+        await request.aread()
+        self.seen.append(request)
+        return self.replies.pop(0)
+
+
+def streamed(data: bytes, **kw: Any) -> tuple[httpx.Response, Chunks]:
+    body = Chunks(data, **kw)
+    return httpx.Response(200, headers=SSE_HEADERS, stream=body), body
+
+
+def json_reply(body: dict[str, Any], status: int = 200) -> httpx.Response:
+    return httpx.Response(status, json=body)
+
+
+def tpx_boot(provider: Provider_) -> Any:
+    return boot(
+        oauth_token=TOKEN, tpx_base_url=TPX_URL, env={}, transport=httpx.MockTransport(provider)
+    )
+
+
+async def drain(stream: AsyncIterator[bytes], into: list[bytes]) -> None:
+    async for data in stream:
+        into.append(data)
+
+
+def assert_failed(ex: Exchange, turn: int = 1) -> None:
+    assert (ex.phase, ex.turn, ex.last_outcome, ex.pending) == ("idle", turn, "err", frozenset())
+
+
+# -- the sans-I/O machine ---------------------------------------------------------------
+
+
+def test_exchange_tpx_stream_steps() -> None:
+    ex = Exchange(Provider.TPX)
+    out = ex.send({**REQUEST, "stream": True})
+    wire = orjson.loads(out.body)
+    assert wire["stream"] is True
+    assert wire["stream_options"] == {"include_usage": True}
+    ex.receive_stream_start(200, SSE_HEADERS)
+    data = tool_chat("call_a", "call_b")
+    events = []
+    for i in range(0, len(data), 5):
+        events += ex.feed(data[i : i + 5])
+        assert ex.phase == "req"
+    assert ex.stream_complete
+    with pytest.raises(errors.ExchangeStateError):
+        ex.deliver()  # ProviderReply first
+    assert ex.end_stream() == []
+    assert ex.phase == "resp"
+    assert ex.snapshot().emitted == {"call_a", "call_b"}
+    body = ex.deliver()
+    for event in events:
+        validate_event(event)
+    assert body == MessageAccumulator().add_all(events).message()
+    ids = [
+        e["content_block"]["id"]
+        for e in events
+        if e["type"] == "content_block_start" and e["content_block"]["type"] == "tool_use"
+    ]
+    assert len(ids) == 2
+    assert ex.pending == set(ids)
+    assert (ex.turn, ex.last_outcome) == (1, "ok")
+
+
+def test_exchange_anthropic_stream_steps() -> None:
+    ex = Exchange(Provider.ANTHROPIC)
+    ex.send({**REQUEST, "stream": True})
+    ex.receive_stream_start(200, SSE_HEADERS)
+    assert ex.feed(native(NATIVE)) == NATIVE
+    ex.end_stream()
+    assert ex.deliver()["content"][1]["input"] == {"p": "."}
+    assert ex.pending == {"toolu_01"}
+
+
+@pytest.mark.parametrize(
+    ("data", "error", "code"),
+    [
+        (text_chat(done=False), errors.ProtocolError, "MODEL_PROTOCOL"),  # no [DONE]
+        (b'data: {"error": {"message": "boom"}}\n\n', errors.ProtocolError, "MODEL_PROTOCOL"),
+        (b"data: {not json\n\n", errors.ProtocolError, "MODEL_PROTOCOL"),
+        (
+            sse(
+                [
+                    {
+                        "choices": [
+                            {
+                                "index": 0,
+                                "delta": {
+                                    "tool_calls": [
+                                        {
+                                            "index": 0,
+                                            "id": "c",
+                                            "function": {"name": "f", "arguments": "{"},
+                                        }
+                                    ]
+                                },
+                                "finish_reason": "tool_calls",
+                            }
+                        ]
+                    }
+                ]
+            ),
+            errors.ProtocolError,
+            "MODEL_PROTOCOL",
+        ),
+        (
+            b'event: error\ndata: {"error": {"type": "overloaded_error", "message": "x"}}\n\n',
+            errors.OverloadedError,
+            "MODEL_OVERLOADED",
+        ),
+    ],
+)
+def test_exchange_stream_failures_end_in_provider_fail(
+    data: bytes, error: type[errors.ModelError], code: str
+) -> None:
+    ex = Exchange(Provider.TPX)
+    ex.send({**REQUEST, "stream": True})
+    ex.receive_stream_start(200, SSE_HEADERS)
+    events = ex.feed(data)
+    if ex.phase == "req":
+        events += ex.end_stream()
+    assert_failed(ex)
+    assert isinstance(ex.last_error, error)
+    assert events[-1] == ex.last_error.body()
+    assert events[-1]["error"]["message"].startswith(code)
+    validate_event(events[-1])
+    with pytest.raises(errors.ExchangeStateError):
+        ex.feed(b"data: [DONE]\n\n")
+    with pytest.raises(errors.ExchangeStateError):
+        ex.end_stream()
+
+
+def test_exchange_stream_non_2xx_and_json_replies_fail() -> None:
+    ex = Exchange(Provider.ANTHROPIC)
+    ex.send({**REQUEST, "stream": True})
+    with pytest.raises(errors.RateLimitedError):
+        ex.receive_stream_start(429, {"retry-after": "2"}, b'{"error": {"message": "slow"}}')
+    assert_failed(ex)
+    ex.send({**REQUEST, "stream": True})
+    with pytest.raises(errors.ProtocolError, match="text/event-stream"):
+        ex.receive_stream_start(200, {"Content-Type": "application/json"})
+    assert_failed(ex, 2)
+
+
+# -- Transport.stream -------------------------------------------------------------------
+
+
+def test_tpx_stream_end_to_end_then_the_foreign_ids_go_back() -> None:
+    reply, body = streamed(tool_chat("call_x", "call_y"))  # Ollama: both at index 0
+    provider = Provider_(
+        reply,
+        json_reply(
+            {
+                "id": "c2",
+                "object": "chat.completion",
+                "model": "m",
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": "done"},
+                        "finish_reason": "stop",
+                    }
+                ],
+            }
+        ),
+    )
+    with tpx_boot(provider) as t:
+        data = b"".join(t.stream(REQUEST))
+        events = events_of(data)
+        for event in events:
+            validate_event(event)
+        assert events[0]["type"] == "message_start"
+        assert events[-1] == {"type": "message_stop"}
+        got = MessageAccumulator().add_all(events).message()
+        uses = [b["id"] for b in got["content"] if b["type"] == "tool_use"]
+        assert len(uses) == 2
+        assert (t.exchange.turn, t.exchange.last_outcome, t.exchange.pending) == (
+            1,
+            "ok",
+            set(uses),
+        )
+        assert body.closed
+        sent = orjson.loads(provider.seen[0].content)
+        assert (sent["stream"], sent["stream_options"]) == (True, {"include_usage": True})
+        assert provider.seen[0].headers["authorization"] == f"Bearer {TOKEN}"
+        assert "x-api-key" not in provider.seen[0].headers
+        t.create(follow_up(uses))  # non-streamed
+    tools = [m for m in orjson.loads(provider.seen[1].content)["messages"] if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in tools] == ["call_x", "call_y"]
+
+
+def test_anthropic_stream_end_to_end_then_the_ids_go_back() -> None:
+    reply, _ = streamed(native(NATIVE), size=11)
+    provider = Provider_(
+        reply,
+        json_reply(
+            {
+                "id": "m2",
+                "type": "message",
+                "role": "assistant",
+                "model": "c",
+                "content": [],
+                "stop_reason": "end_turn",
+                "stop_sequence": None,
+                "usage": {"input_tokens": 1, "output_tokens": 1},
+            }
+        ),
+    )
+    with boot(api_key=KEY, env={}, transport=httpx.MockTransport(provider)) as t:
+        events = events_of(b"".join(t.stream({**REQUEST, "stream": True})))
+        assert events == NATIVE
+        assert t.exchange.pending == {"toolu_01"}
+        t.create(follow_up(["toolu_01"]))
+    assert provider.seen[0].headers["x-api-key"] == KEY
+    assert "authorization" not in provider.seen[0].headers
+    assert provider.seen[0].headers["accept"] == "text/event-stream"
+    last = orjson.loads(provider.seen[1].content)["messages"][-1]
+    assert [b["tool_use_id"] for b in last["content"]] == ["toolu_01"]
+
+
+def test_create_with_stream_true_returns_the_accumulated_message() -> None:
+    reply = httpx.Response(200, headers=SSE_HEADERS, content=text_chat("hey there"))
+    with tpx_boot(Provider_(reply)) as t:
+        body = t.create({**REQUEST, "stream": True})
+    assert body["content"] == [{"type": "text", "text": "hey there"}]
+    assert body["usage"]["input_tokens"] == 5
+
+
+def test_mid_stream_disconnect_yields_an_error_event_then_raises() -> None:
+    reply, body = streamed(
+        text_chat("a long answer")[:400], error=httpx.ReadError("connection reset")
+    )
+    with tpx_boot(Provider_(reply)) as t:
+        got: list[bytes] = []
+        with pytest.raises(errors.NetworkError):
+            got.extend(t.stream(REQUEST))
+        events = events_of(b"".join(got))
+        assert events[0]["type"] == "message_start"
+        assert events[-1]["type"] == "error"
+        assert events[-1]["error"]["message"].startswith("MODEL_NETWORK")
+        validate_event(events[-1])
+        assert_failed(t.exchange)
+        assert body.closed
+
+
+def test_failure_before_any_byte_is_raised_not_streamed() -> None:
+    reply, _ = streamed(b"", error=httpx.ReadError("reset"))
+    overloaded = httpx.Response(
+        529, json={"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}
+    )
+    with tpx_boot(Provider_(reply, overloaded)) as t:
+        stream = t.stream(REQUEST)
+        with pytest.raises(errors.NetworkError):
+            next(stream)
+        assert_failed(t.exchange)
+        with pytest.raises(errors.OverloadedError):
+            next(t.stream(REQUEST))
+        assert_failed(t.exchange, 2)
+
+
+def test_missing_done_through_the_transport() -> None:
+    reply, _ = streamed(text_chat(done=False))
+    with tpx_boot(Provider_(reply)) as t:
+        got: list[bytes] = []
+        with pytest.raises(errors.ProtocolError, match=r"\[DONE\]"):
+            got.extend(t.stream(REQUEST))
+        assert events_of(b"".join(got))[-1]["type"] == "error"
+        assert_failed(t.exchange)
+
+
+def test_error_event_echoing_the_token_is_redacted() -> None:
+    error = {"error": {"type": "api_error", "message": f"bad {TOKEN}"}}
+    data = text_chat(done=False) + b"event: error\ndata: " + orjson.dumps(error) + b"\n\n"
+    reply, _ = streamed(data)
+    with tpx_boot(Provider_(reply)) as t:
+        got: list[bytes] = []
+        with pytest.raises(errors.HTTPStatusError) as info:
+            got.extend(t.stream(REQUEST))
+    assert TOKEN not in str(info.value)
+    assert TOKEN.encode() not in b"".join(got)
+    assert b"[REDACTED]" in got[-1]
+
+
+def test_closing_early_is_provider_fail_and_closes_the_response() -> None:
+    reply, body = streamed(text_chat("many words here"), size=4)
+    with tpx_boot(Provider_(reply)) as t:
+        stream = t.stream(REQUEST)
+        next(stream)
+        next(stream)
+        assert t.exchange.phase == "req"
+        stream.close()
+        assert_failed(t.exchange)
+        assert isinstance(t.exchange.last_error, errors.NetworkError)
+        assert body.closed
+        assert body.served < len(body.pieces)
+
+
+def test_stopping_after_message_stop_keeps_the_obligations() -> None:
+    reply, _ = streamed(native(NATIVE) + b": trailing bytes never read\n\n")
+    with boot(api_key=KEY, env={}, transport=httpx.MockTransport(Provider_(reply))) as t:
+        for data in t.stream(REQUEST):
+            if data.startswith(b"event: message_stop"):
+                break
+        assert (t.exchange.last_outcome, t.exchange.pending) == ("ok", frozenset({"toolu_01"}))
+
+
+def test_stream_steps_out_of_order_and_no_provider() -> None:
+    with boot(env={}, transport=httpx.MockTransport(Provider_())) as t:
+        with pytest.raises(errors.UnauthorizedError):
+            next(t.stream(REQUEST))
+        assert (t.exchange.turn, t.exchange.last_outcome) == (1, "err")
+    reply, _ = streamed(native(NATIVE))
+    with boot(api_key=KEY, env={}, transport=httpx.MockTransport(Provider_(reply))) as t:
+        list(t.stream(REQUEST))
+        with pytest.raises(errors.PairingError):
+            next(t.stream(REQUEST))  # toolu_01 unanswered: CallerAbort, nothing sent
+        assert_failed(t.exchange, 2)
+
+
+# -- AsyncTransport.stream --------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_async_tpx_stream_and_follow_up() -> None:
+    reply, body = streamed(tool_chat("", "", style="gemini"))
+    provider = Provider_(
+        reply,
+        json_reply(
+            {
+                "id": "c2",
+                "object": "chat.completion",
+                "model": "m",
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": "ok"},
+                        "finish_reason": "stop",
+                    }
+                ],
+            }
+        ),
+    )
+    async with aboot(
+        oauth_token=TOKEN,
+        tpx_base_url=TPX_URL,
+        env={},
+        transport=httpx.MockTransport(provider.handle_async),
+    ) as t:
+        got = [data async for data in t.stream(REQUEST)]
+        events = events_of(b"".join(got))
+        for event in events:
+            validate_event(event)
+        message = MessageAccumulator().add_all(events).message()
+        uses = [b["id"] for b in message["content"] if b["type"] == "tool_use"]
+        assert message["stop_reason"] == "tool_use"
+        assert t.exchange.pending == set(uses)
+        assert len(uses) == 2
+        assert body.closed
+        await t.create(follow_up(uses))
+    tools = [m for m in orjson.loads(provider.seen[1].content)["messages"] if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in tools] == ["", ""]
+
+
+@pytest.mark.anyio
+async def test_async_disconnect_and_early_close() -> None:
+    broken, _ = streamed(text_chat("words")[:120], error=httpx.RemoteProtocolError("peer closed"))
+    long, body = streamed(text_chat("many many words"), size=3)
+    provider = Provider_(broken, long)
+    async with aboot(
+        api_key=KEY, env={}, transport=httpx.MockTransport(provider.handle_async)
+    ) as t:
+        got: list[bytes] = []
+        with pytest.raises(errors.NetworkError):
+            await drain(t.stream(REQUEST), got)
+        assert_failed(t.exchange)
+        stream = t.stream(REQUEST)
+        assert isinstance(stream, AsyncIterator)
+        with pytest.raises(errors.ProtocolError):  # an OpenAI stream is not the native shape
+            await stream.__anext__()
+        assert_failed(t.exchange, 2)
+        assert body.closed
+
+
+@pytest.mark.anyio
+async def test_async_early_close_and_cancellation_return_to_idle() -> None:
+    first, body = streamed(text_chat("many many words"), size=3)
+    provider = Provider_(first)
+    async with aboot(
+        oauth_token=TOKEN,
+        tpx_base_url=TPX_URL,
+        env={},
+        transport=httpx.MockTransport(provider.handle_async),
+    ) as t:
+        stream = t.stream(REQUEST)
+        await stream.__anext__()
+        assert t.exchange.phase == "req"
+        await stream.aclose()  # type: ignore[attr-defined]
+        assert_failed(t.exchange)
+        assert body.closed
+
+    started = anyio.Event()
+
+    async def hang(request: httpx.Request) -> httpx.Response:
+        started.set()
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async def consume(t: Any) -> None:
+        async for _ in t.stream(REQUEST):
+            pass
+
+    async with aboot(api_key=KEY, env={}, transport=httpx.MockTransport(hang)) as t:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(consume, t)
+            await started.wait()
+            assert t.exchange.phase == "req"
+            tg.cancel_scope.cancel()
+        assert_failed(t.exchange)
