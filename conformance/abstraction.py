@@ -16,7 +16,11 @@ Nothing here trusts the code under test's own bookkeeping of ids or shapes:
 * ``gotShape`` from the structure of the last body handed to the caller.
 
 Sets cannot show duplicates, so :func:`observe` also reports multiset problems (an id twice
-on the wire or in a delivered body) as ``PairingInv`` problems.
+on the wire or in a delivered body) as ``PairingInv`` problems, and keeps the four id
+variables as multisets too (:attr:`Observation.ids`: one entry per id occurrence it saw).
+:meth:`Observation.json_line` writes those lists into a ``tpx check-trace`` JSON line, so
+a recording keeps the duplicates a set-valued state would lose and the trace checker
+rejects them (``TypeOK``: an id set lists an id twice).
 """
 
 from __future__ import annotations
@@ -34,7 +38,10 @@ from tpx.model import Config, State
 from tpx.transport import Transport
 from tpx.values import ModelValue
 
-__all__ = ["Observation", "Wire", "classify", "observe", "wire_pairs"]
+__all__ = ["ID_VARS", "Observation", "Wire", "classify", "observe", "wire_pairs"]
+
+#: The spec variables holding sets of tool ids (kept as multisets by :class:`Observation`).
+ID_VARS = ("pending", "reqIds", "wireIds", "emitted")
 
 UNKNOWN_SHAPE = "unknown"
 
@@ -157,6 +164,22 @@ class Observation:
     state: State
     problems: tuple[str, ...] = ()
     """multiset / consistency problems a set-valued variable cannot show (PairingInv)"""
+    ids: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict, eq=False)
+    """the :data:`ID_VARS` as multisets: every id occurrence observed, sorted, duplicates kept
+    (empty: not observed as a multiset, use the state's sets)"""
+
+    def json_line(self, action: str | None = None) -> dict[str, Any]:
+        """The state as one ``tpx check-trace`` JSON line: the id variables are lists with one
+        entry per occurrence observed (see :attr:`ids`), ``#action`` the step's name."""
+        line: dict[str, Any] = {} if action is None else {"#action": action}
+        for name, value in self.state.as_record().items():
+            if name in ID_VARS:
+                line[name] = list(self.ids.get(name, sorted(str(x) for x in value)))
+            elif isinstance(value, ModelValue):
+                line[name] = value.name
+            else:
+                line[name] = value
+        return line
 
 
 def _dups(items: Iterable[str]) -> list[str]:
@@ -185,7 +208,7 @@ def observe(
 
     # wire
     wire_shape = "messages"
-    wire_ids: set[str] = set()
+    wire_ids: list[str] = []
     if wire.body is not None:
         wire_shape = classify(wire.body)
         decoded = orjson.loads(wire.body) if wire_shape != UNKNOWN_SHAPE else {}
@@ -205,19 +228,22 @@ def observe(
                 good.append(mapped)
         if dup := _dups(good):
             problems.append(f"PairingInv: ids {dup} carried more than once by the wire {wire.kind}")
-        wire_ids = set(good)
+        wire_ids = good
 
     # caller's last sent request
-    req_ids: set[str] = set()
+    req_ids: list[str] = []
     if sent is not None:
-        answered = [aid or "?" for _, aid in wire_pairs(sent, "messages")]
-        if dup := _dups(answered):
+        req_ids = [aid or "?" for _, aid in wire_pairs(sent, "messages")]
+        if dup := _dups(req_ids):
             problems.append(f"PairingInv: the caller's request answers {dup} more than once")
-        req_ids = set(answered)
 
     # what the caller was handed
     got_shape = "messages"
     by_caller_id: dict[str, str] = {}
+    # pending as a multiset: every tool_use of the delivered body the caller still owes an
+    # answer for (a tool_use handed over twice counts twice), plus any pending caller id
+    # the delivered body does not carry
+    pending: list[str] = []
     if delivered is not None:
         got_shape = classify(delivered)
         if got_shape == "messages":
@@ -229,7 +255,8 @@ def observe(
             if dup := _dups(planted):
                 problems.append(f"PairingInv: tool ids {dup} handed to the caller twice")
             by_caller_id = {cid: aid or "?" for cid, aid in pairs}
-    pending = {by_caller_id.get(cid, f"?{cid}") for cid in ex.pending}
+            pending = [aid or "?" for cid, aid in pairs if cid in ex.pending]
+    pending += [f"?{cid}" for cid in ex.pending if cid not in by_caller_id]
 
     emitted: tuple[str, ...] = fake.emitted if fake is not None else ()
     state = State(
@@ -246,4 +273,10 @@ def observe(
         gotShape=got_shape,
         lastOutcome=ex.last_outcome,
     )
-    return Observation(state, tuple(problems))
+    multisets = {
+        "pending": pending,
+        "reqIds": req_ids,
+        "wireIds": wire_ids,
+        "emitted": list(emitted),
+    }
+    return Observation(state, tuple(problems), {k: tuple(sorted(v)) for k, v in multisets.items()})

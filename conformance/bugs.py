@@ -3,12 +3,13 @@
 Each :class:`Bug` names the spec property the conformance checks must report when it is
 active; :meth:`Bug.active` is a context manager (``pytest.MonkeyPatch.context``), usable
 from tests and from other tools (trace validation). :func:`record_behaviour` replays one
-behaviour and returns the observed abstract states, for ``check_trace`` / ``check_traces``.
+behaviour and returns its recording (JSON-lines objects, duplicates kept), for
+``check_trace`` / ``check_traces_tlc`` / ``tpx check-trace`` (:func:`json_lines`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
@@ -24,9 +25,8 @@ from tpx.exchange import Exchange, Provider
 from tpx.model import Config
 from tpx.translate import Translation
 from tpx.transport import Transport
-from tpx.values import Record
 
-__all__ = ["BUGS", "Bug", "record_behaviour"]
+__all__ = ["BUGS", "Bug", "json_lines", "record_behaviour"]
 
 Patch = Callable[[pytest.MonkeyPatch], None]
 
@@ -175,15 +175,25 @@ BUGS: dict[str, Bug] = {
 
 def record_behaviour(
     behaviour: Behaviour, config: Config, *, bug: Bug | None = None, variant: int = 0
-) -> list[Record]:
-    """Replay *behaviour* (under *bug*, if given) and return the observed abstract states.
+) -> list[dict[str, Any]]:
+    """Replay *behaviour* (under *bug*, if given) and return the recording: one
+    ``tpx check-trace`` JSON-lines object per observed state (``#action`` the step taken).
 
-    Nothing is checked while recording; the recording stops early at the first step whose
-    outcome is not the action's (e.g. a request sent where the caller aborted).
+    The id variables are lists with one entry per id occurrence observed on the wire, in
+    the caller's request or in the delivered body (:attr:`Observation.ids`), so a duplicate
+    shows in the recording (the trace checker rejects it as ``TypeOK``). Nothing is checked
+    while recording; the recording stops early at the first step whose outcome is not the
+    action's (e.g. a request sent where the caller aborted).
     """
     replayer = Replayer(config, check=False)
     try:
         with bug.active() if bug is not None else nullcontext():
-            return replayer.replay(behaviour, variant)
+            replayer.replay(behaviour, variant)
+        return [obs.json_line(action) for action, obs in replayer.observed]
     finally:
         replayer.close()
+
+
+def json_lines(recording: Iterable[Mapping[str, Any]]) -> str:
+    """A recording as the text of a JSON-lines trace file (``tpx check-trace FILE``)."""
+    return "".join(orjson.dumps(dict(line)).decode() + "\n" for line in recording)

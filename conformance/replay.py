@@ -494,6 +494,9 @@ class Replayer:
     steps_done: int = 0
     used: Counter[str] = attrs.field(factory=Counter)
     """failure kinds, abort styles, id styles and providers the replays exercised"""
+    observed: list[tuple[str, Observation]] = attrs.field(factory=list)
+    """the last replay's (action, observation) per state, ``"Init"`` first (multisets kept:
+    :meth:`Observation.json_line` turns them into a ``tpx check-trace`` recording)"""
     _pending_request: httpx.Request | None = attrs.field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
@@ -555,6 +558,7 @@ class Replayer:
         if t.provider is Provider.TPX:
             self.used[f"ids:{self.tpx.id_style}"] += 1
         obs = self.observe(t, has_key, has_token)
+        self.observed = [("Init", obs)]
         recording = [obs.state.as_record()]
         trace: list[tuple[str, Record]] = [("Init", recording[0])]
         self.judge(obs, None, behaviour.init, "", behaviour.enabled[0], t, 0, "Init", trace)
@@ -571,6 +575,7 @@ class Replayer:
                 self.used[f"abort:{style}"] += 1
             problem = self.step(t, action, expected, kind, style)
             new = self.observe(t, has_key, has_token)
+            self.observed.append((action, new))
             record = new.state.as_record()
             recording.append(record)
             trace.append((action, record))

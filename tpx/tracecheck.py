@@ -45,7 +45,7 @@ from typing import Any
 import attrs
 
 from tpx.itf import TraceFormatError, decode_value, from_itf
-from tpx.model import INVARIANTS, VARS, Config, Init, Next, SelectionStable, State
+from tpx.model import INVARIANTS, VARS, Config, Init, Next, SelectionStable, State, TypeOK
 from tpx.model.state import Outcomes, Phases, Shapes
 from tpx.values import ModelValue
 
@@ -114,6 +114,11 @@ def _show(v: object) -> str:
     try:
         return format_value(v)
     except (TypeError, ValueError):
+        # not expressible in TLA+ (e.g. an id that is no identifier): show it readably
+        if isinstance(v, frozenset):
+            return "{" + ", ".join(sorted(_show(x) for x in v)) + "}"
+        if isinstance(v, ModelValue):
+            return json.dumps(v.name)
         return repr(v)
 
 
@@ -360,9 +365,11 @@ def check_traces_tlc(
     TLC decides whether each trace is a behaviour of ``Spec`` (``Init`` then
     ``Next`` steps); its rejections name ``"Init"`` (state 1) or ``"Next"``.
     Repeated consecutive states (stuttering) are collapsed before TLC sees them.
-    States that are not even well-typed (checked here: TLC cannot compare, say, a
-    string with an integer) are cut off and reported as ``TypeOK`` if TLC accepts
-    the prefix before them.
+    States that violate ``TypeOK`` (checked here, before any TLA+ is generated: TLC
+    cannot compare, say, a string with an integer, an id list naming an id twice is
+    no set, and an id such as ``"?x"`` is no TLA+ model value at all) are cut off, and
+    the trace is reported REJECTED as ``TypeOK`` at that state if TLC accepts the
+    prefix before it. TLC failing to run raises a :class:`~tpx.errors.TLCError`.
     """
     from tpx.tlc import check_traces
 
@@ -379,6 +386,10 @@ def check_traces_tlc(
         for i, raw in enumerate(trace, 1):
             state, problem = coerce_state(raw, config, i)
             if problem is not None:
+                problem = f"state {i}: {problem}"
+            elif not TypeOK(state, config):
+                problem = f"state {i} violates TypeOK: {_type_errors(state, config)}"
+            if problem is not None:
                 bad_at = i
                 break
             record = state.as_record()
@@ -393,7 +404,7 @@ def check_traces_tlc(
     reports: list[TraceReport] = []
     for trace, (kept, problem, bad_at), sent in zip(traces, jobs, payload, strict=True):
         if not sent:
-            reports.append(TraceReport(False, [], 1, "TypeOK", f"state 1: {problem}"))
+            reports.append(TraceReport(False, [], 1, "TypeOK", str(problem)))
             continue
         verdict = next(verdicts)
         if not verdict.accepted:
@@ -408,7 +419,7 @@ def check_traces_tlc(
             )
             reports.append(TraceReport(False, [], at, prop, f"TLC: {what}"))
         elif problem is not None:
-            reports.append(TraceReport(False, [], bad_at, "TypeOK", f"state {bad_at}: {problem}"))
+            reports.append(TraceReport(False, [], bad_at, "TypeOK", problem))
         else:
             n = len(trace)
             note = f", {n - len(kept)} repeated" if len(kept) < n else ""

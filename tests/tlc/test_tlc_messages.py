@@ -182,6 +182,10 @@ def test_evaluation_error_is_an_error_verdict() -> None:
         ("parse_error", 'Encountered "==" at line 158, column 12'),
         ("semantic_error", "Unknown operator: `MaxTurnz'"),
         ("bad_option", "unrecognized option: -bogus"),
+        (
+            "cfg_unassigned_constant",
+            "The constant parameter TPX is not assigned a value by the configuration file.",
+        ),
     ],
 )
 def test_rejected_spec_or_cfg(name: str, fragment: str) -> None:
@@ -190,6 +194,32 @@ def test_rejected_spec_or_cfg(name: str, fragment: str) -> None:
         interpret_output(text, code)
     assert fragment in str(info.value)
     assert f"exit {code}" in str(info.value)
+
+
+def test_every_error_message_reaches_the_config_error() -> None:
+    text, code = load("cfg_unassigned_constant")
+    with pytest.raises(TLCConfigError) as info:
+        interpret_output(text, code)
+    assert str(info.value) == (
+        "TLC rejected the model configuration (exit 151):\n"
+        "The constant parameter TPX is not assigned a value by the configuration file."
+    )
+    # a nested message already shown inside its parent is not repeated
+    text, code = load("cfg_syntax")
+    with pytest.raises(TLCConfigError) as info:
+        interpret_output(text, code)
+    assert str(info.value).count("error in the configuration file at line 1") == 1
+
+
+def test_error_messages_reach_the_crash_error() -> None:
+    error = "@!@!@STARTMSG 2222:1 @!@!@\nSomething TLC said went wrong.\n@!@!@ENDMSG 2222 @!@!@\n"
+    noise = "".join(
+        f"@!@!@STARTMSG 2200:0 @!@!@\nProgress {i}\n@!@!@ENDMSG 2200 @!@!@\n" for i in range(20)
+    )
+    with pytest.raises(TLCCrashError) as info:
+        interpret_output(error + noise, 255)
+    assert "TLC reported:\nSomething TLC said went wrong." in str(info.value)
+    assert "Progress 19" in str(info.value)  # the tail is still there
 
 
 @pytest.mark.parametrize(

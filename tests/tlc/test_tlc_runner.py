@@ -4,9 +4,12 @@ the runner can fail."""
 from __future__ import annotations
 
 import _thread
+import contextlib
 import os
 import sys
 import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -27,6 +30,7 @@ from tpx.tlc import (
     load_cfg,
     render_cfg,
     run_tlc,
+    runner,
     simulate,
     with_constants,
 )
@@ -47,12 +51,72 @@ def fake_java(tmp_path: Path, version: str, body: str = "exit 3") -> Path:
 
 
 def pid_recording_java(tmp_path: Path, real_java: str) -> tuple[Path, Path]:
-    """A java wrapper that records its pid and then becomes the real JVM (same pid)."""
+    """A java wrapper that records its pid and then becomes the real JVM (same pid).
+
+    ``java -version`` (the runner's version check) records nothing, so the pidfile names the
+    JVM that runs TLC."""
     pidfile = tmp_path / "jvm.pid"
     script = tmp_path / "java"
-    script.write_text(f'#!/bin/sh\necho $$ > {pidfile}\nexec {real_java} "$@"\n')
+    script.write_text(
+        f'#!/bin/sh\n[ "$1" = "-version" ] || echo $$ > {pidfile}\nexec {real_java} "$@"\n'
+    )
     script.chmod(0o755)
     return script, pidfile
+
+
+#: How long the JVM may take to come up under load before a test gives up on it.
+STARTUP_BOUND_S = 120.0
+#: A timeout that only ends a run whose cancel / Ctrl-C never came (the test then fails).
+SAFETY_S = 2 * STARTUP_BOUND_S
+
+
+def jvm_runs(pidfile: Path) -> bool:
+    """Does the pidfile name a process running TLC right now?"""
+    try:
+        pid = int(pidfile.read_text())
+        return b"tlc2.TLC" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return False
+
+
+@contextlib.contextmanager
+def when_jvm_runs(pidfile: Path, action: Callable[[], None]) -> Iterator[None]:
+    """Within the block, take *action* once the JVM runs TLC (polled; after STARTUP_BOUND_S
+    at the latest); never after the block has ended."""
+    done = threading.Event()
+
+    def wait_then_act() -> None:
+        deadline = time.monotonic() + STARTUP_BOUND_S
+        while not jvm_runs(pidfile) and time.monotonic() < deadline and not done.is_set():
+            time.sleep(0.02)
+        if not done.is_set():
+            action()
+
+    thread = threading.Thread(target=wait_then_act, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+class ClockArmedByJVM:
+    """A stand-in for the runner's ``time`` module whose clock stands still until the JVM
+    runs TLC (STARTUP_BOUND_S at the latest), so a timeout counts from the JVM's start."""
+
+    def __init__(self, pidfile: Path) -> None:
+        self.pidfile = pidfile
+        self.created = time.monotonic()
+        self.armed_at: float | None = None
+
+    def monotonic(self) -> float:
+        now = time.monotonic()
+        if self.armed_at is None:
+            if not jvm_runs(self.pidfile) and now - self.created < STARTUP_BOUND_S:
+                return self.created
+            self.armed_at = now
+        return self.created + (now - self.armed_at)
 
 
 def big_cfg(tmp_path: Path) -> Path:
@@ -160,6 +224,48 @@ def test_undefined_name_in_cfg_is_a_config_error(tmp_path: Path) -> None:
         run_tlc(SEED, cfg)
 
 
+@pytest.mark.tlc
+def test_unassigned_constant_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """TLC's message 2222 (tests/tlc/fixtures/cfg_unassigned_constant.151.out was captured from
+    this very cfg) reaches the error and `tpx tlc`."""
+    from tpx.cli import main
+
+    cfg = tmp_path / "partial.cfg"
+    cfg.write_text(
+        "SPECIFICATION Spec\n\nCONSTANTS\n    MaxTurns = 3\n    ToolIds = {t1, t2}\n\n"
+        "INVARIANTS\n    TypeOK\n"
+    )
+    message = "The constant parameter TPX is not assigned a value by the configuration file."
+    with pytest.raises(TLCConfigError, match=r"\(exit 151\):\n" + message):
+        run_tlc(SEED, cfg)
+    assert main(["tlc", str(SEED), "--config", str(cfg)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_trace_values_tla_cannot_express_are_a_format_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A trace naming a model value that is no TLA+ identifier (e.g. a recorded caller id) is
+    refused before TLC runs, as a TpxError naming the trace and state."""
+    from tpx.errors import TpxError
+    from tpx.itf import TraceFormatError
+    from tpx.tlc import check_traces
+
+    def no_tlc(*args: object, **kwargs: object) -> None:
+        raise AssertionError("TLC must not run")
+
+    monkeypatch.setattr(runner, "run_model", no_tlc)
+    good = Record(x=1, ids=frozenset({ModelValue("t1")}))
+    bad = Record(x=1, ids=frozenset({ModelValue("?tpxb0-e066_Y2Fs")}))
+    with pytest.raises(TraceFormatError, match=r"trace 2, state 2 .*'\?tpxb0-e066_Y2Fs'") as info:
+        check_traces(SEED, SEED_CFG, [[good], [good, bad]])
+    assert isinstance(info.value, TpxError)
+    with pytest.raises(TraceFormatError, match=r"trace 2, state 1 .*1\.5"):
+        check_traces(SEED, SEED_CFG, [[good], [Record(x=1.5)]])
+    with pytest.raises(TraceFormatError, match="trace 1 is empty"):
+        check_traces(SEED, SEED_CFG, [[]])
+
+
 def test_unreadable_cfg_is_a_config_error(tmp_path: Path) -> None:
     cfg = tmp_path / "bad.cfg"
     cfg.write_text("SPECIFICATION Spec\nCONSTANTS\n  MaxTurns == 3\n")
@@ -260,14 +366,20 @@ def test_java_without_version(tmp_path: Path) -> None:
 
 
 def test_real_java_is_recent(real_java: str) -> None:
-    assert Path(real_java).name == "java"
+    major, text = runner._java_version(real_java)
+    assert major >= runner.MIN_JAVA == 11, text
+    assert text.startswith('version "')
+    assert find_java(real_java) == real_java  # passes the runner's own check
 
 
 @pytest.mark.tlc
-def test_timeout_kills_the_jvm(tmp_path: Path, real_java: str) -> None:
+def test_timeout_kills_the_jvm(
+    tmp_path: Path, real_java: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     java, pidfile = pid_recording_java(tmp_path, real_java)
+    monkeypatch.setattr(runner, "time", ClockArmedByJVM(pidfile))
     with pytest.raises(TLCTimeoutError, match="timeout"):
-        run_tlc(SEED, big_cfg(tmp_path), timeout=1.5, java=str(java))
+        run_tlc(SEED, big_cfg(tmp_path), timeout=1.0, java=str(java))
     assert_gone(pidfile)
 
 
@@ -275,24 +387,14 @@ def test_timeout_kills_the_jvm(tmp_path: Path, real_java: str) -> None:
 def test_cancel_kills_the_jvm(tmp_path: Path, real_java: str) -> None:
     java, pidfile = pid_recording_java(tmp_path, real_java)
     cancel = threading.Event()
-    timer = threading.Timer(1.5, cancel.set)
-    timer.start()
-    try:
-        with pytest.raises(TLCCancelledError):
-            run_tlc(SEED, big_cfg(tmp_path), cancel=cancel, timeout=60, java=str(java))
-    finally:
-        timer.cancel()
+    with when_jvm_runs(pidfile, cancel.set), pytest.raises(TLCCancelledError):
+        run_tlc(SEED, big_cfg(tmp_path), cancel=cancel, timeout=SAFETY_S, java=str(java))
     assert_gone(pidfile)
 
 
 @pytest.mark.tlc
 def test_ctrl_c_kills_the_jvm(tmp_path: Path, real_java: str) -> None:
     java, pidfile = pid_recording_java(tmp_path, real_java)
-    timer = threading.Timer(1.5, _thread.interrupt_main)
-    timer.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            run_tlc(SEED, big_cfg(tmp_path), timeout=60, java=str(java))
-    finally:
-        timer.cancel()
+    with when_jvm_runs(pidfile, _thread.interrupt_main), pytest.raises(KeyboardInterrupt):
+        run_tlc(SEED, big_cfg(tmp_path), timeout=SAFETY_S, java=str(java))
     assert_gone(pidfile)

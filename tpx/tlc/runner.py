@@ -430,6 +430,32 @@ def _sany_text(plain: Sequence[str]) -> str:
     return "\n".join(keep).strip()
 
 
+#: Severity-1 messages that are not errors: the headers of a counterexample.
+_NOT_ERRORS = frozenset({2121, 2264})
+
+
+def _error_texts(messages: Sequence[ToolMessage]) -> list[str]:
+    """The text of every error message (severity 1, or 2: a TLC bug), outermost first; a
+    nested message's text is already part of its parent's."""
+    out: list[str] = []
+    for msg in messages:
+        if msg.severity in (1, 2) and msg.code not in _NOT_ERRORS:
+            if msg.text.strip():
+                out.append(msg.text.strip())
+        else:
+            out.extend(_error_texts(msg.children))
+    return out
+
+
+def _join(texts: Sequence[str]) -> str:
+    """*texts* one per line, leaving out any already contained in an earlier one."""
+    kept: list[str] = []
+    for text in texts:
+        if not any(text in k for k in kept):
+            kept.append(text)
+    return "\n".join(kept)
+
+
 def interpret_output(
     output: str,
     exit_code: int,
@@ -454,9 +480,10 @@ def interpret_output(
     if exit_code == 150 or 3002 in codes:
         detail = _sany_text(plain) or text_of(3002)
         raise TLCConfigError(f"TLC could not parse the spec (exit {exit_code}):\n{detail}")
+    reported = _error_texts(messages)
     if 5006 in codes or 2229 in codes or 1102 in codes or exit_code == 151:
         inner = [m.text for m in every if m.code in (5006, 2229, 1102)]
-        detail = "\n".join(inner) or text_of(1000) or _sany_text(plain)
+        detail = _join([*reported, *inner]) or _sany_text(plain)
         raise TLCConfigError(f"TLC rejected the model configuration (exit {exit_code}):\n{detail}")
 
     initial = generated = distinct = depth = None
@@ -507,9 +534,11 @@ def interpret_output(
         or (verdict.kind == "deadlock" and exit_code != 11)
     ):
         tail = "\n".join((plain + [m.text for m in messages])[-8:])
+        said = _join(reported)
         raise TLCCrashError(
             f"TLC ended abnormally (exit code {exit_code}).\n"
-            f"stderr: {stderr.strip()[-2000:] or '(empty)'}\noutput tail:\n{tail[-2000:]}"
+            + (f"TLC reported:\n{said[-4000:]}\n" if said else "")
+            + f"stderr: {stderr.strip()[-2000:] or '(empty)'}\noutput tail:\n{tail[-2000:]}"
         )
     return CheckResult(
         verdict=verdict,
@@ -885,18 +914,34 @@ def _model_values(v: object, acc: set[str]) -> None:
 TRACE_MODULE = "TpxTraceCheck"
 
 
+def _trace_rows(traces: Sequence[Sequence[Mapping[str, TLAValue]]]) -> list[str]:
+    """Each trace as a TLA+ tuple of records; a state TLA+ cannot express (a model value
+    whose name is no identifier, a float, ...) is a :class:`~tpx.itf.TraceFormatError`."""
+    from tpx.itf import TraceFormatError
+
+    rows = []
+    for t, tr in enumerate(traces):
+        states = []
+        for i, state in enumerate(tr, 1):
+            try:
+                states.append(format_value(Record(dict(state))))
+            except (TypeError, ValueError) as exc:
+                raise TraceFormatError(
+                    f"trace {t + 1}, state {i} cannot be written as TLA+ for TLC: {exc}"
+                ) from exc
+        rows.append("<<" + ", ".join(states) + ">>")
+    return rows
+
+
 def _trace_module(
     spec_module: str,
     init: str,
     nxt: str,
     traces: Sequence[Sequence[Mapping[str, TLAValue]]],
+    rows: Sequence[str],
     extra_constants: Sequence[str],
 ) -> str:
     variables = sorted({name for tr in traces for state in tr for name in state})
-    rows = []
-    for tr in traces:
-        states = [format_value(Record(dict(state))) for state in tr]
-        rows.append("<<" + ", ".join(states) + ">>")
     consts = f"CONSTANTS {', '.join(extra_constants)}\n" if extra_constants else ""
 
     def match(primed: str, index: str) -> str:
@@ -942,23 +987,27 @@ def check_traces(
     step ``l``. Since deadlock ends TLC even with ``-continue``, deadlock
     checking is off and the counters are read from the ``-dump`` of the
     (small) product graph, so one run decides every trace. Variables missing
-    from the recorded states are left unconstrained.
+    from the recorded states are left unconstrained. A state TLA+ cannot express
+    raises :class:`~tpx.itf.TraceFormatError` before TLC runs.
     """
     if not traces:
         return []
     for i, tr in enumerate(traces):
         if not tr:
-            raise ValueError(f"trace {i} is empty")
+            from tpx.itf import TraceFormatError
+
+            raise TraceFormatError(f"trace {i + 1} is empty")
     spec = Path(spec)
     model = _load_model(cfg, spec)
     source = spec.read_text(encoding="utf-8")
     init, nxt = _init_next(model, source)
+    rows = _trace_rows(traces)
     names: set[str] = set()
     for tr in traces:
         for state in tr:
             _model_values(state, names)
     extra = sorted(names - set(model.constants))
-    module = _trace_module(_module_name(source, spec), init, nxt, traces, extra)
+    module = _trace_module(_module_name(source, spec), init, nxt, traces, rows, extra)
     trace_model = ModelConfig(
         init="TraceInit",
         next="TraceNext",
