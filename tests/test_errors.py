@@ -237,3 +237,33 @@ def test_non_ssl_cause_is_network() -> None:
 def test_httpx_error_messages_are_redacted() -> None:
     error = error_from_httpx(httpx.ReadError(f"echo {SECRET}"), provider="A", secrets=[SECRET])
     assert SECRET not in error.message
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        httpx.ReadTimeout("t"),
+        httpx.ConnectError("refused"),
+        httpx.DecodingError("gzip"),
+        _connect_error_caused_by(ssl.SSLError(1, "wrong version number")),
+    ],
+)
+def test_httpx_error_messages_keep_the_exception_class_and_are_not_chained(
+    exc: httpx.HTTPError,
+) -> None:
+    error = error_from_httpx(exc, provider="TPX")
+    assert type(exc).__name__ in error.message
+    assert error.__cause__ is None
+    assert error.__context__ is None
+
+
+def test_httpx_error_messages_are_redacted_in_escaped_forms_too() -> None:
+    secret = "tok\nSECRET-é"
+    value = f"Bearer {secret}".encode()
+    exc = httpx.LocalProtocolError(f"Illegal header value {value!r}")
+    plain = error_from_httpx(exc, provider="TPX", secrets=[secret])
+    assert "SECRET" in plain.message  # exact-string redaction alone misses the bytes repr
+    error = error_from_httpx(exc, provider="TPX", secrets=errors.secret_forms([secret]))
+    assert "SECRET" not in error.message
+    assert "LocalProtocolError" in error.message
+    assert "[REDACTED]" in error.message

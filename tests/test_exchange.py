@@ -481,6 +481,22 @@ def test_fail_redacts_and_checks_type() -> None:
     assert SECRET not in error.message
 
 
+def test_fail_and_receive_redact_escaped_forms_of_the_secret() -> None:
+    secret = "tok\nSECRET-é"
+    for render in (repr(secret), repr(secret.encode()), orjson.dumps(secret).decode()):
+        ex = Exchange(Provider.TPX, secrets=[secret])
+        ex.send(request(user("hi")))
+        error = ex.fail(errors.NetworkError(f"peer said {render}"))
+        assert "SECRET" not in error.message
+        assert "[REDACTED]" in error.message
+    ex = Exchange(Provider.ANTHROPIC, secrets=[secret])
+    ex.send(request(user("hi")))
+    echo = orjson.dumps({"type": "error", "error": {"type": "api_error", "message": repr(secret)}})
+    with pytest.raises(errors.HTTPStatusError) as info:
+        ex.receive(500, {}, echo)
+    assert "SECRET" not in info.value.message
+
+
 # -- steps out of order -----------------------------------------------------------------
 
 Step = Callable[[Exchange], object]

@@ -39,17 +39,23 @@ def error_from_httpx(
     ``TimeoutException`` -> :class:`TimeoutError`; an :class:`ssl.SSLError` anywhere in
     the cause chain -> :class:`TLSError`; ``DecodingError`` (undecodable body) ->
     :class:`ProtocolError`; every other transport failure (connect, read, write,
-    remote protocol, proxy, ...) -> :class:`NetworkError`. Messages are redacted.
+    remote protocol, proxy, ...) -> :class:`NetworkError`. Messages keep *exc*'s class
+    name and are redacted (pass :func:`tpx.errors.secret_forms` of the credentials). The
+    result is not chained to *exc*: raise it outside the ``except`` block that caught
+    *exc* (its message and ``.request.headers`` may hold the credential).
     """
     secrets = tuple(secrets)
-    detail = redact(str(exc) or type(exc).__name__, secrets)
+    name = type(exc).__name__
+    detail = redact(str(exc) or name, secrets)
     if isinstance(exc, httpx.TimeoutException):
         kind = _TIMEOUT_KIND.get(type(exc), "request")
-        return TimeoutError(f"{provider}: {kind} timeout: {detail}", provider=provider)
+        return TimeoutError(f"{provider}: {kind} timeout ({name}): {detail}", provider=provider)
     tls = ssl_cause(exc)
     if tls is not None:
         reason = redact(getattr(tls, "reason", None) or str(tls), secrets)
-        return TLSError(f"{provider}: TLS failure: {reason}", provider=provider)
+        return TLSError(f"{provider}: TLS failure ({name}): {reason}", provider=provider)
     if isinstance(exc, httpx.DecodingError):
-        return ProtocolError(f"{provider}: undecodable response body: {detail}", provider=provider)
-    return NetworkError(f"{provider}: {type(exc).__name__}: {detail}", provider=provider)
+        return ProtocolError(
+            f"{provider}: undecodable response body ({name}): {detail}", provider=provider
+        )
+    return NetworkError(f"{provider}: {name}: {detail}", provider=provider)

@@ -72,6 +72,7 @@ __all__ = [
     "error_message_from_body",
     "parse_retry_after",
     "redact",
+    "secret_forms",
 ]
 
 _REDACTED = "[REDACTED]"
@@ -83,6 +84,27 @@ def redact(text: str, secrets: Iterable[str | None]) -> str:
         if secret:
             text = text.replace(secret, _REDACTED)
     return text
+
+
+def secret_forms(secrets: Iterable[str | None]) -> tuple[str, ...]:
+    """Every non-empty secret plus the escaped forms it takes when a value is rendered.
+
+    Exact-string redaction misses a secret shown through ``repr`` of a str or of its
+    bytes (``b'Bearer tok\\nX'``, ``\\xc3\\xa9``), ``unicode_escape`` or JSON
+    (``\\u00e9``); pass the result to :func:`redact` instead of the bare secrets.
+    Longest first, so a form is never half-replaced by a shorter one.
+    """
+    forms: set[str] = set()
+    for secret in secrets:
+        if not secret:
+            continue
+        forms.add(secret)
+        forms.add(repr(secret)[1:-1])
+        forms.add(json.dumps(secret)[1:-1])
+        forms.add(secret.encode("unicode_escape").decode("ascii"))
+        for encoding in ("utf-8", "latin-1"):
+            forms.add(repr(secret.encode(encoding, "backslashreplace"))[2:-1])
+    return tuple(sorted((f for f in forms if f), key=lambda f: (-len(f), f)))
 
 
 class TpxError(Exception):

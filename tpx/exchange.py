@@ -95,6 +95,7 @@ from tpx.errors import (
     UnsupportedError,
     error_for_status,
     redact,
+    secret_forms,
 )
 from tpx.translate import request_to_openai, response_to_messages, tool_result_ids
 from tpx.translate.stream import (
@@ -322,7 +323,8 @@ class Exchange:
         self._provider = provider
         self._max_turns = max_turns
         self._model = model
-        self._secrets: tuple[str, ...] = tuple(s for s in secrets if s)
+        # Every rendered form of each secret (repr / bytes repr / JSON escapes too).
+        self._secrets: tuple[str, ...] = secret_forms(secrets)
         self._turn = 0
         self._phase: Phase = "idle"
         self._pending: frozenset[str] = frozenset()

@@ -36,6 +36,14 @@ Credentials never appear in ``repr``/``str``, logs or error messages, and only
 the selected provider's credential is kept: the Anthropic request carries
 ``x-api-key`` and never ``Authorization``; the TPX request carries
 ``Authorization: Bearer`` and never ``x-api-key``. Redirects are not followed.
+
+A credential must be printable ASCII without whitespace (API keys and bearer tokens
+are token68-like): anything else is refused at boot with a
+:class:`~tpx.errors.ConfigurationError` naming the variable or argument, never the
+value. A :class:`~tpx.errors.ModelError` raised for a transport failure is not
+chained to the httpx exception (whose message and ``.request.headers`` may hold the
+credential): ``__cause__`` and ``__context__`` are ``None`` and the message keeps the
+httpx exception's class name and redacted text.
 """
 
 from __future__ import annotations
@@ -50,7 +58,14 @@ import attrs
 import httpx
 
 from tpx._http import error_from_httpx
-from tpx.errors import ConfigurationError, ExchangeStateError, ModelError, NetworkError
+from tpx.errors import (
+    ConfigurationError,
+    ExchangeStateError,
+    ModelError,
+    NetworkError,
+    redact,
+    secret_forms,
+)
 from tpx.exchange import Exchange, OutboundRequest, Provider, select_provider
 from tpx.translate.stream import serialize_event
 
@@ -96,6 +111,32 @@ def _pick(explicit: str | None, env: Mapping[str, str], name: str) -> str | None
     return value.strip() if value and value.strip() else None
 
 
+def _credential_problem(value: str) -> str | None:
+    """Why *value* cannot be a credential (token68-like: printable ASCII, no spaces)."""
+    if not value.isascii():
+        return "contains a non-ASCII character"
+    if any(c.isspace() for c in value):
+        return "contains whitespace (a space, tab or line break)"
+    if not value.isprintable():
+        return "contains a control character"
+    return None
+
+
+def _check_credential(value: str, explicit: str | None, name: str, argument: str) -> str:
+    problem = _credential_problem(value)
+    if problem is not None:
+        where = (
+            f"the {argument}= argument"
+            if explicit is not None
+            else f"the {name} environment variable"
+        )
+        raise ConfigurationError(
+            f"{where} is not a valid credential: it {problem}; API keys and tokens are "
+            "printable ASCII without spaces (the value is not shown)"
+        )
+    return value
+
+
 def _base_url(raw: str, name: str) -> str:
     try:
         url = httpx.URL(raw)
@@ -126,11 +167,13 @@ def _configure(
     provider = select_provider(key is not None, token is not None)
     if provider is Provider.ANTHROPIC:
         assert key is not None
+        key = _check_credential(key, api_key, "ANTHROPIC_API_KEY", "api_key")
         raw = _pick(anthropic_base_url, environ, "ANTHROPIC_BASE_URL")
         base = _base_url(raw or DEFAULT_ANTHROPIC_BASE_URL, "ANTHROPIC_BASE_URL")
         return _Config(provider, base, _Secret(key), None)
     if provider is Provider.TPX:
         assert token is not None
+        token = _check_credential(token, oauth_token, "TPX_OAUTH_TOKEN", "oauth_token")
         raw = _pick(tpx_base_url, environ, "TPX_BASE_URL")
         if raw is None:
             raise ConfigurationError(
@@ -169,7 +212,8 @@ class _Core:
     __str__ = __repr__
 
     def _secrets(self) -> tuple[str, ...]:
-        return (self._secret.value,) if self._secret else ()
+        """The credential in every form it may take inside an error text."""
+        return secret_forms((self._secret.value,)) if self._secret else ()
 
     def _auth_headers(self) -> dict[str, str]:
         assert self._secret is not None
@@ -204,10 +248,52 @@ class _Core:
             raise error
         return self.exchange.send(request)
 
-    def _transport_failed(self, exc: httpx.HTTPError) -> ModelError:
+    def _open(self, client: httpx.Client | httpx.AsyncClient, request: Mapping[str, Any]) -> Any:
+        """``CallerSend`` and the HTTP request built from it.
+
+        Once the exchange is in ``req`` nothing may leave it there: a failure while
+        building (a header httpx refuses, a bug) is ``ProviderFail``. An ``Exception`` is
+        replaced by a :class:`NetworkError` raised outside the handler (no ``__cause__`` /
+        ``__context__``: the original may hold the credential being put into a header);
+        cancellation and other ``BaseException`` are re-raised as they are.
+        """
+        out = self._start(request)
+        try:
+            return self._build(client, out)
+        except Exception as exc:
+            error = self._local_failure(exc, "could not build the HTTP request")
+        except BaseException:
+            self._interrupted()
+            raise
+        raise error
+
+    def _local_failure(self, exc: Exception, what: str) -> ModelError:
+        """``ProviderFail`` for *exc*, an error raised on this side of the wire."""
+        if isinstance(exc, httpx.HTTPError):
+            return self._transport_failed(exc)
+        secrets = self._secrets()
+        detail = redact(str(exc), secrets)
+        name = type(exc).__name__
         error = self.exchange.fail(
-            error_from_httpx(exc, provider=self.provider.name, secrets=self._secrets())
+            NetworkError(
+                f"{self.provider.name}: {what}: {name}" + (f": {detail}" if detail else ""),
+                provider=self.provider.name,
+            )
         )
+        logger.info("tpx exchange failed: %s: %s", error.code, error.message)
+        return error
+
+    def _transport_failed(self, exc: httpx.HTTPError) -> ModelError:
+        """``ProviderFail`` for an httpx failure: the redacted, *unchained* error to raise.
+
+        The caller raises it outside its ``except`` block, so the httpx exception (whose
+        message and ``.request.headers`` may carry the credential) is neither the
+        ``__cause__`` nor the ``__context__`` of what the caller sees.
+        """
+        mapped = error_from_httpx(exc, provider=self.provider.name, secrets=self._secrets())
+        if self.exchange.phase != "req":  # nothing to fail: only hand back the mapped error
+            return mapped
+        error = self.exchange.fail(mapped)
         logger.info("tpx exchange failed: %s: %s", error.code, error.message)
         return error
 
@@ -284,8 +370,10 @@ class _Core:
         return [serialize_event(event) for event in events]
 
     def _stream_broken(self, exc: httpx.HTTPError, started: bool) -> tuple[list[bytes], ModelError]:
+        """The bytes still to yield and the error to raise when the body read failed."""
+        in_flight = self.exchange.phase == "req"
         error = self._transport_failed(exc)
-        return ([serialize_event(error.body())] if started else []), error
+        return ([serialize_event(error.body())] if started and in_flight else []), error
 
     def _stream_abandoned(self) -> None:
         if self.exchange.phase == "req":
@@ -335,7 +423,7 @@ class Transport(_Core):
         the tool_results do not answer the pending tool_uses (raises
         :class:`~tpx.errors.PairingError`, nothing built).
         """
-        http_request = self._build(self.client, self._start(request))
+        http_request = self._open(self.client, request)
         assert isinstance(http_request, httpx.Request)
         return http_request
 
@@ -353,11 +441,14 @@ class Transport(_Core):
         try:
             response = self.client.send(http_request, follow_redirects=False)
         except httpx.HTTPError as exc:
-            raise self._transport_failed(exc) from exc
+            error = self._transport_failed(exc)
         except BaseException:
             self._interrupted()
             raise
-        self._receive(response)
+        else:
+            self._receive(response)
+            return
+        raise error  # outside the handler: not chained to the httpx exception
 
     def finish(self) -> dict[str, Any]:
         """``Deliver``: the Messages-shaped response body of the exchange."""
@@ -384,20 +475,28 @@ class Transport(_Core):
         """
         http_request = self.begin(self._stream_request(request))
         started = False
+        # httpx failures are mapped inside the handlers and raised outside them, so
+        # the ModelError is never chained to the httpx exception (see _transport_failed).
+        error: ModelError | None = None
         try:
             try:
                 response = self.client.send(http_request, stream=True, follow_redirects=False)
             except httpx.HTTPError as exc:
-                raise self._transport_failed(exc) from exc
+                error = self._transport_failed(exc)
+            if error is not None:
+                raise error
             try:
                 ok = 200 <= response.status_code < 300
+                body = b""
                 try:
                     body = b"" if ok else response.read()
                 except httpx.HTTPError as exc:
-                    raise self._transport_failed(exc) from exc
+                    error = self._transport_failed(exc)
+                if error is not None:
+                    raise error
                 self._stream_start(response, body)
                 finished = False
-                error: ModelError | None = None
+                tail: list[bytes] = []
                 try:
                     for chunk in response.iter_bytes():
                         events, finished, error = self._advance(
@@ -414,12 +513,9 @@ class Transport(_Core):
                             started = True
                             yield data
                 except httpx.HTTPError as exc:
-                    if self.exchange.phase != "req":
-                        raise
                     tail, error = self._stream_broken(exc, started)
-                    for data in tail:
-                        yield data
-                    raise error from exc
+                for data in tail:
+                    yield data
                 if error is not None:
                     raise error
             finally:
@@ -453,36 +549,45 @@ class AsyncTransport(_Core):
 
     async def create(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """Run one exchange; return the Messages response body or raise a ModelError."""
-        out = self._start(request)
-        http_request = self._build(self.client, out)
+        http_request = self._open(self.client, request)
         try:
             response = await self.client.send(http_request, follow_redirects=False)
         except httpx.HTTPError as exc:
-            raise self._transport_failed(exc) from exc
+            error = self._transport_failed(exc)
         except BaseException:  # cancellation included: the exchange must not stay in "req"
             self._interrupted()
             raise
-        return self._finish(response)
+        else:
+            return self._finish(response)
+        raise error  # outside the handler: not chained to the httpx exception
 
     async def stream(self, request: Mapping[str, Any]) -> AsyncIterator[bytes]:
         """:meth:`Transport.stream` over ``httpx.AsyncClient`` (same failure rules;
         cancellation and ``aclose()`` of the iterator are ``ProviderFail``)."""
-        http_request = self._build(self.client, self._start(self._stream_request(request)))
+        http_request = self._open(self.client, self._stream_request(request))
         started = False
+        # httpx failures are mapped inside the handlers and raised outside them, so
+        # the ModelError is never chained to the httpx exception (see _transport_failed).
+        error: ModelError | None = None
         try:
             try:
                 response = await self.client.send(http_request, stream=True, follow_redirects=False)
             except httpx.HTTPError as exc:
-                raise self._transport_failed(exc) from exc
+                error = self._transport_failed(exc)
+            if error is not None:
+                raise error
             try:
                 ok = 200 <= response.status_code < 300
+                body = b""
                 try:
                     body = b"" if ok else await response.aread()
                 except httpx.HTTPError as exc:
-                    raise self._transport_failed(exc) from exc
+                    error = self._transport_failed(exc)
+                if error is not None:
+                    raise error
                 self._stream_start(response, body)
                 finished = False
-                error: ModelError | None = None
+                tail: list[bytes] = []
                 try:
                     async for chunk in response.aiter_bytes():
                         events, finished, error = self._advance(
@@ -499,12 +604,9 @@ class AsyncTransport(_Core):
                             started = True
                             yield data
                 except httpx.HTTPError as exc:
-                    if self.exchange.phase != "req":
-                        raise
                     tail, error = self._stream_broken(exc, started)
-                    for data in tail:
-                        yield data
-                    raise error from exc
+                for data in tail:
+                    yield data
                 if error is not None:
                     raise error
             finally:

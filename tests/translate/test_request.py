@@ -434,3 +434,57 @@ def test_pairing_helpers() -> None:
     assert tool_result_ids(request) == [CALL_B, CALL_B]
     assert tool_ids_in_request(request) == ([CALL_A, CALL_B], [CALL_B, CALL_B])
     assert tool_result_ids(_request([{"role": "user", "content": "x"}])) == []
+
+
+# -- is_error and stop_sequences: only what the Messages API itself accepts -----------------
+
+
+@pytest.mark.parametrize("is_error", [0, 1, 0.0, "true", "false", "", [], {}])
+def test_is_error_must_be_a_real_boolean(is_error: Any) -> None:
+    for content in ("out", [{"type": "text", "text": "out"}], None):
+        result: dict[str, Any] = {
+            "type": "tool_result",
+            "tool_use_id": CALL_A,
+            "is_error": is_error,
+        }
+        if content is not None:
+            result["content"] = content
+        request = _request(
+            _tool_turn(result, {"type": "tool_result", "tool_use_id": CALL_B, "content": "b"})
+        )
+        with pytest.raises(ProtocolError, match="is_error must be a boolean") as info:
+            request_to_openai(request)
+        assert info.value.status == 400
+        with pytest.raises(ProtocolError, match="is_error must be a boolean"):
+            request_bytes_to_openai(orjson.dumps(request))
+
+
+@pytest.mark.parametrize(("is_error", "prefixed"), [(True, True), (False, False), (None, False)])
+def test_is_error_booleans_and_null_are_accepted(is_error: bool | None, prefixed: bool) -> None:
+    result = {"type": "tool_result", "tool_use_id": CALL_A, "content": "out", "is_error": is_error}
+    body = _translate(
+        _request(
+            _tool_turn(result, {"type": "tool_result", "tool_use_id": CALL_B, "content": "b"})
+        ),
+        sdk=is_error is not None,
+    ).body
+    tool = next(m for m in body["messages"] if m.get("tool_call_id") == "call_a")
+    assert tool["content"] == ("[tool error] out" if prefixed else "out")
+
+
+def test_more_than_four_stop_sequences_are_all_sent_with_a_warning() -> None:
+    stops = ["A", "B", "C", "D", "E"]
+    translation = _translate(_request([{"role": "user", "content": "hi"}], stop_sequences=stops))
+    assert translation.body["stop"] == stops
+    assert any("at most 4" in w and "5 entries" in w for w in translation.warnings)
+    four = _translate(_request([{"role": "user", "content": "hi"}], stop_sequences=stops[:4]))
+    assert four.body["stop"] == stops[:4]
+    assert four.warnings == ()
+
+
+@pytest.mark.parametrize("stops", [[""], ["END", ""], ["", "", ""]])
+def test_empty_stop_sequences_are_refused(stops: list[str]) -> None:
+    with pytest.raises(ProtocolError, match="empty strings") as info:
+        request_to_openai(_request([{"role": "user", "content": "hi"}], stop_sequences=stops))
+    assert info.value.status == 400
+    assert info.value.body()["error"]["type"] == "invalid_request_error"

@@ -303,3 +303,50 @@ def test_standard_fixture_is_a_real_chat_completion() -> None:
     """The fixtures' skeleton is what the OpenAI SDK parses (so quirks are the only oddity)."""
     validate_openai_response(QUIRKS["cached_usage"])
     validate_openai_response(QUIRKS["mistral_ids"])
+
+
+# -- usage: counts must be non-negative integers ------------------------------------------
+
+
+def _with_usage(**usage: Any) -> dict[str, Any]:
+    body = copy.deepcopy(QUIRKS["cached_usage"])
+    body["usage"] = {**body["usage"], **usage}
+    return body
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        {"prompt_tokens": -3},
+        {"completion_tokens": -1},
+        {"prompt_tokens_details": {"cached_tokens": -5}},
+        {"prompt_tokens": 1.5},
+        {"completion_tokens": "3"},
+        {"completion_tokens": True},
+        {"prompt_tokens_details": {"cached_tokens": 2.0}},
+    ],
+)
+def test_negative_or_non_integer_usage_is_a_protocol_error(usage: dict[str, Any]) -> None:
+    for body in (_with_usage(**usage), _simple_with_usage(**usage)):
+        with pytest.raises(ProtocolError, match="usage token counts"):
+            response_to_messages(body)
+        with pytest.raises(ProtocolError, match="usage token counts"):
+            response_bytes_to_messages(orjson.dumps(body))
+
+
+def _simple_with_usage(**usage: Any) -> dict[str, Any]:
+    """A body the fast path would take, but for its usage."""
+    return {
+        "id": "c1",
+        "object": "chat.completion",
+        "model": "m",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6, **usage},
+    }
+
+
+def test_zero_usage_is_fine() -> None:
+    body = _simple_with_usage(prompt_tokens=0, completion_tokens=0)
+    assert _translate(body)["usage"]["input_tokens"] == 0

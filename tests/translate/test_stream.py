@@ -660,3 +660,52 @@ def test_completion_helper_round_trip_sanity() -> None:
     assert message(translate(sse(stream_of(body))))["content"] == [
         {"type": "text", "text": "hello"}
     ]
+
+
+# -- usage in streams: the same rule as the non-streamed path ---------------------------
+
+
+@pytest.mark.parametrize("usage_chunk", [True, False])
+@pytest.mark.parametrize(
+    "usage",
+    [
+        {"prompt_tokens": -3, "completion_tokens": 1},
+        {"prompt_tokens": 3, "completion_tokens": -1},
+        {
+            "prompt_tokens": 3,
+            "completion_tokens": 1,
+            "prompt_tokens_details": {"cached_tokens": -1},
+        },
+        {"prompt_tokens": 3.0, "completion_tokens": 1},
+    ],
+)
+def test_stream_negative_or_non_integer_usage_is_a_protocol_error(
+    usage: dict[str, Any], usage_chunk: bool
+) -> None:
+    body = {**QUIRKS["cached_usage"], "usage": usage}
+    with pytest.raises(errors.ProtocolError, match="usage token counts"):
+        translate(sse(stream_of(body, usage_chunk=usage_chunk)))
+
+
+# -- the package re-exports the streaming API ----------------------------------------------
+
+
+def test_streaming_api_is_reexported_from_the_package() -> None:
+    import tpx.translate
+    import tpx.translate.stream
+
+    names = [
+        "SSEParser",
+        "SSEEvent",
+        "serialize_event",
+        "OpenAIStreamTranslator",
+        "AnthropicStreamReader",
+        "MessageAccumulator",
+    ]
+    for name in names:
+        assert getattr(tpx.translate, name) is getattr(tpx.translate.stream, name)
+        assert name in tpx.translate.__all__
+    doc = tpx.translate.__doc__
+    assert doc is not None
+    assert "Streaming" in doc
+    assert all(name in doc for name in names)

@@ -1,4 +1,4 @@
-"""Messages <-> Chat Completions translation (requests out, responses back).
+"""Messages <-> Chat Completions translation (requests out, responses back), streaming too.
 
 Entry points
 ------------
@@ -12,6 +12,17 @@ Entry points
     functions; warnings are appended to *warnings* when a list is given.
 ``tool_use_ids`` / ``tool_result_ids`` / ``tool_ids_in_request`` (pairing.py) and the
 id codec (ids.py: ``to_caller_id``, ``to_foreign_id``, ``decode_caller_id``, ``wire_id``).
+
+Streaming (stream.py, sans-I/O like the rest; re-exported here)
+    ``SSEParser`` (incremental ``text/event-stream`` parser: bytes in any chunking ->
+    ``SSEEvent``), ``OpenAIStreamTranslator`` (Chat Completions chunks -> Messages stream
+    events: ``message_start``, live text / thinking blocks, whole ``tool_use`` blocks,
+    ``message_delta``, ``message_stop``), ``AnthropicStreamReader`` (native Messages
+    streams passed through, parsed and checked), ``MessageAccumulator`` (Messages events ->
+    the final Messages body) and ``serialize_event`` (an event -> ``event:``/``data:``
+    bytes). A streamed response and the same response non-streamed give the same
+    Messages content; the tool-call assembly rules are the docstring of
+    :mod:`tpx.translate.stream`.
 
 ``Translation.warnings`` lists every feature dropped on the way (one message each).
 Errors: a malformed caller request raises :class:`tpx.errors.ProtocolError` with
@@ -39,7 +50,9 @@ user ``tool_result``               one ``role: tool`` message per call with
                                    ``tool_call_id`` = exactly the provider's id
                                    (decoded); string or text-block content
 ``is_error: true``                 content prefixed ``"[tool error] "`` (just
-                                   ``"[tool error]"`` when empty) -- visible to the model
+                                   ``"[tool error]"`` when empty) -- visible to the model;
+                                   only ``true`` / ``false`` / absent / ``null`` are
+                                   accepted (``0``, ``1``, ``"true"`` -> 400)
 images inside a ``tool_result``    moved, in place, into the user message that follows
                                    the tool messages; the tool message says
                                    ``[N image(s) from this tool result follow in the
@@ -53,7 +66,9 @@ ordering                           the assistant message with tool_calls is foll
 ``tool_choice`` auto/any/tool/none ``"auto"`` / ``"required"`` / ``{"type":
                                    "function", "function": {"name"}}`` / ``"none"``
 ``disable_parallel_tool_use``      ``parallel_tool_calls: false``
-``stop_sequences``                 ``stop`` (empty list -> omitted)
+``stop_sequences``                 ``stop`` (empty list -> omitted; more than 4 are
+                                   all sent -- OpenAI takes at most 4, other servers
+                                   more -- with a warning; an empty string -> 400)
 ``temperature``, ``top_p``         unchanged (not rescaled)
 ``max_tokens``                     ``max_tokens``, never clamped
 ``metadata.user_id``               ``user``
@@ -116,7 +131,9 @@ null / unknown                     ``end_turn`` with a warning
                                    ``cache_read_input_tokens = prompt_tokens_details.
                                    cached_tokens``, ``output_tokens =
                                    completion_tokens``, ``cache_creation_input_tokens =
-                                   0`` (not reported by OpenAI); missing -> zeros + warning
+                                   0`` (not reported by OpenAI); missing -> zeros + warning;
+                                   a negative or non-integer count -> ProtocolError
+                                   (streams too)
 ``id``                             kept; missing/empty -> ``msg_tpx_`` + 32 hex of the
                                    SHA-256 of the body's canonical (sorted-key) JSON
 ``model`` (``model=`` kwarg wins)  ``model``; neither -> ``"unknown"`` + warning
@@ -170,10 +187,23 @@ from tpx.translate.response import (
     translate_response,
     usage_to_messages,
 )
+from tpx.translate.stream import (
+    AnthropicStreamReader,
+    MessageAccumulator,
+    OpenAIStreamTranslator,
+    SSEEvent,
+    SSEParser,
+    serialize_event,
+)
 
 __all__ = [
     "REASONING_SIGNATURE",
     "TOOL_ERROR_PREFIX",
+    "AnthropicStreamReader",
+    "MessageAccumulator",
+    "OpenAIStreamTranslator",
+    "SSEEvent",
+    "SSEParser",
     "Translation",
     "decode_caller_id",
     "error_message",
@@ -182,6 +212,7 @@ __all__ = [
     "request_to_openai",
     "response_bytes_to_messages",
     "response_to_messages",
+    "serialize_event",
     "stop_reason",
     "to_caller_id",
     "to_foreign_id",

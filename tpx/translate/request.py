@@ -80,6 +80,8 @@ _MISSING = object()
 _dumps = orjson.dumps
 _CACHE_WARNING = "cache_control dropped: prompt caching has no Chat Completions equivalent"
 _CITATIONS_WARNING = "citations on text blocks dropped"
+#: OpenAI's limit on ``stop``; other OpenAI-compatible servers take more, so more are sent.
+OPENAI_MAX_STOP = 4
 
 
 def _bad(message: str) -> NoReturn:
@@ -197,7 +199,7 @@ def _tool_message(
             parts[0] = {"type": "text", "text": f"{TOOL_ERROR_PREFIX} {parts[0]['text']}"}
         else:
             parts.insert(0, {"type": "text", "text": TOOL_ERROR_PREFIX})
-    elif is_error not in (False, None):
+    elif is_error is not None and is_error is not False:  # 0 == False, but is not a bool
         _bad("tool_result is_error must be a boolean")
     if "cache_control" in block:
         st.cache()
@@ -557,6 +559,13 @@ def translate_request(request: Any, model: str | None, st: _State) -> dict[str, 
         stops = request["stop_sequences"]
         if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
             _bad("stop_sequences must be a list of strings")
+        if not all(stops):
+            _bad("stop_sequences must not contain empty strings")
+        if len(stops) > OPENAI_MAX_STOP:
+            st.warn(
+                f"stop_sequences has {len(stops)} entries: OpenAI accepts at most "
+                f"{OPENAI_MAX_STOP} (all are sent; other OpenAI-compatible servers take more)"
+            )
         if stops:
             body["stop"] = list(stops)
     if "metadata" in request:

@@ -136,6 +136,8 @@ def usage_to_messages(usage: Any, warnings: list[str]) -> dict[str, Any]:
         cached = 0
     if not (_is_int(prompt) and _is_int(completion) and _is_int(cached)):
         _bad("usage token counts must be integers")
+    if prompt < 0 or completion < 0 or cached < 0:
+        _bad("usage token counts must not be negative")
     return {
         "input_tokens": max(prompt - cached, 0),
         "output_tokens": completion,
@@ -199,10 +201,10 @@ def _fast_response(response: Any, model: str | None, nonce: str | None) -> dict[
     Taken only for a body that needs no warning and raises no error: one choice, a message
     of exactly ``role`` + ``content`` (+ a non-empty ``tool_calls``), string or null content,
     well-formed function calls with JSON-object arguments, ``finish_reason: stop`` without a
-    stop string (or tool calls), integer usage, a string id and model. Everything else --
-    including every error -- returns ``None`` before any side effect, and the general path
-    then produces exactly what it always did. Subscripts (``KeyError`` -> ``None``) instead
-    of ``.get`` keep it cheap.
+    stop string (or tool calls), non-negative integer usage, a string id and model.
+    Everything else -- including every error -- returns ``None`` before any side effect, and
+    the general path then produces exactly what it always did. Subscripts (``KeyError`` ->
+    ``None``) instead of ``.get`` keep it cheap.
     """
     try:
         choices = response["choices"]
@@ -223,10 +225,10 @@ def _fast_response(response: Any, model: str | None, nonce: str | None) -> dict[
         else:
             return None
         if len(message) == 2:
-            if (
-                choice["finish_reason"] != "stop"
-                or choice.get("stop_reason") is not None
-                or choice.get("matched_stop") is not None
+            if choice["finish_reason"] != "stop" or (
+                # == .get(...) is not None, without two method calls
+                ("stop_reason" in choice and choice["stop_reason"] is not None)
+                or ("matched_stop" in choice and choice["matched_stop"] is not None)
             ):
                 return None
             reason = "end_turn"
@@ -235,7 +237,7 @@ def _fast_response(response: Any, model: str | None, nonce: str | None) -> dict[
             if len(message) != 3 or calls.__class__ is not list or not calls:
                 return None
             if nonce is None:  # == new_nonce(), faster than formatting the int
-                nonce = _getrandbits(48).to_bytes(6, "big").hex()
+                nonce = _getrandbits(48).to_bytes(6).hex()  # big-endian by default
             position = -1
             for call in calls:
                 position += 1  # cheaper than enumerate() for 1-3 calls
@@ -279,6 +281,9 @@ def _fast_response(response: Any, model: str | None, nonce: str | None) -> dict[
         prompt.__class__ is not int
         or completion.__class__ is not int
         or cached.__class__ is not int
+        or prompt < 0  # a negative count: the general path refuses it
+        or completion < 0
+        or cached < 0
         or message_id.__class__ is not str
         or not message_id
         or name.__class__ is not str
@@ -428,7 +433,14 @@ def translate_response(
         cached = details.get("cached_tokens") if details.__class__ is dict else None
         if cached is None:
             cached = 0
-        if prompt.__class__ is int and completion.__class__ is int and cached.__class__ is int:
+        if (
+            prompt.__class__ is int
+            and completion.__class__ is int
+            and cached.__class__ is int
+            and prompt >= 0  # else usage_to_messages refuses it
+            and completion >= 0
+            and cached >= 0
+        ):
             usage = {
                 "input_tokens": prompt - cached if prompt > cached else 0,
                 "output_tokens": completion,
