@@ -27,7 +27,11 @@ SPEC = Path(__file__).parents[1] / "spec" / "TpxTransport.tla"
     ("tool_ids", "max_turns"), [(2, 3), (4, 6), (7, 4), (7, 6), (8, 4), (8, 6)]
 )
 def test_explorer_vs_tlc(
-    benchmark: BenchmarkFixture, tmp_path: Path, tool_ids: int, max_turns: int
+    benchmark: BenchmarkFixture,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    tool_ids: int,
+    max_turns: int,
 ) -> None:
     ids = frozenset(ModelValue(f"t{i}") for i in range(1, tool_ids + 1))
     cfg = with_constants(load_cfg(SPEC.with_suffix(".cfg")), ToolIds=ids, MaxTurns=max_turns)
@@ -51,7 +55,9 @@ def test_explorer_vs_tlc(
     benchmark.extra_info.update(
         distinct=result.distinct, tlc_wall_s=round(tlc_s, 3), explorer_over_tlc=round(ratio, 3)
     )
-    print(
-        f"\n[explore-vs-tlc] ToolIds={tool_ids} MaxTurns={max_turns} distinct={result.distinct:,} "
-        f"tlc={tlc_s:.2f}s explorer={mirror_s:.2f}s ratio={ratio:.2f}"
-    )
+    with capsys.disabled():
+        print(
+            f"\n[explore-vs-tlc] ToolIds={tool_ids} MaxTurns={max_turns} "
+            f"distinct={result.distinct:,} tlc={tlc_s:.2f}s explorer={mirror_s:.2f}s "
+            f"ratio={ratio:.2f}"
+        )
