@@ -227,9 +227,12 @@ def _assistant(content: Any, out: list[dict[str, Any]], st: _State, index: int) 
         return callers
     if content.__class__ is not list:
         _bad(f"messages[{index}].content must be a string or a list of blocks")
-    parts: list[dict[str, Any]] = []
+    # The common turn has at most one text: it is kept as a string (``first``) and the
+    # list of parts is only built from a second text on; ``reasoning`` is rare, built lazily.
+    first: str | None = None
+    parts: list[dict[str, Any]] | None = None
     calls: list[dict[str, Any]] = []
-    reasoning: list[str] = []
+    reasoning: list[str] | None = None
     for block in content:
         if block.__class__ is not dict:
             _bad(f"messages[{index}].content blocks must be objects")
@@ -267,14 +270,22 @@ def _assistant(content: Any, out: list[dict[str, Any]], st: _State, index: int) 
             if text.__class__ is not str:
                 _bad("text block without a string text")
             if text:
-                parts.append({"type": "text", "text": text})
+                if first is None:
+                    first = text
+                elif parts is None:
+                    parts = [{"type": "text", "text": first}, {"type": "text", "text": text}]
+                else:
+                    parts.append({"type": "text", "text": text})
             if block.get("citations"):
                 st.warn(_CITATIONS_WARNING)
         elif kind == "thinking":
             if block.get("signature") == REASONING_SIGNATURE:
                 thought = block.get("thinking")
                 if isinstance(thought, str) and thought:
-                    reasoning.append(thought)
+                    if reasoning is None:
+                        reasoning = [thought]
+                    else:
+                        reasoning.append(thought)
             else:
                 st.warn("thinking blocks not produced by this provider dropped")
         elif kind == "redacted_thinking":
@@ -287,7 +298,7 @@ def _assistant(content: Any, out: list[dict[str, Any]], st: _State, index: int) 
             _unsupported(f"unknown content block type {kind!r} in an assistant message")
         if "cache_control" in block:
             st.cache()
-    if not parts and not calls:
+    if first is None and not calls:
         if reasoning:
             thoughts = "".join(reasoning)
             out.append({"role": "assistant", "content": "", "reasoning_content": thoughts})
@@ -295,8 +306,8 @@ def _assistant(content: Any, out: list[dict[str, Any]], st: _State, index: int) 
             st.warn(f"messages[{index}]: assistant message with nothing to carry dropped")
         return callers
     message: dict[str, Any] = {"role": "assistant"}
-    if parts:
-        message["content"] = parts[0]["text"] if len(parts) == 1 else parts
+    if first is not None:
+        message["content"] = first if parts is None else parts
     if calls:
         message["tool_calls"] = calls
     if reasoning:
@@ -323,8 +334,14 @@ def _user(
         return
     if content.__class__ is not list:
         _bad(f"messages[{index}].content must be a string or a list of blocks")
-    parts: list[dict[str, Any]] = []
-    answers: dict[str, dict[str, Any]] = {}
+    # The user's other blocks (built on first need: most tool turns have none).
+    parts: list[dict[str, Any]] | None = None
+    # Tool messages answering the calls in the calls' order (the common case) go straight
+    # to *out*; ``answers`` (caller id -> tool message) is only built, from those already
+    # appended, once a result arrives out of order, and puts them in order at the end.
+    tools_at = len(out)
+    expected = iter(wire_of)
+    answers: dict[str, dict[str, Any]] | None = None
     for block in content:
         if block.__class__ is not dict:
             _bad(f"messages[{index}].content blocks must be objects")
@@ -337,37 +354,47 @@ def _user(
                     f"messages[{index}]: tool_result {caller_id!r} answers no tool_use of the "
                     "assistant turn before it"
                 )
-            if caller_id in answers:
+            if answers is None and caller_id != next(expected, None):
+                # the ones appended so far answer the first calls, in order
+                answers = dict(zip(wire_of, out[tools_at:], strict=False))
+                del out[tools_at:]
+            if answers is not None and caller_id in answers:
                 _bad(f"messages[{index}]: tool_use {caller_id!r} answered twice")
             result = block.get("content")
             is_error = block.get("is_error")
+            message: dict[str, Any] | None = None
             if (is_error is None or is_error is False) and "cache_control" not in block:
                 if result.__class__ is str:
-                    answers[caller_id] = {"role": "tool", "tool_call_id": wire, "content": result}
-                    continue
-                if result.__class__ is list and len(result) == 1:
+                    message = {"role": "tool", "tool_call_id": wire, "content": result}
+                elif result.__class__ is list and len(result) == 1:
                     only = result[0]
                     if only.__class__ is dict and len(only) == 2 and only.get("type") == "text":
                         text = only.get("text")
                         if text.__class__ is str:
-                            answers[caller_id] = {
-                                "role": "tool",
-                                "tool_call_id": wire,
-                                "content": text,
-                            }
-                            continue
-            answers[caller_id] = _tool_message(block, wire, parts, st)
+                            message = {"role": "tool", "tool_call_id": wire, "content": text}
+            if message is None:
+                if parts is None:
+                    parts = []
+                message = _tool_message(block, wire, parts, st)
+            if answers is None:
+                out.append(message)
+            else:
+                answers[caller_id] = message
         elif kind == "text":
             text = block.get("text")
             if text.__class__ is not str:
                 _bad("text block without a string text")
             if text:
+                if parts is None:
+                    parts = []
                 parts.append({"type": "text", "text": text})
             if block.get("citations"):
                 st.warn(_CITATIONS_WARNING)
             if "cache_control" in block:
                 st.cache()
         elif kind == "image":
+            if parts is None:
+                parts = []
             parts.append(_image_part(block))
             if "cache_control" in block:
                 st.cache()
@@ -377,11 +404,16 @@ def _user(
             _unsupported(f"{kind} blocks")
         else:
             _unsupported(f"unknown content block type {kind!r} in a user message")
-    if len(answers) != len(wire_of):
-        missing = [caller for caller in wire_of if caller not in answers]
-        _bad(f"messages[{index}]: tool_use ids without a tool_result: {missing!r}")
-    if answers:  # one tool message per call, in the calls' order
-        out.extend(map(answers.__getitem__, wire_of))
+    if answers is None:
+        answered = len(out) - tools_at
+        if answered != len(wire_of):
+            missing = list(wire_of)[answered:]
+            _bad(f"messages[{index}]: tool_use ids without a tool_result: {missing!r}")
+    else:
+        if len(answers) != len(wire_of):
+            missing = [caller for caller in wire_of if caller not in answers]
+            _bad(f"messages[{index}]: tool_use ids without a tool_result: {missing!r}")
+        out.extend(map(answers.__getitem__, wire_of))  # one tool message per call, in order
     if parts:
         out.append({"role": "user", "content": _text_content(parts)})
     elif not wire_of:
@@ -512,7 +544,8 @@ def translate_request(request: Any, model: str | None, st: _State) -> dict[str, 
     out: list[dict[str, Any]] = []
     if "system" in request:
         _system(request["system"], out, st)
-    callers: dict[str, str] = {}
+    no_calls: dict[str, str] = {}  # shared by the turns without calls; never mutated
+    callers = no_calls
     last = len(messages) - 1
     for index, message in enumerate(messages):
         if message.__class__ is not dict:
@@ -523,7 +556,7 @@ def translate_request(request: Any, model: str | None, st: _State) -> dict[str, 
             _bad(f"messages[{index}] has no content")
         if role == "user":
             _user(content, out, st, index, callers)
-            callers = {}
+            callers = no_calls
         elif role == "assistant":
             if callers:
                 _bad(f"messages[{index - 1}]: tool_use ids without a tool_result")
