@@ -1,6 +1,7 @@
 """Replay throughput: behaviours/s and steps/s through the real transport (in-process fakes).
 
-Seed cfg (466 complete behaviours) on one core, and the ToolIds={t1..t4}, MaxTurns=6
+Seed cfg (466 complete behaviours) on one core, plain and streamed (every exchange through
+``Transport.stream``), and the ToolIds={t1..t4}, MaxTurns=6
 minimum edge cover (3,118 behaviours) on one core and on every core (chunks in a
 process pool). Figures go into ``extra_info``; nothing is asserted about time.
 """
@@ -20,8 +21,10 @@ SEED = Config.of(2, 3)
 BIG = Config.of(4, 6)
 
 
-def _replay(config: Config, behaviours: list[Behaviour], start: int = 0) -> int:
-    replayer = Replayer(config)
+def _replay(
+    config: Config, behaviours: list[Behaviour], start: int = 0, streaming: bool = False
+) -> int:
+    replayer = Replayer(config, streaming=streaming)
     replayer.replay_all(behaviours, start)
     replayer.close()
     return replayer.steps_done
@@ -54,6 +57,13 @@ def _rates(benchmark: Any, behaviours: int, steps: int) -> None:
 @pytest.mark.tlc
 def test_replay_seed_466(benchmark: Any, seed: list[Behaviour]) -> None:
     steps = benchmark.pedantic(_replay, args=(SEED, seed), rounds=5, iterations=1)
+    assert len(seed) == 466
+    _rates(benchmark, len(seed), steps)
+
+
+@pytest.mark.tlc
+def test_replay_seed_466_streamed(benchmark: Any, seed: list[Behaviour]) -> None:
+    steps = benchmark.pedantic(_replay, args=(SEED, seed, 0, True), rounds=5, iterations=1)
     assert len(seed) == 466
     _rates(benchmark, len(seed), steps)
 

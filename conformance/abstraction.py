@@ -15,6 +15,17 @@ Nothing here trusts the code under test's own bookkeeping of ids or shapes:
 * ``emitted`` from the fake provider's record of its last good reply;
 * ``gotShape`` from the structure of the last body handed to the caller.
 
+Streamed exchanges (the bodies are ``text/event-stream`` bytes) are read with this
+module's own SSE reader, never the code under test's: :func:`classify` tells a Messages
+event stream (``event: <type>`` lines whose data carry the same ``type``) from a Chat
+Completions chunk stream (``data: {chunk}`` ... ``data: [DONE]``), :func:`stream_pairs`
+assembles the tool calls of a streamed wire body (fragments joined per block / per
+``index``) with their planted ids, and :func:`assemble_messages` folds the events the
+caller received into the message the caller holds (``None`` when they are not a complete
+Messages stream). For a streamed delivery :func:`observe` takes the caller's raw bytes as
+``delivered``: ``gotShape`` is their shape and ``pending`` comes from the tool_use blocks
+of the message assembled from them.
+
 Sets cannot show duplicates, so :func:`observe` also reports multiset problems (an id twice
 on the wire or in a delivered body) as ``PairingInv`` problems, and keeps the four id
 variables as multisets too (:attr:`Observation.ids`: one entry per id occurrence it saw).
@@ -38,7 +49,18 @@ from tpx.model import Config, State
 from tpx.transport import Transport
 from tpx.values import ModelValue
 
-__all__ = ["ID_VARS", "Observation", "Wire", "classify", "observe", "wire_pairs"]
+__all__ = [
+    "ID_VARS",
+    "Observation",
+    "Wire",
+    "assemble_messages",
+    "classify",
+    "is_stream",
+    "observe",
+    "sse_events",
+    "stream_pairs",
+    "wire_pairs",
+]
 
 #: The spec variables holding sets of tool ids (kept as multisets by :class:`Observation`).
 ID_VARS = ("pending", "reqIds", "wireIds", "emitted")
@@ -69,8 +91,165 @@ class Wire:
         self.body, self.kind = None, "none"
 
 
+_MESSAGES_EVENTS = frozenset(
+    {
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+        "ping",
+        "error",
+    }
+)
+
+
+def is_stream(body: Any) -> bool:
+    """*body* is server-sent-event bytes (a streamed body), not a JSON document."""
+    if not isinstance(body, bytes | bytearray):
+        return False
+    head = bytes(body[:64]).lstrip(b"\xef\xbb\xbf").lstrip()
+    return head.startswith((b"event:", b"data:", b":"))
+
+
+def sse_events(data: bytes) -> list[tuple[str, str]]:
+    """(event name, data) of every complete event in *data* (a minimal SSE reader: ``\n``,
+    ``\r\n`` or ``\r`` line ends, comments, multi-line data; name ``"message"`` when
+    absent). An event not closed by a blank line is not complete and is left out."""
+    text = bytes(data).decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
+    events: list[tuple[str, str]] = []
+    name, lines = "", list[str]()
+    for line in text.split("\n")[:-1]:  # the last piece is not a terminated line
+        if not line:
+            if lines:
+                events.append((name or "message", "\n".join(lines)))
+            name, lines = "", []
+            continue
+        if line.startswith(":"):
+            continue
+        field, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if field == "data":
+            lines.append(value)
+        elif field == "event":
+            name = value
+    return events
+
+
+def _json_events(data: bytes) -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for name, payload in sse_events(data):
+        if payload.strip() == "[DONE]":
+            out.append((name, "[DONE]"))
+            continue
+        try:
+            out.append((name, orjson.loads(payload)))
+        except orjson.JSONDecodeError:
+            out.append((name, None))
+    return out
+
+
+def _classify_stream(data: bytes) -> str:
+    messages_marks = 0
+    openai_marks = 0
+    for name, body in _json_events(data):
+        if body == "[DONE]":
+            openai_marks += 1
+        elif isinstance(body, Mapping):
+            kind = body.get("type")
+            if kind in _MESSAGES_EVENTS and name == kind:
+                messages_marks += 1
+            elif body.get("object") == "chat.completion.chunk" or "choices" in body:
+                openai_marks += 1
+    if messages_marks and not openai_marks:
+        return "messages"
+    if openai_marks and not messages_marks:
+        return "openai"
+    return UNKNOWN_SHAPE
+
+
+def stream_pairs(data: bytes, shape: str) -> list[tuple[str, str | None]]:
+    """(foreign id, planted abstract id) of every tool call a streamed body carries, in
+    order: Messages ``tool_use`` blocks with their ``input_json_delta`` fragments joined,
+    or Chat Completions tool-call fragments joined per ``index``."""
+    ids: dict[Any, str] = {}
+    args: dict[Any, list[str]] = {}
+    for _, body in _json_events(data):
+        if not isinstance(body, Mapping):
+            continue
+        if shape == "messages":
+            kind, index = body.get("type"), body.get("index")
+            block = body.get("content_block")
+            delta = body.get("delta")
+            if kind == "content_block_start" and isinstance(block, Mapping):
+                if block.get("type") == "tool_use":
+                    ids[index] = str(block.get("id"))
+                    args[index] = []
+            elif kind == "content_block_delta" and index in args and isinstance(delta, Mapping):
+                args[index].append(str(delta.get("partial_json", "")))
+            continue
+        for choice in body.get("choices") or []:
+            delta = choice.get("delta") if isinstance(choice, Mapping) else None
+            for call in (delta or {}).get("tool_calls") or []:
+                key = call.get("index")
+                if call.get("id") and key not in ids:
+                    ids[key] = str(call.get("id"))
+                fn = call.get("function") or {}
+                args.setdefault(key, []).append(str(fn.get("arguments") or ""))
+    return [(ids.get(k, "?"), planted_id("".join(parts))) for k, parts in args.items()]
+
+
+def assemble_messages(data: bytes) -> dict[str, Any] | None:
+    """The Messages body a caller assembles from the stream *data*, or ``None`` unless it
+    is a complete, well-ordered Messages event stream (``message_start`` ...
+    ``message_stop``; tool inputs from their joined ``input_json_delta`` fragments)."""
+    message: dict[str, Any] | None = None
+    partial: dict[int, list[str]] = {}
+    for name, body in _json_events(data):
+        if not isinstance(body, Mapping) or body.get("type") != name:
+            return None
+        kind = name
+        if kind == "message_start" and message is None:
+            message = {**body["message"], "content": list(body["message"].get("content") or [])}
+        elif message is None or kind == "error":
+            return None
+        elif kind == "content_block_start":
+            if body.get("index") != len(message["content"]):
+                return None
+            block = dict(body.get("content_block") or {})
+            message["content"].append(block)
+            if block.get("type") == "tool_use":
+                partial[body["index"]] = []
+        elif kind == "content_block_delta":
+            index, delta = body.get("index"), body.get("delta") or {}
+            if not isinstance(index, int) or not 0 <= index < len(message["content"]):
+                return None
+            block = message["content"][index]
+            if delta.get("type") == "text_delta":
+                block["text"] = str(block.get("text", "")) + str(delta.get("text", ""))
+            elif delta.get("type") == "input_json_delta" and index in partial:
+                partial[index].append(str(delta.get("partial_json", "")))
+        elif kind == "content_block_stop":
+            index = body.get("index")
+            if index in partial:
+                text = "".join(partial.pop(index))
+                try:
+                    message["content"][index]["input"] = orjson.loads(text) if text else {}
+                except orjson.JSONDecodeError:
+                    return None
+        elif kind == "message_delta":
+            message.update(body.get("delta") or {})
+        elif kind == "message_stop":
+            return message if not partial else None
+    return None
+
+
 def classify(body: Any) -> str:
-    """``"messages"`` or ``"openai"`` by structure (requests and responses), else ``"unknown"``."""
+    """``"messages"`` or ``"openai"`` by structure (requests, responses and streamed
+    bodies: Messages event streams / Chat Completions chunk streams), else ``"unknown"``."""
+    if is_stream(body):
+        return _classify_stream(body)
     if isinstance(body, bytes | bytearray | str):
         try:
             body = orjson.loads(body)
@@ -195,9 +374,10 @@ def observe(
     wire: Wire,
     fake: FakeProvider | None,
     sent: Mapping[str, Any] | None,
-    delivered: Mapping[str, Any] | None,
+    delivered: Mapping[str, Any] | bytes | None,
 ) -> Observation:
-    """The spec state the real system is in (see the module docstring)."""
+    """The spec state the real system is in (see the module docstring). *delivered* is
+    the last body handed to the caller, or the bytes of the last stream it received."""
     problems: list[str] = []
     ex = transport.exchange
     provider = {
@@ -211,8 +391,12 @@ def observe(
     wire_ids: list[str] = []
     if wire.body is not None:
         wire_shape = classify(wire.body)
-        decoded = orjson.loads(wire.body) if wire_shape != UNKNOWN_SHAPE else {}
-        pairs = wire_pairs(decoded, wire_shape) if wire_shape != UNKNOWN_SHAPE else []
+        if wire_shape == UNKNOWN_SHAPE:
+            pairs = []
+        elif is_stream(wire.body):
+            pairs = stream_pairs(wire.body, wire_shape)
+        else:
+            pairs = wire_pairs(orjson.loads(wire.body), wire_shape)
         table = fake.table if fake is not None else {}
         good: list[str] = []
         for fid, aid in pairs:
@@ -246,8 +430,16 @@ def observe(
     pending: list[str] = []
     if delivered is not None:
         got_shape = classify(delivered)
-        if got_shape == "messages":
-            pairs = wire_pairs(delivered, "messages")
+        assembled: Mapping[str, Any] | None = None
+        if isinstance(delivered, bytes | bytearray):  # a streamed delivery: the caller's bytes
+            assembled = assemble_messages(delivered) if got_shape == "messages" else None
+            if got_shape == "messages" and assembled is None:
+                got_shape = UNKNOWN_SHAPE
+                problems.append("ShapeInv: the caller's stream is no complete Messages stream")
+        else:
+            assembled = delivered
+        if got_shape == "messages" and assembled is not None:
+            pairs = wire_pairs(assembled, "messages")
             ids = [cid for cid, _ in pairs]
             planted = [aid or "?" for _, aid in pairs]
             if dup := _dups(ids):

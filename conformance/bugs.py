@@ -1,7 +1,9 @@
 """Seeded bugs in the REAL code, injected by monkeypatching, to prove the checks bite.
 
 Each :class:`Bug` names the spec property the conformance checks must report when it is
-active; :meth:`Bug.active` is a context manager (``pytest.MonkeyPatch.context``), usable
+active. :data:`BUGS` break the plain (non-streamed) path; :data:`STREAM_BUGS` break only
+the streamed path (``Transport.stream``) and are caught by the streamed replay.
+:meth:`Bug.active` is a context manager (``pytest.MonkeyPatch.context``), usable
 from tests and from other tools (trace validation). :func:`record_behaviour` replays one
 behaviour and returns its recording (JSON-lines objects, duplicates kept), for
 ``check_trace`` / ``check_traces_tlc`` / ``tpx check-trace`` (:func:`json_lines`).
@@ -9,8 +11,8 @@ behaviour and returns its recording (JSON-lines objects, duplicates kept), for
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from contextlib import closing, contextmanager, nullcontext
 from typing import Any
 
 import attrs
@@ -26,7 +28,7 @@ from tpx.model import Config
 from tpx.translate import Translation
 from tpx.transport import Transport
 
-__all__ = ["BUGS", "Bug", "json_lines", "record_behaviour"]
+__all__ = ["BUGS", "STREAM_BUGS", "Bug", "json_lines", "record_behaviour"]
 
 Patch = Callable[[pytest.MonkeyPatch], None]
 
@@ -101,12 +103,17 @@ def _openai_body_to_caller(mp: pytest.MonkeyPatch) -> None:
 
     def receive_(self: Exchange, status: int, headers: Mapping[str, str], body: bytes) -> None:
         raw[id(self)] = body
-        receive(self, status, headers, body)
+        try:
+            receive(self, status, headers, body)
+        except BaseException:
+            raw.pop(id(self), None)
+            raise
 
     def deliver_(self: Exchange) -> dict[str, Any]:
         body = deliver(self)
-        if self.provider is Provider.TPX:
-            wire: dict[str, Any] = orjson.loads(raw[id(self)])
+        reply = raw.pop(id(self), None)  # None: a streamed exchange (not this bug's path)
+        if self.provider is Provider.TPX and reply is not None:
+            wire: dict[str, Any] = orjson.loads(reply)
             return wire
         return body
 
@@ -173,8 +180,109 @@ BUGS: dict[str, Bug] = {
 }
 
 
+def _stream_drop_id(mp: pytest.MonkeyPatch) -> None:
+    """The first tool_use block of a streamed reply never reaches the caller (its events
+    are filtered out, later blocks renumbered) and is forgotten on delivery."""
+    gone: dict[int, tuple[str, int] | None] = {}  # id(exchange) -> (caller id, block index)
+    feed, end_stream, deliver = Exchange.feed, Exchange.end_stream, Exchange.deliver
+
+    def drop(self: Exchange, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for event in events:
+            kind, index = event.get("type"), event.get("index")
+            if kind == "message_start":
+                gone[id(self)] = None
+            dropped = gone.get(id(self))
+            block = event.get("content_block") or {}
+            if (
+                kind == "content_block_start"
+                and dropped is None
+                and block.get("type") == "tool_use"
+            ):
+                gone[id(self)] = (str(block.get("id")), int(index or 0))
+                continue
+            if dropped is not None and isinstance(index, int):
+                if index == dropped[1]:
+                    continue
+                if index > dropped[1]:
+                    event = {**event, "index": index - 1}
+            out.append(event)
+        return out
+
+    def feed_(self: Exchange, chunk: bytes) -> list[dict[str, Any]]:
+        return drop(self, feed(self, chunk))
+
+    def end_stream_(self: Exchange) -> list[dict[str, Any]]:
+        return drop(self, end_stream(self))
+
+    def deliver_(self: Exchange) -> dict[str, Any]:
+        dropped = gone.pop(id(self), None)
+        body = self._delivered
+        if dropped is not None and body is not None:
+            body["content"] = [b for b in body["content"] if b.get("id") != dropped[0]]
+            self._delivered_ids = self._delivered_ids - {dropped[0]}
+        return deliver(self)
+
+    mp.setattr(Exchange, "feed", feed_)
+    mp.setattr(Exchange, "end_stream", end_stream_)
+    mp.setattr(Exchange, "deliver", deliver_)
+
+
+def _stream_openai_to_caller(mp: pytest.MonkeyPatch) -> None:
+    """The TPX stream's Chat Completions chunks reach the caller as they came off the wire,
+    instead of the translated Messages events (the exchange itself runs as usual)."""
+    raw: dict[int, bytearray] = {}
+    feed, stream = Exchange.feed, Transport.stream
+
+    def feed_(self: Exchange, chunk: bytes) -> list[dict[str, Any]]:
+        raw.setdefault(id(self), bytearray()).extend(chunk)
+        return feed(self, chunk)
+
+    def stream_(self: Transport, request: Mapping[str, Any]) -> Iterator[bytes]:
+        raw.pop(id(self.exchange), None)
+        events = stream(self, request)
+        assert isinstance(events, Generator)
+        with closing(events):
+            for data in events:
+                if self.provider is not Provider.TPX:
+                    yield data
+                    continue
+                chunks = raw.setdefault(id(self.exchange), bytearray())
+                if chunks:
+                    yield bytes(chunks)
+                    chunks.clear()
+
+    mp.setattr(Exchange, "feed", feed_)
+    mp.setattr(Transport, "stream", stream_)
+
+
+#: Bugs in the streamed path only (the plain replay does not see them).
+STREAM_BUGS: dict[str, Bug] = {
+    b.name: b
+    for b in (
+        Bug(
+            "stream_drop_id",
+            "PairingInv",
+            "a tool_use block of a streamed reply is dropped on its way to the caller",
+            _stream_drop_id,
+        ),
+        Bug(
+            "stream_openai_to_caller",
+            "ShapeInv",
+            "the caller is handed the provider's Chat Completions chunks, not Messages events",
+            _stream_openai_to_caller,
+        ),
+    )
+}
+
+
 def record_behaviour(
-    behaviour: Behaviour, config: Config, *, bug: Bug | None = None, variant: int = 0
+    behaviour: Behaviour,
+    config: Config,
+    *,
+    bug: Bug | None = None,
+    variant: int = 0,
+    streaming: bool = False,
 ) -> list[dict[str, Any]]:
     """Replay *behaviour* (under *bug*, if given) and return the recording: one
     ``tpx check-trace`` JSON-lines object per observed state (``#action`` the step taken).
@@ -183,9 +291,10 @@ def record_behaviour(
     the caller's request or in the delivered body (:attr:`Observation.ids`), so a duplicate
     shows in the recording (the trace checker rejects it as ``TypeOK``). Nothing is checked
     while recording; the recording stops early at the first step whose outcome is not the
-    action's (e.g. a request sent where the caller aborted).
+    action's (e.g. a request sent where the caller aborted). *streaming*: replay it
+    through ``Transport.stream`` (see :mod:`conformance.replay`).
     """
-    replayer = Replayer(config, check=False)
+    replayer = Replayer(config, check=False, streaming=streaming)
     try:
         with bug.active() if bug is not None else nullcontext():
             replayer.replay(behaviour, variant)

@@ -14,7 +14,25 @@ carried by the code under test's id mapping:
 
 A fake provider answers in its native shape (:data:`MESSAGES` or :data:`OPENAI`) with any
 chosen subset of abstract ids (:meth:`FakeProvider.plan_reply`) or injects a failure
-(:meth:`FakeProvider.plan_fail`, one of :data:`FAILURE_KINDS`). It serves in-process
+(:meth:`FakeProvider.plan_fail`, one of :data:`FAILURE_KINDS`).
+
+A request with ``"stream": true`` is answered in the provider's native *streaming* shape
+(``text/event-stream``, served piece by piece; :data:`STREAM_LAYOUTS` varies how):
+
+* MESSAGES: ``message_start``, ``ping``, a text block, one ``tool_use`` block per id whose
+  ``input_json_delta`` fragments split the planted ``tpx-abstract:<id>`` across events,
+  ``message_delta`` (stop reason, usage), ``message_stop``;
+* OPENAI: Chat Completions chunks (``data: {...}``): role and text, tool-call fragments
+  (id, name, then arguments split across chunks, the calls' fragments interleaved in some
+  layouts), a ``finish_reason`` chunk, a usage chunk (``choices: []``), ``data: [DONE]``.
+
+Streamed requests can fail in every way a plain one can (before the first byte) and
+also mid-stream (:data:`MID_STREAM_FAILURE_KINDS`: the connection drops after some
+chunks, an ``event: error``, a malformed chunk, the body ends before ``[DONE]`` /
+``message_stop``); :data:`STREAM_FAILURE_KINDS` is all of them. The ids of a good stream
+become :attr:`FakeProvider.emitted` just before its terminal event is served, and
+:attr:`FakeProvider.served` is every byte of the last streamed body served so far. It
+serves in-process
 (:meth:`FakeProvider.handle`, an ``httpx.MockTransport`` handler; :func:`mock_client`
 routes by host) or on a real loopback socket (:class:`LoopbackServer`).
 """
@@ -23,6 +41,7 @@ from __future__ import annotations
 
 import hashlib
 import http.server
+import itertools
 import re
 import socket
 import ssl
@@ -46,7 +65,10 @@ __all__ = [
     "LOOPBACK_FAILURE_KINDS",
     "MARK",
     "MESSAGES",
+    "MID_STREAM_FAILURE_KINDS",
     "OPENAI",
+    "STREAM_FAILURE_KINDS",
+    "STREAM_LAYOUTS",
     "TOKEN",
     "TPX_URL",
     "FailureKind",
@@ -70,9 +92,21 @@ MARK = "tpx-abstract:"
 _PLANTED = re.compile(re.escape(MARK) + r"([A-Za-z0-9_?-]+)")
 
 FailureKind = Literal[
-    "connect", "tls", "timeout", "http401", "http429", "http500", "http529", "non_json", "shape"
+    "connect",
+    "tls",
+    "timeout",
+    "http401",
+    "http429",
+    "http500",
+    "http529",
+    "non_json",
+    "shape",
+    "drop",
+    "error_event",
+    "malformed",
+    "no_done",
 ]
-#: Every failure a provider exchange can end in, in the order replays cycle through them.
+#: Every failure a plain provider exchange can end in, in the order replays cycle through them.
 FAILURE_KINDS: tuple[FailureKind, ...] = (
     "connect",
     "tls",
@@ -84,6 +118,12 @@ FAILURE_KINDS: tuple[FailureKind, ...] = (
     "non_json",
     "shape",
 )
+#: Failures in the middle of a streamed reply (streamed requests only): the connection
+#: drops after some chunks, an ``event: error``, a malformed chunk, no ``[DONE]`` /
+#: ``message_stop`` before the body ends.
+MID_STREAM_FAILURE_KINDS: tuple[FailureKind, ...] = ("drop", "error_event", "malformed", "no_done")
+#: Every failure a streamed exchange can end in.
+STREAM_FAILURE_KINDS: tuple[FailureKind, ...] = FAILURE_KINDS + MID_STREAM_FAILURE_KINDS
 #: The kinds a loopback socket can produce (``connect`` there is a reset without reply).
 LOOPBACK_FAILURE_KINDS: tuple[FailureKind, ...] = (
     "connect",
@@ -105,7 +145,17 @@ EXPECTED_ERROR: dict[FailureKind, type[errors.ModelError]] = {
     "http529": errors.OverloadedError,
     "non_json": errors.ProtocolError,
     "shape": errors.ProtocolError,
+    "drop": errors.NetworkError,
+    "error_event": errors.OverloadedError,
+    "malformed": errors.ProtocolError,
+    "no_done": errors.ProtocolError,
 }
+
+#: How a streamed body is cut into the pieces the fake serves: one SSE event per piece,
+#: pieces of 7 bytes (lines split anywhere, inside the planted marker too), everything
+#: in one piece. Tool-call fragments of parallel calls are interleaved when the layout
+#: index is odd (OPENAI).
+STREAM_LAYOUTS: tuple[str, ...] = ("events", "bytes7", "whole")
 
 IdStyle = Literal["openai", "mistral", "spaces", "anthropic"]
 ID_STYLES: dict[Shape, tuple[IdStyle, ...]] = {
@@ -146,6 +196,20 @@ class Answer:
     status: int
     headers: dict[str, str]
     body: bytes
+    stream: Iterator[bytes] | None = None
+    """a streamed body, served piece by piece (raises :class:`_Fault` for a dropped
+    connection); ``body`` is then empty"""
+
+
+_SSE_HEADERS = {"content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache"}
+
+
+def _is_stream_request(body: bytes) -> bool:
+    try:
+        decoded = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(decoded, dict) and decoded.get("stream") is True
 
 
 @attrs.define(eq=False)
@@ -154,12 +218,16 @@ class FakeProvider:
 
     ``table`` maps every foreign id it ever emitted to its abstract id; ``emitted`` is the
     abstract ids of its last *good* reply (the spec's pre-translation truth) and
-    ``good_reply`` that reply's bytes; ``received`` every request body it got.
+    ``good_reply`` that reply's bytes (a whole stream for a streamed one); ``received``
+    every request body it got; ``served`` the bytes of the last streamed body served so
+    far; ``layout`` picks the :data:`STREAM_LAYOUTS` entry (and interleaving) of streams.
     """
 
     shape: Shape
     id_style: IdStyle = "anthropic"
     reverse: bool = False
+    layout: int = 0
+    served: bytearray = attrs.field(factory=bytearray)
     table: dict[str, str] = attrs.field(factory=dict)
     received: list[bytes] = attrs.field(factory=list)
     received_headers: list[dict[str, str]] = attrs.field(factory=list)
@@ -169,13 +237,17 @@ class FakeProvider:
     _plan: tuple[str, Any] | None = None
     _counter: int = 0
 
-    def reset(self, *, id_style: IdStyle | None = None, reverse: bool = False) -> None:
+    def reset(
+        self, *, id_style: IdStyle | None = None, reverse: bool = False, layout: int = 0
+    ) -> None:
         """A new boot: forget everything."""
         if id_style is not None:
             if id_style not in ID_STYLES[self.shape]:
                 raise ValueError(f"{id_style} ids are not valid for a {self.shape} provider")
             self.id_style = id_style
         self.reverse = reverse
+        self.layout = layout
+        self.served = bytearray()
         self.table = {}
         self.received = []
         self.received_headers = []
@@ -188,7 +260,7 @@ class FakeProvider:
         self._plan = ("reply", tuple(ids))
 
     def plan_fail(self, kind: FailureKind) -> None:
-        if kind not in FAILURE_KINDS:
+        if kind not in STREAM_FAILURE_KINDS:
             raise ValueError(f"unknown failure kind {kind!r}")
         self._plan = ("fail", kind)
 
@@ -207,14 +279,73 @@ class FakeProvider:
 
     def native_reply(self, ids: Sequence[str]) -> bytes:
         """A good reply emitting *ids* (abstract) as tool calls; records them in the table."""
+        calls = self._calls(ids)
+        if self.shape == MESSAGES:
+            return _messages_reply(calls)
+        return _openai_reply(calls)
+
+    def _calls(self, ids: Sequence[str]) -> list[tuple[str, str]]:
         calls = []
         for aid in reversed(ids) if self.reverse else ids:
             fid = self._foreign_id()
             self.table[fid] = aid
             calls.append((fid, aid))
+        return calls
+
+    def stream_events(self, ids: Sequence[str]) -> list[bytes]:
+        """A good streamed reply emitting *ids* as tool calls: its SSE events, in order
+        (the last one is the terminal event); records the ids in the table."""
+        calls = self._calls(ids)
         if self.shape == MESSAGES:
-            return _messages_reply(calls)
-        return _openai_reply(calls)
+            return _messages_stream(calls)
+        return _openai_stream(calls, interleave=bool(self.layout % 2))
+
+    def pieces(self, events: Sequence[bytes]) -> list[bytes]:
+        """*events* cut into the pieces served (see :data:`STREAM_LAYOUTS`)."""
+        layout = STREAM_LAYOUTS[self.layout % len(STREAM_LAYOUTS)]
+        if layout == "events":
+            return list(events)
+        data = b"".join(events)
+        if layout == "whole":
+            return [data]
+        return [data[i : i + 7] for i in range(0, len(data), 7)]
+
+    def failing_stream(self, kind: FailureKind) -> tuple[list[bytes], FailureKind | None]:
+        """The events of a stream failing as *kind* (a mid-stream kind) and the fault to
+        raise after them (``drop``), from a stream that would have emitted t1 and t2."""
+        events = self.stream_events(("t1", "t2"))
+        half = len(events) // 2
+        if kind == "drop":
+            return events[: 2 * len(events) // 3], "drop"
+        if kind == "error_event":
+            error = {"type": "overloaded_error", "message": "fake overloaded mid-stream"}
+            body = {"type": "error", "error": error} if self.shape == MESSAGES else {"error": error}
+            return [*events[:half], _sse("error", body)], None
+        if kind == "malformed":
+            bad = (
+                b'event: content_block_delta\ndata: {"type": "content_block_delta", "ind\n\n'
+                if self.shape == MESSAGES
+                else b'data: {"id": "chatcmpl-fake", "choices": [{"index": 0, "delta": {\n\n'
+            )
+            return [*events[:half], bad, *events[half:]], None
+        if kind == "no_done":
+            return events[:-1], None
+        raise ValueError(f"{kind} is not a mid-stream failure")
+
+    def _serve(
+        self, pieces: Sequence[bytes], ids: tuple[str, ...] | None, fault: FailureKind | None
+    ) -> Iterator[bytes]:
+        """Serve *pieces*; a good stream's ids (*ids*) become ``emitted`` just before its
+        terminal piece goes out; then raise *fault*, if any."""
+        for i, piece in enumerate(pieces):
+            if ids is not None and i == len(pieces) - 1:
+                self.emitted = ids
+                self.good_reply = b"".join(pieces)
+                self.last_good = True
+            self.served += piece
+            yield piece
+        if fault is not None:
+            raise _Fault(fault)
 
     def error_body(self, status: int) -> bytes:
         kinds = {401: "authentication_error", 429: "rate_limit_error", 500: "api_error"}
@@ -231,15 +362,27 @@ class FakeProvider:
         self.received_headers.append({k.lower(): v for k, v in headers.items()})
         plan, self._plan = self._plan, None
         self.last_good = False
+        streamed = _is_stream_request(body)
+        self.served = bytearray()
         if plan is None:
             raise AssertionError("the fake provider was called without a plan")
         if plan[0] == "reply":
+            if streamed:
+                pieces = self.pieces(self.stream_events(plan[1]))
+                return Answer(200, dict(_SSE_HEADERS), b"", self._serve(pieces, plan[1], None))
             reply = self.native_reply(plan[1])
             self.emitted = plan[1]
             self.good_reply = reply
             self.last_good = True
             return Answer(200, {"content-type": "application/json"}, reply)
         kind: FailureKind = plan[1]
+        if kind in MID_STREAM_FAILURE_KINDS:
+            if not streamed:
+                raise AssertionError(f"a {kind} failure needs a streamed request")
+            events, fault = self.failing_stream(kind)
+            return Answer(
+                200, dict(_SSE_HEADERS), b"", self._serve(self.pieces(events), None, fault)
+            )
         if kind in ("connect", "tls", "timeout"):
             raise _Fault(kind)
         if kind.startswith("http"):
@@ -252,6 +395,9 @@ class FakeProvider:
             return Answer(200, {"content-type": "text/html"}, b"<html>upstream hiccup</html>")
         other = FakeProvider(OPENAI if self.shape == MESSAGES else MESSAGES)
         other.id_style = ID_STYLES[other.shape][0]
+        if streamed:  # the other provider's stream
+            pieces = self.pieces(other.stream_events(()))
+            return Answer(200, dict(_SSE_HEADERS), b"", self._serve(pieces, None, None))
         return Answer(200, {"content-type": "application/json"}, other.native_reply(()))
 
     def handle(self, request: httpx.Request) -> httpx.Response:
@@ -267,7 +413,142 @@ class FakeProvider:
                 cause = ssl.SSLCertVerificationError(1, "[SSL: CERTIFICATE_VERIFY_FAILED]")
                 raise httpx.ConnectError("TLS handshake failed", request=request) from cause
             raise httpx.ReadTimeout("The read operation timed out", request=request) from None
+        if ans.stream is not None:
+            return httpx.Response(ans.status, headers=ans.headers, stream=_Pieces(ans.stream))
         return httpx.Response(ans.status, headers=ans.headers, content=ans.body)
+
+
+class _Pieces(httpx.SyncByteStream):
+    """A streamed body for ``httpx.MockTransport``: a dropped connection is a ReadError."""
+
+    def __init__(self, pieces: Iterator[bytes]) -> None:
+        self._pieces = pieces
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self._pieces
+        except _Fault:
+            raise httpx.ReadError("[Errno 104] Connection reset by peer") from None
+
+    def close(self) -> None:
+        close = getattr(self._pieces, "close", None)
+        if close is not None:
+            close()
+
+
+def _sse(event: str | None, data: Any) -> bytes:
+    payload = data if isinstance(data, str) else orjson.dumps(data).decode()
+    return (f"event: {event}\n" if event else "").encode() + f"data: {payload}\n\n".encode()
+
+
+def _split_arguments(aid: str) -> list[str]:
+    """The tool arguments planting *aid*, in three fragments cut inside the marker."""
+    text = orjson.dumps({"probe": MARK + aid}).decode()
+    return [text[:7], text[7:18], text[18:]]
+
+
+def _messages_stream(calls: Sequence[tuple[str, str]]) -> list[bytes]:
+    message: dict[str, Any] = {
+        "id": "msg_fake",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-fake",
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 5, "output_tokens": 1},
+    }
+    events = [
+        _sse("message_start", {"type": "message_start", "message": message}),
+        _sse("ping", {"type": "ping"}),
+        _sse(
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+        ),
+    ]
+    for text in ("prob", "ing"):
+        delta = {"type": "text_delta", "text": text}
+        events.append(
+            _sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
+        )
+    events.append(_sse("content_block_stop", {"type": "content_block_stop", "index": 0}))
+    for index, (fid, aid) in enumerate(calls, start=1):
+        block = {"type": "tool_use", "id": fid, "name": "probe", "input": {}}
+        events.append(
+            _sse(
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": block},
+            )
+        )
+        for part in _split_arguments(aid):
+            delta = {"type": "input_json_delta", "partial_json": part}
+            events.append(
+                _sse(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": index, "delta": delta},
+                )
+            )
+        events.append(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
+    events.append(
+        _sse(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {
+                    "stop_reason": "tool_use" if calls else "end_turn",
+                    "stop_sequence": None,
+                },
+                "usage": {"output_tokens": 3},
+            },
+        )
+    )
+    events.append(_sse("message_stop", {"type": "message_stop"}))
+    return events
+
+
+def _openai_stream(calls: Sequence[tuple[str, str]], *, interleave: bool) -> list[bytes]:
+    def chunk(delta: dict[str, Any] | None, finish: str | None = None, **extra: Any) -> bytes:
+        body: dict[str, Any] = {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": "tpx-fake",
+            "choices": []
+            if delta is None
+            else [{"index": 0, "delta": delta, "finish_reason": finish}],
+            **extra,
+        }
+        return _sse(None, body)
+
+    events = [chunk({"role": "assistant", "content": "prob"}), chunk({"content": "ing"})]
+    per_call: list[list[dict[str, Any]]] = []
+    for index, (fid, aid) in enumerate(calls):
+        fragments: list[dict[str, Any]] = [
+            {
+                "index": index,
+                "id": fid,
+                "type": "function",
+                "function": {"name": "probe", "arguments": ""},
+            }
+        ]
+        fragments += [
+            {"index": index, "function": {"arguments": part}} for part in _split_arguments(aid)
+        ]
+        per_call.append(fragments)
+    if interleave:
+        order = [f for group in itertools.zip_longest(*per_call) for f in group if f is not None]
+    else:
+        order = [f for fragments in per_call for f in fragments]
+    events += [chunk({"tool_calls": [fragment]}) for fragment in order]
+    events.append(chunk({}, "tool_calls" if calls else "stop"))
+    usage = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+    events.append(chunk(None, usage=usage))
+    events.append(_sse(None, "[DONE]"))
+    return events
 
 
 def _messages_reply(calls: Sequence[tuple[str, str]]) -> bytes:
@@ -337,7 +618,9 @@ class LoopbackServer:
     """A real HTTP server on 127.0.0.1 (ephemeral port, own thread) serving one fake.
 
     ``connect`` failures become a connection closed without a reply; ``tls`` and
-    ``timeout`` cannot be produced here (see :data:`LOOPBACK_FAILURE_KINDS`).
+    ``timeout`` cannot be produced here (see :data:`LOOPBACK_FAILURE_KINDS`). Streamed
+    bodies go out in chunked encoding, one flushed HTTP chunk per piece; a ``drop`` closes
+    the connection without the last chunk.
     """
 
     def __init__(self, fake: FakeProvider) -> None:
@@ -363,9 +646,21 @@ class LoopbackServer:
                 self.send_response(ans.status)
                 for name, value in ans.headers.items():
                     self.send_header(name, value)
-                self.send_header("content-length", str(len(ans.body)))
+                if ans.stream is None:
+                    self.send_header("content-length", str(len(ans.body)))
+                    self.end_headers()
+                    self.wfile.write(ans.body)
+                    return
+                self.send_header("transfer-encoding", "chunked")
                 self.end_headers()
-                self.wfile.write(ans.body)
+                try:
+                    for piece in ans.stream:  # one HTTP chunk per piece, flushed
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                        self.wfile.flush()
+                except _Fault:
+                    self.close_connection = True
+                    return  # cut off: no last chunk
+                self.wfile.write(b"0\r\n\r\n")
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
@@ -417,6 +712,8 @@ class FakeCaller:
     reverse_answers: bool = False
     obligations: list[dict[str, Any]] = attrs.field(factory=list)
     last_delivered: dict[str, Any] | None = None
+    last_stream: bytes | None = None
+    """the bytes of the last delivery when it was a stream (``None``: a plain body)"""
     sent: dict[str, Any] | None = None
     _turn: int = 0
 
@@ -424,6 +721,7 @@ class FakeCaller:
         self.reverse_answers = reverse_answers
         self.obligations = []
         self.last_delivered = None
+        self.last_stream = None
         self.sent = None
         self._turn = 0
 
@@ -485,6 +783,16 @@ class FakeCaller:
         self.sent = request
 
     def delivered(self, body: dict[str, Any]) -> None:
+        self.last_stream = None
+        self._take(body)
+
+    def delivered_stream(self, data: bytes, assembled: dict[str, Any] | None) -> None:
+        """A streamed exchange completed: *data* the bytes received, *assembled* the
+        message the caller assembled from them (``None``: not a Messages stream)."""
+        self._take(assembled if assembled is not None else {})
+        self.last_stream = data
+
+    def _take(self, body: dict[str, Any]) -> None:
         self.last_delivered = body
         content = body.get("content")
         blocks = content if isinstance(content, list) else []

@@ -14,6 +14,36 @@
   observed state, SelectionStable on the observed step, PairingInv for multiset problems,
   ``Refinement`` when the observed state is not TLC's (or the step's outcome is not the
   action's), ``Enabled`` when the exchange's enabled actions are not the graph's.
+
+Streamed mode (``Replayer(config, streaming=True)``)
+----------------------------------------------------
+Every exchange goes through the public :meth:`Transport.stream` with ``stream: true``,
+and the caller's side is the bytes it yields. Where each spec action happens inside one
+``stream()`` call (the exchange steps are the real :class:`~tpx.exchange.Exchange`'s;
+:class:`HookedExchange` reports each one the moment its phase/turn changes, and the
+abstraction is computed right there):
+
+* ``CallerSend`` -- ``begin()`` at the iterator's first ``next()`` (``Exchange.send``);
+  observed before a byte goes out;
+* ``NoProvider`` / ``CallerAbort`` -- the same place, ``stream()`` raising the error
+  (``UnauthorizedError`` / ``PairingError``) without touching the network;
+* ``ProviderReply`` -- ``Exchange.end_stream`` once the terminal event (``message_stop`` /
+  ``data: [DONE]``) was fed, *before* the last events are yielded (the caller already
+  holds the earlier ones, which change no spec variable); the wire is then the complete
+  stream the fake served, a good stream (message_start ... message_stop, or chunks ...
+  usage chunk ... ``[DONE]``) emitting the ids of TLC's ``emitted``;
+* ``Deliver`` -- ``Exchange.deliver`` right after it, in the same ``next()``; observed when
+  the iterator is exhausted (nothing changes in between: checked), with the message the
+  caller assembled from every event it received as the delivered body;
+* ``ProviderFail`` -- wherever the failing stream surfaces: before the first byte (connect,
+  TLS, timeout, HTTP status, a body that is no event stream or not the provider's) or
+  mid-stream (dropped connection, ``event: error``, malformed chunk, no terminal event),
+  observed when the iterator has raised; the caller's bytes, if any, must end with an
+  ``error`` event and the error raised must be the kind's.
+
+The fake's plan for an exchange (reply with TLC's ``emitted`` or fail) is taken from the
+behaviour's next step, since one ``stream()`` call runs the whole exchange; the steps'
+observations are then judged one spec step at a time, exactly as in plain mode.
 """
 
 from __future__ import annotations
@@ -21,14 +51,21 @@ from __future__ import annotations
 import itertools
 import tempfile
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import httpx
 
-from conformance.abstraction import Observation, Wire, observe
+from conformance.abstraction import (
+    Observation,
+    Wire,
+    assemble_messages,
+    is_stream,
+    observe,
+    sse_events,
+)
 from conformance.fakes import (
     ABORT_STYLES,
     ANTHROPIC_URL,
@@ -36,6 +73,8 @@ from conformance.fakes import (
     FAILURE_KINDS,
     ID_STYLES,
     KEY,
+    STREAM_FAILURE_KINDS,
+    STREAM_LAYOUTS,
     TOKEN,
     TPX_URL,
     FailureKind,
@@ -44,7 +83,7 @@ from conformance.fakes import (
     mock_client,
 )
 from tpx import errors
-from tpx.exchange import Provider
+from tpx.exchange import Exchange, ExchangeSnapshot, OutboundRequest, Provider
 from tpx.model import INVARIANTS, Config, Next, SelectionStable, State
 from tpx.tlc import StateGraph, dump_graph, load_cfg, render_cfg, with_constants
 from tpx.transport import Transport, boot
@@ -56,7 +95,9 @@ __all__ = [
     "Behaviour",
     "ConformanceError",
     "Coverage",
+    "HookedExchange",
     "Replayer",
+    "StepResult",
     "behaviour_from_trace",
     "cfg_with",
     "complete_behaviours",
@@ -471,6 +512,108 @@ def _diff(observed: Mapping[str, Any], expected: Mapping[str, Any]) -> list[str]
 
 _PROVIDER_OF = {"ANTHROPIC": Provider.ANTHROPIC, "TPX": Provider.TPX, "NONE": Provider.NONE}
 
+#: The properties a problem line may name as its prefix (anything else is PairingInv).
+_PROPERTIES = frozenset(
+    {"TypeOK", "ShapeInv", "PairingInv", "SelectionInv", "BoundedInv", "SelectionStable"}
+)
+
+_T = TypeVar("_T")
+
+
+def _transition(method: str, before: tuple[int, str], after: tuple[int, str]) -> str:
+    """The spec action a change of (turn, phase) is."""
+    (t0, p0), (t1, p1) = before, after
+    if (p0, p1) == ("idle", "req"):
+        return "CallerSend"
+    if (p0, p1) == ("req", "resp"):
+        return "ProviderReply"
+    if (p0, p1) == ("req", "idle"):
+        return "ProviderFail"
+    if (p0, p1) == ("resp", "idle"):
+        return "Deliver"
+    if (p0, p1) == ("idle", "idle") and t1 == t0 + 1:
+        return "NoProvider" if method == "no_provider" else "CallerAbort"
+    return f"?{method}:{p0}->{p1}"
+
+
+class HookedExchange(Exchange):
+    """The real :class:`~tpx.exchange.Exchange` (every step is its own), reporting each
+    spec transition the moment it happens: ``on_step(action, exchange)`` right after the
+    step that changed the phase or the turn (also when that step raises)."""
+
+    def __init__(
+        self,
+        provider: Provider,
+        *,
+        max_turns: int | None,
+        model: str | None,
+        secrets: Iterable[str | None],
+        on_step: Callable[[str, HookedExchange], None],
+    ) -> None:
+        super().__init__(provider, max_turns=max_turns, model=model, secrets=secrets)
+        self.on_step = on_step
+        self.outbound: bytes | None = None
+        """the body of the last request :meth:`send` framed"""
+
+    def _tracked(self, method: str, call: Callable[..., _T], *args: Any) -> _T:
+        before = (self.turn, self.phase)
+        try:
+            result = call(*args)
+            if isinstance(result, OutboundRequest):
+                self.outbound = result.body
+            return result
+        finally:
+            after = (self.turn, self.phase)
+            if after != before:
+                self.on_step(_transition(method, before, after), self)
+
+    def send(self, request: Mapping[str, Any]) -> OutboundRequest:
+        return self._tracked("send", super().send, request)
+
+    def abort(self) -> errors.PairingError:
+        return self._tracked("abort", super().abort)
+
+    def no_provider(self) -> errors.UnauthorizedError:
+        return self._tracked("no_provider", super().no_provider)
+
+    def receive(self, status: int, headers: Mapping[str, str], body: bytes) -> None:
+        self._tracked("receive", super().receive, status, headers, body)
+
+    def fail(self, error: errors.ModelError) -> errors.ModelError:
+        return self._tracked("fail", super().fail, error)
+
+    def receive_stream_start(
+        self, status: int, headers: Mapping[str, str], body: bytes = b""
+    ) -> None:
+        self._tracked("receive_stream_start", super().receive_stream_start, status, headers, body)
+
+    def feed(self, chunk: bytes) -> list[dict[str, Any]]:
+        return self._tracked("feed", super().feed, chunk)
+
+    def end_stream(self) -> list[dict[str, Any]]:
+        return self._tracked("end_stream", super().end_stream)
+
+    def deliver(self) -> dict[str, Any]:
+        return self._tracked("deliver", super().deliver)
+
+
+@attrs.frozen
+class StepResult:
+    """One spec step as the real system took it: the observation after it, the actions the
+    exchange enabled then, and what went differently ('' when nothing)."""
+
+    observation: Observation
+    enabled: frozenset[str]
+    problem: str = ""
+
+
+@attrs.frozen
+class _Hooked:
+    action: str
+    snapshot: ExchangeSnapshot
+    enabled: frozenset[str]
+    observation: Observation
+
 
 @attrs.define(eq=False)
 class Replayer:
@@ -489,6 +632,9 @@ class Replayer:
     failure_kinds: tuple[FailureKind, ...] = FAILURE_KINDS
     check: bool = True
     coverage: Coverage | None = None
+    streaming: bool = False
+    """every exchange through :meth:`Transport.stream` (see the module docstring); the
+    default ``failure_kinds`` then include the mid-stream ones"""
     caller: FakeCaller = attrs.field(factory=FakeCaller)
     wire: Wire = attrs.field(factory=Wire)
     steps_done: int = 0
@@ -498,10 +644,15 @@ class Replayer:
     """the last replay's (action, observation) per state, ``"Init"`` first (multisets kept:
     :meth:`Observation.json_line` turns them into a ``tpx check-trace`` recording)"""
     _pending_request: httpx.Request | None = attrs.field(init=False, default=None)
+    _hooked: list[_Hooked] | None = attrs.field(init=False, default=None)
+    _stream_req: dict[str, Any] | None = attrs.field(init=False, default=None)
+    _live: tuple[Transport, bool, bool] | None = attrs.field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
         if self.client is None:
             self.client = mock_client(self.anthropic, self.tpx)
+        if self.streaming and self.failure_kinds is FAILURE_KINDS:
+            self.failure_kinds = STREAM_FAILURE_KINDS
 
     def close(self) -> None:
         if self.client is not None:
@@ -510,13 +661,16 @@ class Replayer:
     # -- one behaviour ----------------------------------------------------------------
 
     def boot(self, has_key: bool, has_token: bool, index: int) -> Transport:
-        self.anthropic.reset(reverse=bool(index // 3 % 2))
+        layout = index // 2
+        self.anthropic.reset(reverse=bool(index // 3 % 2), layout=layout)
         styles = ID_STYLES["openai"]
-        self.tpx.reset(id_style=styles[index % len(styles)], reverse=bool(index // 3 % 2))
+        self.tpx.reset(
+            id_style=styles[index % len(styles)], reverse=bool(index // 3 % 2), layout=layout
+        )
         self.caller.reset(reverse_answers=bool(index // 2 % 2))
         self.wire.reset()
         assert self.client is not None
-        return boot(
+        t = boot(
             api_key=KEY if has_key else None,
             oauth_token=TOKEN if has_token else None,
             anthropic_base_url=self.anthropic_url,
@@ -525,6 +679,19 @@ class Replayer:
             client=self.client,
             max_turns=self.config.MaxTurns,
         )
+        # the same machine, reporting its steps (the transport is frozen: swap it in)
+        hooked = HookedExchange(
+            t.provider,
+            max_turns=self.config.MaxTurns,
+            model=t.model,
+            secrets=(KEY if has_key else None, TOKEN if has_token else None),
+            on_step=self._on_step,
+        )
+        object.__setattr__(t, "exchange", hooked)
+        self._live = (t, has_key, has_token)
+        if self.streaming and t.provider is not Provider.NONE:
+            self.used[f"layout:{STREAM_LAYOUTS[layout % len(STREAM_LAYOUTS)]}"] += 1
+        return t
 
     def _fake(self, t: Transport) -> FakeProvider | None:
         if t.provider is Provider.ANTHROPIC:
@@ -542,7 +709,11 @@ class Replayer:
             wire=self.wire,
             fake=self._fake(t),
             sent=self.caller.sent,
-            delivered=self.caller.last_delivered,
+            delivered=(
+                self.caller.last_stream
+                if self.caller.last_stream is not None
+                else self.caller.last_delivered
+            ),
         )
 
     def replay(self, behaviour: Behaviour, index: int = 0) -> list[Record]:
@@ -564,6 +735,7 @@ class Replayer:
         self.judge(obs, None, behaviour.init, "", behaviour.enabled[0], t, 0, "Init", trace)
         fails = 0
         aborts = 0
+        queued: list[StepResult] = []
         for i, (action, expected) in enumerate(behaviour.steps, start=1):
             kind = self.failure_kinds[(index + fails) % len(self.failure_kinds)]
             style = ABORT_STYLES[(index + aborts) % len(ABORT_STYLES)]
@@ -573,16 +745,43 @@ class Replayer:
                 self.used[f"fail:{kind}"] += 1
             elif action == "CallerAbort":
                 self.used[f"abort:{style}"] += 1
-            problem = self.step(t, action, expected, kind, style)
-            new = self.observe(t, has_key, has_token)
+            if queued:  # a later step of the streamed exchange run at CallerSend
+                result = queued.pop(0)
+            elif self.streaming:
+                plan: tuple[str, Any] | None = None
+                if action == "CallerSend" and i < len(behaviour.steps):
+                    following, state = behaviour.steps[i]
+                    plan = (
+                        ("reply", sorted(str(x) for x in state["emitted"]))
+                        if following == "ProviderReply"
+                        else ("fail", kind)
+                    )
+                result, *queued = self.stream_step(t, action, plan, style)
+            else:
+                problem = self.step(t, action, expected, kind, style)
+                result = StepResult(
+                    self.observe(t, has_key, has_token), t.exchange.enabled_actions(), problem
+                )
+            new = result.observation
             self.observed.append((action, new))
             record = new.state.as_record()
             recording.append(record)
             trace.append((action, record))
             self.steps_done += 1
-            if not self.check and problem:
+            if not self.check and result.problem:
                 return recording
-            self.judge(new, obs, expected, problem, behaviour.enabled[i], t, i, action, trace)
+            self.judge(
+                new,
+                obs,
+                expected,
+                result.problem,
+                behaviour.enabled[i],
+                t,
+                i,
+                action,
+                trace,
+                actual_enabled=result.enabled,
+            )
             obs = new
         if self.coverage is not None:
             self.coverage.add(behaviour)
@@ -667,6 +866,139 @@ class Replayer:
             return ""
         raise ValueError(f"unknown action {action!r}")
 
+    # -- one streamed exchange ---------------------------------------------------------
+
+    def _on_step(self, action: str, ex: HookedExchange) -> None:
+        """:class:`HookedExchange` took *action*: observe the spec state right now."""
+        if self._hooked is None or self._live is None:
+            return
+        t, has_key, has_token = self._live
+        if action == "CallerSend" and ex.outbound is not None and self._stream_req is not None:
+            self.caller.accepted(self._stream_req)
+            self.wire.request(ex.outbound)
+        elif action == "ProviderReply":
+            fake = self._fake(t)
+            if fake is not None and fake.last_good:
+                self.wire.reply(bytes(fake.served))  # the stream that crossed the wire
+                self.used["reply:streamed"] += is_stream(self.wire.body)
+        self._hooked.append(
+            _Hooked(
+                action,
+                ex.snapshot(),
+                ex.enabled_actions(),
+                self.observe(t, has_key, has_token),
+            )
+        )
+
+    def stream_step(
+        self, t: Transport, action: str, plan: tuple[str, Any] | None, style: str
+    ) -> list[StepResult]:
+        """Run *action* (``CallerSend``: with the whole exchange it starts, the provider
+        answering as *plan* says: ``("reply", ids)`` or ``("fail", kind)``) through one
+        :meth:`Transport.stream` call; one :class:`StepResult` per spec step, in order."""
+        if action == "CallerSend":
+            assert plan is not None, "a streamed CallerSend needs the provider's plan"
+            intended = (
+                ["CallerSend", "ProviderReply", "Deliver"]
+                if plan[0] == "reply"
+                else ["CallerSend", "ProviderFail"]
+            )
+        else:
+            intended = [action]
+        self.used[f"streamed:{action}"] += 1
+        fake = self._fake(t)
+        if fake is not None and plan is not None:
+            if plan[0] == "reply":
+                fake.plan_reply(plan[1])
+            else:
+                fake.plan_fail(plan[1])
+        base = (
+            self.caller.bad_request(style)  # type: ignore[arg-type]
+            if action == "CallerAbort"
+            else self.caller.request()
+        )
+        request = {**base, "stream": True}
+        before = (len(self.anthropic.received), len(self.tpx.received))
+        self._stream_req = request
+        self._hooked = []
+        data = bytearray()
+        error: Exception | None = None
+        try:
+            for piece in t.stream(request):
+                data += piece
+        except Exception as exc:
+            error = exc
+        finally:
+            hooked, self._hooked, self._stream_req = self._hooked, None, None
+        problems = self._stream_outcome(t, action, plan, bytes(data), error, before)
+        if error is None:
+            self.caller.delivered_stream(bytes(data), assemble_messages(bytes(data)))
+        elif action != "Halted":
+            self.caller.failed()
+        _, has_key, has_token = self._live or (t, False, False)
+        final = self.observe(t, has_key, has_token)
+        results: list[StepResult] = []
+        for i, name in enumerate(intended):
+            h = hooked[i] if i < len(hooked) else None
+            found = [x.action for x in hooked]
+            took = h is not None and h.action == name
+            if name == "Halted":  # no step: the exchange must refuse and change nothing
+                took = not hooked
+            problem = "" if took else f"{name}: the streamed exchange took the steps {found}"
+            if i < len(intended) - 1:
+                obs = h.observation if h is not None else final
+                enabled = h.enabled if h is not None else t.exchange.enabled_actions()
+            else:  # the exchange's last step: observed once the caller has everything
+                obs, enabled = final, t.exchange.enabled_actions()
+                if h is not None and h.snapshot != t.exchange.snapshot():
+                    problems.append(f"{name}: the exchange changed after the step")
+                if len(hooked) > len(intended):
+                    problems.append(f"{name}: the streamed exchange took the steps {found}")
+                problem = "; ".join(p for p in (problem, *problems) if p)
+            results.append(StepResult(obs, enabled, problem))
+        return results
+
+    def _stream_outcome(
+        self,
+        t: Transport,
+        action: str,
+        plan: tuple[str, Any] | None,
+        data: bytes,
+        error: Exception | None,
+        before: tuple[int, int],
+    ) -> list[str]:
+        """What the caller got that it should not have (the stream's contract)."""
+        problems: list[str] = []
+        want: type[BaseException] | None = {
+            "CallerSend": None,
+            "CallerAbort": errors.PairingError,
+            "NoProvider": errors.UnauthorizedError,
+            "Halted": errors.ExchangeStateError,
+        }[action]
+        if action == "CallerSend" and plan is not None and plan[0] == "fail":
+            want = EXPECTED_ERROR[plan[1]]
+        touched = (len(self.anthropic.received), len(self.tpx.received)) != before
+        if action != "CallerSend":
+            if touched:
+                problems.append(f"{action}: the network was touched")
+            if data:
+                problems.append(f"{action}: stream() yielded bytes")
+        else:
+            fake = self._fake(t)
+            hooked = t.exchange
+            outbound = hooked.outbound if isinstance(hooked, HookedExchange) else None
+            if fake is None or not fake.received or fake.received[-1] != outbound:
+                problems.append("CallerSend: the bytes the provider received are not the request")
+        if want is None and error is not None:
+            problems.append(f"{action}: stream() raised {error!r}")
+        elif want is not None and (error is None or not isinstance(error, want)):
+            problems.append(f"{action}: stream() raised {error!r}, wanted {want.__name__}")
+        if want is not None and data:
+            events = sse_events(data)
+            if not events or events[-1][0] != "error":
+                problems.append(f"{action}: the failing stream did not end with an error event")
+        return problems
+
     def judge(
         self,
         obs: Observation,
@@ -678,7 +1010,12 @@ class Replayer:
         step: int,
         action: str,
         trace: list[tuple[str, Record]],
+        *,
+        actual_enabled: frozenset[str] | None = None,
     ) -> None:
+        """Raise :class:`ConformanceError` when the observed step leaves the spec.
+        *actual_enabled*: the actions the exchange enabled when *obs* was taken (default:
+        now)."""
         if not self.check:
             return
         s = obs.state
@@ -686,10 +1023,12 @@ class Replayer:
         details: list[str] = []
         if prev is not None and not SelectionStable(prev.state, s):
             violated.append("SelectionStable")
-        if obs.problems:
-            if "PairingInv" not in violated:
-                violated.append("PairingInv")
-            details += obs.problems
+        for line in obs.problems:
+            named = line.split(":", 1)[0]
+            named = named if named in _PROPERTIES else "PairingInv"
+            if named not in violated:
+                violated.append(named)
+            details.append(line)
         record = s.as_record()
         if record != expected:
             violated.append("Refinement")
@@ -698,9 +1037,10 @@ class Replayer:
             if "Refinement" not in violated:
                 violated.append("Refinement")
             details.append(problem)
-        if t.exchange.enabled_actions() != enabled:
+        actual = t.exchange.enabled_actions() if actual_enabled is None else actual_enabled
+        if actual != enabled:
             violated.append("Enabled")
-            details.append(f"exchange enables {sorted(t.exchange.enabled_actions())}")
+            details.append(f"exchange enables {sorted(actual)}")
         if violated:
             lines = [f"  {i:2d} {a:<13} {_show_state(r)}" for i, (a, r) in enumerate(trace)]
             raise ConformanceError(

@@ -5,7 +5,16 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from conformance.abstraction import Wire, classify, observe, wire_pairs
+from conformance.abstraction import (
+    Wire,
+    assemble_messages,
+    classify,
+    is_stream,
+    observe,
+    sse_events,
+    stream_pairs,
+    wire_pairs,
+)
 from conformance.fakes import MARK, FakeCaller, FakeProvider, mock_client, planted_id
 from tpx.model import Config
 from tpx.transport import boot
@@ -73,4 +82,61 @@ def test_swapped_tool_results_are_a_pairing_problem() -> None:
     assert obs.state.reqIds == {ModelValue("t1"), ModelValue("t2")}
     assert len(obs.problems) == 2
     assert all("PairingInv" in p for p in obs.problems)
+    client.close()
+
+
+def test_streams_are_classified_and_their_ids_recovered() -> None:
+    for layout in range(4):
+        anthropic = FakeProvider("messages", layout=layout)
+        tpx = FakeProvider("openai", "mistral", layout=layout)
+        m = b"".join(anthropic.pieces(anthropic.stream_events(["t1", "t2"])))
+        o = b"".join(tpx.pieces(tpx.stream_events(["t2", "t1"])))
+        assert is_stream(m)
+        assert is_stream(o)
+        assert not is_stream(anthropic.native_reply(["t1"]))
+        assert classify(m) == "messages"
+        assert classify(o) == "openai"
+        assert classify(m + o) == "unknown"
+        assert [aid for _, aid in stream_pairs(m, "messages")] == ["t1", "t2"]
+        pairs = stream_pairs(o, "openai")
+        assert [aid for _, aid in pairs] == ["t2", "t1"]
+        assert {tpx.table[fid] for fid, _ in pairs} == {"t1", "t2"}
+        # the planted marker is split across fragments: only assembly finds it
+        assert MARK.encode() not in m
+        assert MARK.encode() not in o
+
+
+def test_caller_side_assembly() -> None:
+    anthropic = FakeProvider("messages")
+    events = anthropic.stream_events(["t1"])
+    data = b"".join(events)
+    message = assemble_messages(data)
+    assert message is not None
+    assert message["content"][0] == {"type": "text", "text": "probing"}
+    assert message["content"][1]["input"] == {"probe": MARK + "t1"}
+    assert message["stop_reason"] == "tool_use"
+    assert [planted_id(u.get("input")) for u in message["content"][1:]] == ["t1"]
+    assert assemble_messages(b"".join(events[:-1])) is None  # no message_stop
+    assert assemble_messages(b"".join(FakeProvider("openai").stream_events(["t1"]))) is None
+    assert sse_events(b"event: a\r\ndata: 1\r\ndata: 2\r\n\r\n: note\n\ndata: x") == [("a", "1\n2")]
+
+
+def test_streamed_delivery_of_chunks_is_not_messages() -> None:
+    """A caller handed Chat Completions chunks: gotShape is openai, whatever the exchange did."""
+    anthropic, tpx = FakeProvider("messages"), FakeProvider("openai")
+    client = mock_client(anthropic, tpx)
+    t = boot(oauth_token="tok", tpx_base_url="https://tpx.fake.test/v1", env={}, client=client)
+    chunks = b"".join(tpx.stream_events(["t1"]))
+    obs = observe(
+        t,
+        has_key=False,
+        has_token=True,
+        config=Config.of(2, 3),
+        wire=Wire(),
+        fake=tpx,
+        sent=None,
+        delivered=chunks,
+    )
+    assert obs.state.gotShape == "openai"
+    assert obs.state.pending == frozenset()
     client.close()

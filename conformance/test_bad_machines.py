@@ -7,15 +7,22 @@ from collections import Counter
 
 import pytest
 
-from conformance.bugs import BUGS
+from conformance.bugs import BUGS, STREAM_BUGS
 from conformance.replay import Behaviour, ConformanceError, Replayer
 from tpx.model import Config
 
 SEED = Config.of(2, 3)
 
 
-def _run(behaviours: list[Behaviour]) -> tuple[int, Counter[str], ConformanceError | None]:
-    replayer = Replayer(SEED)
+#: The plain-path bugs that also bite a streamed exchange (the others patch what only the
+#: plain shell uses: the body ``finish()`` returns, ``Transport.finish``, ``receive``).
+STREAMED_TOO = ("drop_id", "swap_ids", "token_over_key", "pairing_unchecked")
+
+
+def _run(
+    behaviours: list[Behaviour], *, streaming: bool = False
+) -> tuple[int, Counter[str], ConformanceError | None]:
+    replayer = Replayer(SEED, streaming=streaming)
     failures, named, first = 0, Counter[str](), None
     for i, b in enumerate(behaviours):
         try:
@@ -57,3 +64,29 @@ def test_bug_injection_is_undone(seed_behaviours: list[Behaviour]) -> None:
         with bug.active():
             pass
     assert _run(seed_behaviours[:50])[0] == 0
+
+
+@pytest.mark.tlc
+@pytest.mark.parametrize("name", [*sorted(STREAM_BUGS), *STREAMED_TOO])
+def test_seeded_bug_is_caught_in_streamed_replay(
+    name: str, seed_behaviours: list[Behaviour]
+) -> None:
+    bug = {**BUGS, **STREAM_BUGS}[name]
+    with bug.active():
+        failures, named, first = _run(seed_behaviours, streaming=True)
+    assert failures > 0, f"{name}: no streamed behaviour failed"
+    assert first is not None
+    spec_properties = [p for p in named if p not in ("Refinement", "Enabled")]
+    top = max(spec_properties, key=lambda p: (named[p], p == bug.property))
+    assert top == bug.property, dict(named)
+    assert "trace (observed)" in str(first)
+
+
+@pytest.mark.tlc
+@pytest.mark.parametrize("name", sorted(STREAM_BUGS))
+def test_stream_bugs_are_invisible_to_the_plain_replay(
+    name: str, seed_behaviours: list[Behaviour]
+) -> None:
+    """They break the streamed path only: the plain replay passes under them."""
+    with STREAM_BUGS[name].active():
+        assert _run(seed_behaviours)[0] == 0

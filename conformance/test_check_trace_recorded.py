@@ -18,7 +18,7 @@ import attrs
 import pytest
 
 from conformance.abstraction import ID_VARS
-from conformance.bugs import BUGS, Bug, json_lines, record_behaviour
+from conformance.bugs import BUGS, STREAM_BUGS, Bug, json_lines, record_behaviour
 from conformance.replay import SEED_CFG, SPEC, Behaviour, ConformanceError, Replayer
 from tpx.cli import main
 from tpx.model import Config
@@ -37,6 +37,12 @@ EXPECTED: dict[str, tuple[str, str]] = {
     "pairing_unchecked": ("TypeOK", "TypeOK"),  # reqIds answers an id never emitted
 }
 
+#: stream bug -> the property the mirror names for its (streamed) recording
+STREAM_EXPECTED: dict[str, str] = {
+    "stream_drop_id": "PairingInv",  # pending misses an id the provider emitted
+    "stream_openai_to_caller": "TypeOK",  # gotShape openai, pending holds no tool ids
+}
+
 #: behaviours recorded from the real transport (every provider, aborts, failures)
 REAL = (0, 31, 155, 200, 310, 465)
 
@@ -48,9 +54,9 @@ class BugRecording:
     """1-based index of the state at which the checked replay caught the bug"""
 
 
-def _record_bug(bug: Bug, behaviours: list[Behaviour]) -> BugRecording:
+def _record_bug(bug: Bug, behaviours: list[Behaviour], *, streaming: bool = False) -> BugRecording:
     """The recording of the first behaviour whose checked replay catches *bug*."""
-    replayer = Replayer(SEED)
+    replayer = Replayer(SEED, streaming=streaming)
     caught: tuple[int, int] | None = None
     try:
         with bug.active():
@@ -64,7 +70,8 @@ def _record_bug(bug: Bug, behaviours: list[Behaviour]) -> BugRecording:
         replayer.close()
     assert caught is not None, f"{bug.name} bit no behaviour"
     i, at = caught
-    return BugRecording(record_behaviour(behaviours[i], SEED, bug=bug, variant=i), at)
+    recording = record_behaviour(behaviours[i], SEED, bug=bug, variant=i, streaming=streaming)
+    return BugRecording(recording, at)
 
 
 @pytest.fixture(scope="module")
@@ -196,3 +203,25 @@ def test_cli_checks_recorded_files(
     for (name, path), line in zip(bad.items(), out[len(real) :], strict=True):
         step = bug_recordings[name].caught_at
         assert line.startswith(f"{path}: REJECTED at step {step} ({EXPECTED[name][1]})"), line
+
+
+@pytest.mark.tlc
+def test_streamed_recordings_accepted_and_stream_bugs_rejected(
+    seed_behaviours: list[Behaviour],
+) -> None:
+    """Recordings of streamed replays: the real transport's are behaviours of the spec, each
+    stream bug's is rejected at the step the checked streamed replay caught it."""
+    assert set(STREAM_EXPECTED) == set(STREAM_BUGS)
+    for i in REAL:
+        behaviour = seed_behaviours[i]
+        recording = record_behaviour(behaviour, SEED, variant=i, streaming=True)
+        states = [coerce_state(line, SEED, n)[0].as_record() for n, line in enumerate(recording)]
+        assert states == list(behaviour.states())
+        report = check_trace(recording, SEED, actions=_claims(recording))
+        assert report.accepted, str(report)
+    for name, bug in sorted(STREAM_BUGS.items()):
+        caught = _record_bug(bug, seed_behaviours, streaming=True)
+        report = check_trace(caught.recording, SEED)
+        assert not report.accepted, name
+        assert report.failed_step == caught.caught_at, (name, str(report))
+        assert report.failed_property == STREAM_EXPECTED[name], (name, str(report))

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import httpx
 import pytest
 
-from conformance.fakes import FAILURE_KINDS, LOOPBACK_FAILURE_KINDS, FakeProvider, LoopbackServer
+from conformance.fakes import (
+    FAILURE_KINDS,
+    LOOPBACK_FAILURE_KINDS,
+    MID_STREAM_FAILURE_KINDS,
+    STREAM_FAILURE_KINDS,
+    STREAM_LAYOUTS,
+    FakeProvider,
+    LoopbackServer,
+)
 from conformance.replay import (
     COVERAGE_REPORTS,
     SEED_CFG,
@@ -96,6 +104,66 @@ def test_replay_every_seed_behaviour(
 
 
 @pytest.mark.tlc
+def test_replay_every_seed_behaviour_streamed(
+    seed_graph: StateGraph, seed_behaviours: list[Behaviour]
+) -> None:
+    """The same 466 behaviours, every exchange through ``Transport.stream``."""
+    coverage = Coverage("seed ToolIds={t1,t2} MaxTurns=3 (all behaviours, streamed)", 361, 574, 466)
+    replayer = Replayer(SEED, coverage=coverage, streaming=True)
+    assert replayer.failure_kinds == STREAM_FAILURE_KINDS
+    assert replayer.replay_all(seed_behaviours) == 466
+    replayer.close()
+    COVERAGE_REPORTS.append(coverage.summary())
+    assert coverage.states == seed_graph.state_set()
+    assert coverage.edges == seed_graph.labelled_edges()
+    used = replayer.used
+    # every exchange went through stream(): one per CallerSend / CallerAbort / NoProvider /
+    # Halted step, and every ProviderReply's wire body was an event stream
+    steps = Counter(a for b in seed_behaviours for a, _ in b.steps)
+    for action in ("CallerSend", "CallerAbort", "NoProvider", "Halted"):
+        assert used[f"streamed:{action}"] == steps[action]
+    assert used["reply:streamed"] == steps["ProviderReply"] > 0
+    kinds = {k.removeprefix("fail:") for k in used if k.startswith("fail:")}
+    assert kinds == set(STREAM_FAILURE_KINDS)
+    assert {k.removeprefix("layout:") for k in used if k.startswith("layout:")} == set(
+        STREAM_LAYOUTS
+    )
+    assert {k for k in used if k.startswith("ids:")} == {"ids:openai", "ids:mistral", "ids:spaces"}
+
+
+@pytest.mark.tlc
+def test_streamed_loopback_subset_over_real_sockets(seed_behaviours: list[Behaviour]) -> None:
+    """20 behaviours streamed over real HTTP on 127.0.0.1: chunked bodies, one flushed chunk
+    per piece; a dropped connection is a cut-off chunked body."""
+    picked = seed_behaviours[5::23][:20]
+    anthropic, tpx = FakeProvider("messages"), FakeProvider("openai", "spaces")
+    with (
+        LoopbackServer.serving(anthropic) as a_srv,
+        LoopbackServer.serving(tpx) as t_srv,
+        httpx.Client(timeout=10.0) as client,
+    ):
+        replayer = Replayer(
+            SEED,
+            anthropic=anthropic,
+            tpx=tpx,
+            client=client,
+            anthropic_url=a_srv.url,
+            tpx_url=t_srv.url + "/v1",
+            failure_kinds=LOOPBACK_FAILURE_KINDS + MID_STREAM_FAILURE_KINDS,
+            streaming=True,
+        )
+        for i, b in enumerate(picked):
+            replayer.replay(b, i * 23 + 5)
+    used = replayer.used
+    assert used["provider:ANTHROPIC"]
+    assert used["provider:TPX"]
+    assert used["reply:streamed"] >= 20
+    assert {k.removeprefix("fail:") for k in used if k.startswith("fail:")} & set(
+        MID_STREAM_FAILURE_KINDS
+    )
+
+
+@pytest.mark.tlc
 def test_seed_edge_cover_is_minimum(seed_graph: StateGraph) -> None:
     cover = edge_cover(seed_graph)
     certificate = edge_cover_certificate(seed_graph)
@@ -150,6 +218,30 @@ def test_loopback_subset_over_real_sockets(seed_behaviours: list[Behaviour]) -> 
     used_kinds = {k.removeprefix("fail:") for k in replayer.used if k.startswith("fail:")}
     assert used_kinds <= set(LOOPBACK_FAILURE_KINDS)
     assert len(used_kinds) >= 4
+
+
+@pytest.mark.tlc
+@pytest.mark.slow
+def test_edge_cover_ids4_turns6_streamed() -> None:
+    """The ToolIds={t1..t4}, MaxTurns=6 minimum edge cover, every exchange streamed."""
+    graph = tlc_graph(4, 6)
+    cover = edge_cover(graph)
+    config = Config(frozenset(ModelValue(f"t{i}") for i in range(1, 5)), 6)
+    coverage = Coverage(
+        "ToolIds={t1..t4} MaxTurns=6 (minimum edge cover, streamed)",
+        len(graph.states),
+        len(graph.edges),
+        count_complete_behaviours(graph),
+    )
+    replayer = Replayer(config, coverage=coverage, streaming=True)
+    assert replayer.replay_all(cover) == len(cover)
+    replayer.close()
+    COVERAGE_REPORTS.append(coverage.summary())
+    assert coverage.states == graph.state_set()
+    assert coverage.edges == graph.labelled_edges()
+    assert {k.removeprefix("fail:") for k in replayer.used if k.startswith("fail:")} == set(
+        STREAM_FAILURE_KINDS
+    )
 
 
 @pytest.mark.tlc
