@@ -694,6 +694,9 @@ def run_model(
         cmd = [
             java_path,
             "-XX:+UseParallelGC",
+            # TLC unpacks its standard modules (Naturals.tla, ...) into java.io.tmpdir;
+            # a private one keeps concurrent runs from racing on /tmp.
+            f"-Djava.io.tmpdir={work}",
             "-cp",
             str(jar_path),
             "tlc2.TLC",
