@@ -19,12 +19,13 @@ Streamed mode (``Replayer(config, streaming=True)``)
 ----------------------------------------------------
 Every exchange goes through the public :meth:`Transport.stream` with ``stream: true``,
 and the caller's side is the bytes it yields. Where each spec action happens inside one
-``stream()`` call (the exchange steps are the real :class:`~tpx.exchange.Exchange`'s;
-:class:`HookedExchange` reports each one the moment its phase/turn changes, and the
-abstraction is computed right there):
+``stream()`` call (the transport is booted with the exchange's public observer,
+``boot(..., observer=...)``, which names each action the moment the exchange takes it;
+the abstraction is computed right there):
 
 * ``CallerSend`` -- ``begin()`` at the iterator's first ``next()`` (``Exchange.send``);
-  observed before a byte goes out;
+  observed before a byte goes out, the wire holding the request the exchange framed
+  (``Exchange.outbound``);
 * ``NoProvider`` / ``CallerAbort`` -- the same place, ``stream()`` raising the error
   (``UnauthorizedError`` / ``PairingError``) without touching the network;
 * ``ProviderReply`` -- ``Exchange.end_stream`` once the terminal event (``message_stop`` /
@@ -51,9 +52,9 @@ from __future__ import annotations
 import itertools
 import tempfile
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
 import httpx
@@ -83,7 +84,7 @@ from conformance.fakes import (
     mock_client,
 )
 from tpx import errors
-from tpx.exchange import Exchange, ExchangeSnapshot, OutboundRequest, Provider
+from tpx.exchange import ExchangeSnapshot, Provider
 from tpx.model import INVARIANTS, Config, Next, SelectionStable, State
 from tpx.tlc import StateGraph, dump_graph, load_cfg, render_cfg, with_constants
 from tpx.transport import Transport, boot
@@ -95,7 +96,6 @@ __all__ = [
     "Behaviour",
     "ConformanceError",
     "Coverage",
-    "HookedExchange",
     "Replayer",
     "StepResult",
     "behaviour_from_trace",
@@ -517,85 +517,6 @@ _PROPERTIES = frozenset(
     {"TypeOK", "ShapeInv", "PairingInv", "SelectionInv", "BoundedInv", "SelectionStable"}
 )
 
-_T = TypeVar("_T")
-
-
-def _transition(method: str, before: tuple[int, str], after: tuple[int, str]) -> str:
-    """The spec action a change of (turn, phase) is."""
-    (t0, p0), (t1, p1) = before, after
-    if (p0, p1) == ("idle", "req"):
-        return "CallerSend"
-    if (p0, p1) == ("req", "resp"):
-        return "ProviderReply"
-    if (p0, p1) == ("req", "idle"):
-        return "ProviderFail"
-    if (p0, p1) == ("resp", "idle"):
-        return "Deliver"
-    if (p0, p1) == ("idle", "idle") and t1 == t0 + 1:
-        return "NoProvider" if method == "no_provider" else "CallerAbort"
-    return f"?{method}:{p0}->{p1}"
-
-
-class HookedExchange(Exchange):
-    """The real :class:`~tpx.exchange.Exchange` (every step is its own), reporting each
-    spec transition the moment it happens: ``on_step(action, exchange)`` right after the
-    step that changed the phase or the turn (also when that step raises)."""
-
-    def __init__(
-        self,
-        provider: Provider,
-        *,
-        max_turns: int | None,
-        model: str | None,
-        secrets: Iterable[str | None],
-        on_step: Callable[[str, HookedExchange], None],
-    ) -> None:
-        super().__init__(provider, max_turns=max_turns, model=model, secrets=secrets)
-        self.on_step = on_step
-        self.outbound: bytes | None = None
-        """the body of the last request :meth:`send` framed"""
-
-    def _tracked(self, method: str, call: Callable[..., _T], *args: Any) -> _T:
-        before = (self.turn, self.phase)
-        try:
-            result = call(*args)
-            if isinstance(result, OutboundRequest):
-                self.outbound = result.body
-            return result
-        finally:
-            after = (self.turn, self.phase)
-            if after != before:
-                self.on_step(_transition(method, before, after), self)
-
-    def send(self, request: Mapping[str, Any]) -> OutboundRequest:
-        return self._tracked("send", super().send, request)
-
-    def abort(self) -> errors.PairingError:
-        return self._tracked("abort", super().abort)
-
-    def no_provider(self) -> errors.UnauthorizedError:
-        return self._tracked("no_provider", super().no_provider)
-
-    def receive(self, status: int, headers: Mapping[str, str], body: bytes) -> None:
-        self._tracked("receive", super().receive, status, headers, body)
-
-    def fail(self, error: errors.ModelError) -> errors.ModelError:
-        return self._tracked("fail", super().fail, error)
-
-    def receive_stream_start(
-        self, status: int, headers: Mapping[str, str], body: bytes = b""
-    ) -> None:
-        self._tracked("receive_stream_start", super().receive_stream_start, status, headers, body)
-
-    def feed(self, chunk: bytes) -> list[dict[str, Any]]:
-        return self._tracked("feed", super().feed, chunk)
-
-    def end_stream(self) -> list[dict[str, Any]]:
-        return self._tracked("end_stream", super().end_stream)
-
-    def deliver(self) -> dict[str, Any]:
-        return self._tracked("deliver", super().deliver)
-
 
 @attrs.frozen
 class StepResult:
@@ -646,6 +567,8 @@ class Replayer:
     _pending_request: httpx.Request | None = attrs.field(init=False, default=None)
     _hooked: list[_Hooked] | None = attrs.field(init=False, default=None)
     _stream_req: dict[str, Any] | None = attrs.field(init=False, default=None)
+    _outbound: bytes | None = attrs.field(init=False, default=None)
+    """the body of the request the exchange framed at the streamed exchange's CallerSend"""
     _live: tuple[Transport, bool, bool] | None = attrs.field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
@@ -678,16 +601,8 @@ class Replayer:
             env={},
             client=self.client,
             max_turns=self.config.MaxTurns,
+            observer=self._on_step,
         )
-        # the same machine, reporting its steps (the transport is frozen: swap it in)
-        hooked = HookedExchange(
-            t.provider,
-            max_turns=self.config.MaxTurns,
-            model=t.model,
-            secrets=(KEY if has_key else None, TOKEN if has_token else None),
-            on_step=self._on_step,
-        )
-        object.__setattr__(t, "exchange", hooked)
         self._live = (t, has_key, has_token)
         if self.streaming and t.provider is not Provider.NONE:
             self.used[f"layout:{STREAM_LAYOUTS[layout % len(STREAM_LAYOUTS)]}"] += 1
@@ -868,14 +783,17 @@ class Replayer:
 
     # -- one streamed exchange ---------------------------------------------------------
 
-    def _on_step(self, action: str, ex: HookedExchange) -> None:
-        """:class:`HookedExchange` took *action*: observe the spec state right now."""
+    def _on_step(self, action: str, snapshot: ExchangeSnapshot) -> None:
+        """The exchange's observer: it took *action* (inside a streamed exchange: observe
+        the spec state right now; plain steps are observed by :meth:`replay`)."""
         if self._hooked is None or self._live is None:
             return
         t, has_key, has_token = self._live
+        ex = t.exchange
         if action == "CallerSend" and ex.outbound is not None and self._stream_req is not None:
+            self._outbound = ex.outbound.body
             self.caller.accepted(self._stream_req)
-            self.wire.request(ex.outbound)
+            self.wire.request(ex.outbound.body)
         elif action == "ProviderReply":
             fake = self._fake(t)
             if fake is not None and fake.last_good:
@@ -884,7 +802,7 @@ class Replayer:
         self._hooked.append(
             _Hooked(
                 action,
-                ex.snapshot(),
+                snapshot,
                 ex.enabled_actions(),
                 self.observe(t, has_key, has_token),
             )
@@ -920,6 +838,7 @@ class Replayer:
         request = {**base, "stream": True}
         before = (len(self.anthropic.received), len(self.tpx.received))
         self._stream_req = request
+        self._outbound = None
         self._hooked = []
         data = bytearray()
         error: Exception | None = None
@@ -985,9 +904,7 @@ class Replayer:
                 problems.append(f"{action}: stream() yielded bytes")
         else:
             fake = self._fake(t)
-            hooked = t.exchange
-            outbound = hooked.outbound if isinstance(hooked, HookedExchange) else None
-            if fake is None or not fake.received or fake.received[-1] != outbound:
+            if fake is None or not fake.received or fake.received[-1] != self._outbound:
                 problems.append("CallerSend: the bytes the provider received are not the request")
         if want is None and error is not None:
             problems.append(f"{action}: stream() raised {error!r}")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
+import attrs
 import orjson
 import pytest
 from hypothesis import given, settings
@@ -510,8 +512,8 @@ STEPS: dict[str, Step] = {
 }
 
 
-def _at(phase: str) -> Exchange:
-    ex = Exchange(Provider.ANTHROPIC)
+def _at(phase: str, observer: Callable[[str, ExchangeSnapshot], None] | None = None) -> Exchange:
+    ex = Exchange(Provider.ANTHROPIC, observer=observer)
     turn_with_tools(ex, "toolu_a")  # idle with something pending: send and abort enabled
     if phase in ("req", "resp"):
         ex.send(answer(["toolu_a"], ["toolu_a"]))
@@ -842,19 +844,287 @@ def test_every_spec_behaviour_is_an_exchange_behaviour() -> None:
 
     config = Config.of(2, 3)
     frontier: list[tuple[Any, tuple[tuple[str, Any], ...]]] = [(s, ()) for s in Init(config)]
-    seen = {s for s, _ in frontier}
+    reached = {s for s, _ in frontier}
     checked = 0
     while frontier:
         state, path = frontier.pop()
-        ex = Exchange(select_provider(state.hasKey, state.hasToken), max_turns=config.MaxTurns)
+        seen = Seen()
+        ex = Exchange(
+            select_provider(state.hasKey, state.hasToken),
+            max_turns=config.MaxTurns,
+            observer=seen,
+        )
         for action, successor in path:
             _step(ex, action, successor)
         assert _project(ex) == _spec_view(state), path
+        assert seen.actions == [action for action, _ in path]  # the observer names each step
         moves = list(Next(state, config))
         assert ex.enabled_actions() == {name for name, _ in moves}
         checked += 1
         for action, successor in moves:
-            if successor not in seen:
-                seen.add(successor)
+            if successor not in reached:
+                reached.add(successor)
                 frontier.append((successor, (*path, (action, successor))))
-    assert checked == len(seen) > 100
+    assert checked == len(reached) > 100
+
+
+# -- the observer ------------------------------------------------------------------------
+
+
+class Seen:
+    """An observer recording every (action, snapshot) it is shown."""
+
+    def __init__(self, ex: Exchange | None = None) -> None:
+        self.calls: list[tuple[str, ExchangeSnapshot]] = []
+        self.ex = ex
+
+    def __call__(self, action: str, snapshot: ExchangeSnapshot) -> None:
+        if self.ex is not None:  # the step is complete when the observer runs
+            assert snapshot == self.ex.snapshot()
+        self.calls.append((action, snapshot))
+
+    @property
+    def actions(self) -> list[str]:
+        return [action for action, _ in self.calls]
+
+
+def observed(provider: Provider, **kw: Any) -> tuple[Exchange, Seen]:
+    seen = Seen()
+    ex = Exchange(provider, observer=seen, **kw)
+    seen.ex = ex
+    return ex, seen
+
+
+@pytest.mark.parametrize("provider", [Provider.ANTHROPIC, Provider.TPX])
+def test_observer_sees_each_action_of_a_turn_with_the_state_after_it(provider: Provider) -> None:
+    ex, seen = observed(provider)
+    ex.send(request())
+    assert seen.actions == ["CallerSend"]
+    assert (seen.calls[-1][1].phase, seen.calls[-1][1].wire_shape) == (
+        "req",
+        native_shape(provider),
+    )
+    reply = messages_reply("toolu_a") if provider is Provider.ANTHROPIC else openai_reply("c_a")
+    ex.receive(200, {}, reply)
+    assert seen.actions == ["CallerSend", "ProviderReply"]
+    assert seen.calls[-1][1].phase == "resp"
+    assert len(seen.calls[-1][1].emitted) == 1
+    body = ex.deliver()
+    assert seen.actions == ["CallerSend", "ProviderReply", "Deliver"]
+    last = seen.calls[-1][1]
+    assert (last.phase, last.turn, last.last_outcome) == ("idle", 1, "ok")
+    assert last.pending == {b["id"] for b in body["content"] if b["type"] == "tool_use"}
+    assert ex.snapshot() == last
+
+
+@pytest.mark.parametrize(
+    ("name", "fail"),
+    [
+        ("http 500", lambda ex: ex.receive(500, {}, b'{"error": {"message": "x"}}')),
+        ("bad body", lambda ex: ex.receive(200, {}, b'{"type": "nope"}')),
+        ("fail()", lambda ex: ex.fail(errors.TimeoutError("slow"))),
+    ],
+)
+def test_observer_sees_provider_fail(name: str, fail: Step) -> None:
+    ex, seen = observed(Provider.ANTHROPIC)
+    ex.send(request())
+    with pytest.raises(errors.ModelError) if name != "fail()" else nullcontext():
+        fail(ex)
+    assert seen.actions == ["CallerSend", "ProviderFail"], name
+    last = seen.calls[-1][1]
+    assert (last.phase, last.turn, last.last_outcome, last.pending) == (
+        "idle",
+        1,
+        "err",
+        frozenset(),
+    )
+
+
+def test_observer_sees_no_provider_and_caller_abort() -> None:
+    ex, seen = observed(Provider.NONE)
+    ex.no_provider()
+    assert seen.actions == ["NoProvider"]
+    ex, seen = observed(Provider.ANTHROPIC)
+    turn_with_tools(ex, "toolu_a")
+    ex.abort()
+    assert seen.actions == ["CallerSend", "ProviderReply", "Deliver", "CallerAbort"]
+    turn_with_tools(ex, "toolu_b")
+    with pytest.raises(errors.PairingError):
+        ex.send(answer(["toolu_b"], []))  # leaves toolu_b unanswered: the send aborts
+    assert seen.actions[-2:] == ["Deliver", "CallerAbort"]
+    assert seen.calls[-1][1] == ex.snapshot()
+    assert (ex.turn, ex.last_outcome, ex.pending) == (4, "err", frozenset())
+
+
+def test_observer_is_not_called_when_nothing_changes() -> None:
+    ex, seen = observed(Provider.TPX)
+    with pytest.raises(errors.PairingError):
+        ex.send(answer(["toolu_x"], ["toolu_x"]))  # nothing pending: no abort either
+    with pytest.raises(TypeError):
+        ex.send([])  # type: ignore[arg-type]
+    with pytest.raises(errors.UnsupportedError):
+        ex.send_bytes(b"{nope")
+    with pytest.raises((errors.UnsupportedError, errors.ProtocolError)):
+        ex.send(request(user({"type": "document", "source": {"type": "text", "data": "x"}})))
+    assert seen.calls == []
+    ex.send({**request(), "stream": True})
+    ex.receive_stream_start(200, {"content-type": "text/event-stream"})  # no action
+    assert ex.feed(b'data: {"id": "c", "object": "chat.completion.chunk", "choices": [') == []
+    assert seen.actions == ["CallerSend"]
+
+
+@pytest.mark.parametrize("phase", ["idle", "req", "resp"])
+@pytest.mark.parametrize("step", sorted(STEPS))
+def test_observer_is_called_once_per_step_and_never_for_a_refused_one(
+    phase: str, step: str
+) -> None:
+    seen = Seen()
+    ex = _at(phase, seen)
+    seen.ex, seen.calls = ex, []  # observed from here on
+    names = {
+        "send": "CallerSend",
+        "abort": "CallerAbort",
+        "receive": "ProviderReply",
+        "fail": "ProviderFail",
+        "deliver": "Deliver",
+    }
+    if step in ALLOWED[phase]:
+        STEPS[step](ex)
+        assert seen.actions == [names[step]]
+    else:
+        with pytest.raises(errors.ExchangeStateError):
+            STEPS[step](ex)
+        assert seen.calls == []
+
+
+class Boom(Exception):
+    pass
+
+
+def raising_at(action: str, calls: list[str]) -> Callable[[str, ExchangeSnapshot], None]:
+    def observer(name: str, snapshot: ExchangeSnapshot) -> None:
+        calls.append(name)
+        if name == action:
+            raise Boom(name)
+
+    return observer
+
+
+#: (action the observer raises at, the steps up to it, the state after it, the next step)
+RAISING: dict[str, tuple[list[str], tuple[str, int, str], str]] = {
+    "CallerSend": (["send"], ("req", 0, "none"), "receive"),
+    "ProviderReply": (["send", "receive"], ("resp", 0, "none"), "deliver"),
+    "Deliver": (["send", "receive", "deliver"], ("idle", 1, "ok"), "abort"),
+    "ProviderFail": (["send", "receive 503"], ("idle", 1, "err"), "send"),
+    "CallerAbort": (["send", "receive", "deliver", "send"], ("idle", 2, "err"), "send"),
+}
+TAKE: dict[str, Step] = {
+    "send": lambda ex: ex.send(request()),
+    "receive": lambda ex: ex.receive(200, {}, messages_reply("toolu_a")),
+    "receive 503": lambda ex: ex.receive(503, {}, b"{}"),
+    "deliver": lambda ex: ex.deliver(),
+    "abort": lambda ex: ex.abort(),
+}
+
+
+@pytest.mark.parametrize("action", sorted(RAISING))
+def test_an_observer_exception_propagates_after_the_step_is_complete(action: str) -> None:
+    calls: list[str] = []
+    ex = Exchange(Provider.ANTHROPIC, observer=raising_at(action, calls))
+    steps, after, following = RAISING[action]
+    for take in steps[:-1]:
+        TAKE[take](ex)
+    with pytest.raises(Boom):  # in place of the step's result or of the error it raises
+        TAKE[steps[-1]](ex)
+    assert calls[-1] == action
+    assert len(calls) == len(steps)  # one call per step taken
+    assert (ex.phase, ex.turn, ex.last_outcome) == after  # the step is complete
+    if action == "ProviderFail":
+        assert isinstance(ex.last_error, errors.OverloadedError)
+    if action == "CallerAbort":
+        assert ex.pending == frozenset()
+    TAKE[following](ex)  # and the exchange takes the next step as usual
+    assert len(calls) == len(steps) + 1
+    assert calls[-1] != action
+
+
+def test_no_provider_observer_exception_keeps_the_step() -> None:
+    calls: list[str] = []
+    ex = Exchange(Provider.NONE, max_turns=2, observer=raising_at("NoProvider", calls))
+    with pytest.raises(Boom):
+        ex.no_provider()
+    assert (ex.turn, ex.last_outcome, calls) == (1, "err", ["NoProvider"])
+
+
+def test_the_observer_cannot_take_steps() -> None:
+    refused: list[Exception] = []
+
+    def observer(action: str, snapshot: ExchangeSnapshot) -> None:
+        assert ex.enabled_actions()  # reading is fine
+        if action == "ProviderReply":
+            try:
+                ex.deliver()
+            except errors.ExchangeStateError as exc:
+                refused.append(exc)
+
+    ex = Exchange(Provider.ANTHROPIC, observer=observer)
+    ex.send(request())
+    ex.receive(200, {}, messages_reply())
+    assert len(refused) == 1
+    assert "observer" in str(refused[0])
+    assert ex.phase == "resp"
+    ex.deliver()  # outside the observer: as usual
+    assert (ex.phase, ex.turn) == ("idle", 1)
+
+
+def test_observer_must_be_callable() -> None:
+    with pytest.raises(TypeError, match="observer"):
+        Exchange(Provider.TPX, observer="print")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("provider", [Provider.ANTHROPIC, Provider.TPX])
+def test_the_observer_gets_no_credentials(provider: Provider) -> None:
+    ex, seen = observed(provider, secrets=[SECRET])
+    for _ in range(2):
+        ex.send(request())
+        ex.receive(200, {}, messages_reply() if provider is Provider.ANTHROPIC else openai_reply())
+        ex.deliver()
+    ex.send(request())
+    with pytest.raises(errors.ModelError):
+        ex.receive(401, {}, orjson.dumps({"error": {"message": f"bad key {SECRET}"}}))
+    assert seen.actions[-2:] == ["CallerSend", "ProviderFail"]
+    for action, snapshot in seen.calls:
+        rendered = repr(snapshot) + repr(attrs.asdict(snapshot, recurse=True)) + action
+        assert SECRET not in rendered
+        assert set(attrs.fields_dict(ExchangeSnapshot)) == {
+            "provider",
+            "turn",
+            "phase",
+            "pending",
+            "last_outcome",
+            "max_turns",
+            "req_ids",
+            "wire_shape",
+            "wire_ids",
+            "emitted",
+            "got_shape",
+        }
+
+
+def test_outbound_is_the_request_in_flight() -> None:
+    framed: list[bytes] = []
+
+    def observer(action: str, snapshot: ExchangeSnapshot) -> None:
+        framed.append(ex.outbound.body if ex.outbound is not None else b"")
+
+    ex = Exchange(Provider.ANTHROPIC, secrets=[SECRET], observer=observer)
+    assert ex.outbound is None
+    out = ex.send(request())
+    assert ex.outbound == out
+    assert framed == [out.body]  # readable from the observer at CallerSend
+    assert not {"x-api-key", "authorization"} & {k for k, _ in out.headers}
+    ex.receive(200, {}, messages_reply())
+    assert ex.outbound == out
+    ex.deliver()
+    assert ex.outbound is None
+    assert framed == [out.body, out.body, b""]

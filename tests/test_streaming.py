@@ -12,7 +12,7 @@ import pytest
 
 from tests.translate.test_stream import NATIVE, native, sse, stream_of, validate_event
 from tpx import errors
-from tpx.exchange import Exchange, Provider
+from tpx.exchange import Exchange, ExchangeSnapshot, Provider
 from tpx.translate.stream import MessageAccumulator, SSEParser
 from tpx.transport import aboot, boot
 
@@ -563,3 +563,206 @@ async def test_async_early_close_and_cancellation_return_to_idle() -> None:
             assert t.exchange.phase == "req"
             tg.cancel_scope.cancel()
         assert_failed(t.exchange)
+
+
+# -- the observer: the spec's actions inside one stream() call ---------------------------
+
+
+class Seen:
+    """An observer recording each action with how many bytes the caller had received."""
+
+    def __init__(self, got: list[bytes] | None = None, raise_at: str | None = None) -> None:
+        self.got: list[bytes] = [] if got is None else got
+        self.raise_at = raise_at
+        self.calls: list[tuple[str, ExchangeSnapshot, bytes]] = []
+
+    def __call__(self, action: str, snapshot: ExchangeSnapshot) -> None:
+        self.calls.append((action, snapshot, b"".join(self.got)))
+        if action == self.raise_at:
+            raise Boom(action)
+
+    @property
+    def actions(self) -> list[str]:
+        return [action for action, _, _ in self.calls]
+
+
+class Boom(Exception):
+    pass
+
+
+def observed_boot(provider: str, *replies: httpx.Response, seen: Seen) -> Any:
+    handler = Provider_(*replies)
+    if provider == "anthropic":
+        return boot(api_key=KEY, env={}, transport=httpx.MockTransport(handler), observer=seen)
+    return boot(
+        oauth_token=TOKEN,
+        tpx_base_url=TPX_URL,
+        env={},
+        transport=httpx.MockTransport(handler),
+        observer=seen,
+    )
+
+
+def good_stream(provider: str) -> bytes:
+    return native(NATIVE) if provider == "anthropic" else tool_chat("call_a")
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "tpx"])
+def test_stream_is_observed_as_caller_send_provider_reply_deliver(provider: str) -> None:
+    seen = Seen()
+    reply, _ = streamed(good_stream(provider), size=5)
+    with observed_boot(provider, reply, seen=seen) as t:
+        for data in t.stream(REQUEST):
+            seen.got.append(data)
+    assert seen.actions == ["CallerSend", "ProviderReply", "Deliver"]
+    (_, sent, before_send), (_, replied, _), (_, delivered, at_deliver) = seen.calls
+    assert before_send == b""
+    assert (sent.phase, replied.phase, delivered.phase) == ("req", "resp", "idle")
+    # ProviderReply and Deliver are taken before the terminal event reaches the caller
+    assert b"message_stop" not in at_deliver
+    assert b"message_stop" in b"".join(seen.got)
+    assert delivered == t.exchange.snapshot()
+    assert len(delivered.pending) == 1
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("provider", ["anthropic", "tpx"])
+async def test_async_stream_is_observed(provider: str) -> None:
+    seen = Seen()
+    reply, _ = streamed(good_stream(provider), size=9)
+    failing, _ = streamed(b"", error=httpx.ReadError("reset"))
+    handler = Provider_(reply, failing)
+    creds: dict[str, Any] = {"api_key": KEY} if provider == "anthropic" else {"oauth_token": TOKEN}
+    async with aboot(
+        **creds, tpx_base_url=TPX_URL, env={}, transport=httpx.MockTransport(handler), observer=seen
+    ) as t:
+        await drain(t.stream(REQUEST), seen.got)
+        assert seen.actions == ["CallerSend", "ProviderReply", "Deliver"]
+        assert b"message_stop" not in seen.calls[-1][2]
+        with pytest.raises(errors.PairingError):
+            await drain(t.stream(REQUEST), seen.got)  # the tool_use is unanswered
+    assert seen.actions[3:] == ["CallerAbort"]
+
+
+@pytest.mark.parametrize(
+    ("make", "error"),
+    [
+        (
+            lambda: streamed(text_chat("a long answer")[:400], error=httpx.ReadError("reset"))[0],
+            errors.NetworkError,
+        ),
+        (lambda: streamed(text_chat(done=False))[0], errors.ProtocolError),
+        (lambda: streamed(b"data: {not json\n\n")[0], errors.ProtocolError),
+        (lambda: streamed(b"", error=httpx.ReadError("reset"))[0], errors.NetworkError),
+        (lambda: httpx.Response(529, json={"error": {"message": "busy"}}), errors.ModelError),
+        (lambda: httpx.Response(200, json={"id": "x"}), errors.ProtocolError),
+    ],
+)
+def test_failed_stream_is_observed_as_caller_send_provider_fail(
+    make: Any, error: type[errors.ModelError]
+) -> None:
+    seen = Seen()
+    with observed_boot("tpx", make(), seen=seen) as t:
+        with pytest.raises(error):
+            seen.got.extend(t.stream(REQUEST))
+        assert seen.actions == ["CallerSend", "ProviderFail"]
+        assert seen.calls[-1][1] == t.exchange.snapshot()
+
+
+def test_closing_a_stream_early_is_observed_as_provider_fail() -> None:
+    seen = Seen()
+    reply, _ = streamed(text_chat("many words here"), size=4)
+    with observed_boot("tpx", reply, seen=seen) as t:
+        stream = t.stream(REQUEST)
+        next(stream)
+        assert seen.actions == ["CallerSend"]
+        stream.close()
+        assert seen.actions == ["CallerSend", "ProviderFail"]
+
+
+def test_no_provider_stream_is_observed_without_network() -> None:
+    seen = Seen()
+    with boot(env={}, transport=httpx.MockTransport(Provider_()), observer=seen) as t:
+        with pytest.raises(errors.UnauthorizedError):
+            next(t.stream(REQUEST))
+        with pytest.raises(errors.UnauthorizedError):
+            next(t.stream(REQUEST))
+    assert seen.actions == ["NoProvider", "NoProvider"]
+
+
+def test_sans_io_stream_steps_are_observed_only_when_they_are_actions() -> None:
+    seen = Seen()
+    ex = Exchange(Provider.TPX, observer=seen)
+    ex.send({**REQUEST, "stream": True})
+    ex.receive_stream_start(200, SSE_HEADERS)
+    data = text_chat()
+    for i in range(0, len(data), 5):
+        ex.feed(data[i : i + 5])
+    assert seen.actions == ["CallerSend"]  # starting and feeding a stream take no action
+    with pytest.raises(errors.ExchangeStateError):
+        ex.deliver()  # refused: not observed
+    ex.end_stream()
+    ex.deliver()
+    with pytest.raises(errors.ExchangeStateError):
+        ex.end_stream()
+    assert seen.actions == ["CallerSend", "ProviderReply", "Deliver"]
+    ex.send({**REQUEST, "stream": True})
+    ex.receive_stream_start(200, SSE_HEADERS)
+    ex.feed(b'event: error\ndata: {"error": {"type": "overloaded_error", "message": "x"}}\n\n')
+    assert seen.actions[3:] == ["CallerSend", "ProviderFail"]
+
+
+def test_observer_raising_at_provider_reply_mid_stream_keeps_the_reply() -> None:
+    seen = Seen(raise_at="ProviderReply")
+    reply, body = streamed(native(NATIVE), size=11)
+    with observed_boot("anthropic", reply, seen=seen) as t:
+        with pytest.raises(Boom):
+            seen.got.extend(t.stream(REQUEST))
+        assert body.closed
+        assert t.exchange.phase == "resp"  # the reply waits for Deliver
+        message = t.finish()
+        assert [b["id"] for b in message["content"] if b["type"] == "tool_use"] == ["toolu_01"]
+        assert seen.actions == ["CallerSend", "ProviderReply", "Deliver"]
+        assert t.exchange.pending == {"toolu_01"}
+
+
+def test_observer_exception_at_a_mid_stream_failure_is_not_chained_to_the_httpx_error() -> None:
+    seen = Seen(raise_at="ProviderFail")
+    reply, _ = streamed(text_chat("answer")[:300], error=httpx.ReadError(f"reset {TOKEN}"))
+    with observed_boot("tpx", reply, seen=seen) as t:
+        with pytest.raises(Boom) as info:
+            seen.got.extend(t.stream(REQUEST))
+        assert (info.value.__context__, info.value.__cause__) == (None, None)
+        assert seen.actions == ["CallerSend", "ProviderFail"]
+        assert_failed(t.exchange)
+
+
+def test_observer_raising_at_caller_send_of_a_stream_sends_nothing() -> None:
+    seen = Seen(raise_at="CallerSend")
+    handler = Provider_()
+    with boot(api_key=KEY, env={}, transport=httpx.MockTransport(handler), observer=seen) as t:
+        with pytest.raises(Boom):
+            next(t.stream(REQUEST))
+        assert handler.seen == []
+        assert seen.actions == ["CallerSend", "ProviderFail"]
+        assert_failed(t.exchange)
+
+
+def test_a_model_error_raised_by_the_observer_is_not_a_provider_fail() -> None:
+    calls: list[str] = []
+
+    def observer(action: str, snapshot: ExchangeSnapshot) -> None:
+        calls.append(action)
+        if action == "ProviderReply":
+            raise errors.ProtocolError("the observer's own error")
+
+    ex = Exchange(Provider.ANTHROPIC, observer=observer)
+    ex.send({**REQUEST, "stream": True})
+    ex.receive_stream_start(200, SSE_HEADERS)
+    ex.feed(native(NATIVE))
+    with pytest.raises(errors.ProtocolError, match="observer's own"):
+        ex.end_stream()
+    assert (ex.phase, calls) == ("resp", ["CallerSend", "ProviderReply"])
+    assert ex.last_error is None
+    assert ex.deliver()["content"][1]["id"] == "toolu_01"
+    assert calls == ["CallerSend", "ProviderReply", "Deliver"]

@@ -18,7 +18,7 @@ import pytest
 
 import tpx.transport
 from tpx import errors
-from tpx.exchange import Provider
+from tpx.exchange import ExchangeSnapshot, Provider
 from tpx.transport import AsyncTransport, Transport, aboot, boot
 
 KEY = "sk-ant-api03-KEY-SECRET-abcdef"
@@ -704,3 +704,225 @@ def test_halted_exchange_refuses_begin() -> None:
             t.begin(REQUEST)
         assert len(rec.seen) == 1
         assert t.exchange.turn == 1
+
+
+# -- the observer: the spec's actions as the transport takes them ----------------------------
+
+
+@attrs.define
+class Seen:
+    """An observer recording each action, its snapshot and how many requests had gone out."""
+
+    rec: Recorder | None = None
+    calls: list[tuple[str, ExchangeSnapshot, int]] = attrs.field(factory=list)
+    raise_at: str | None = None
+
+    def __call__(self, action: str, snapshot: ExchangeSnapshot) -> None:
+        self.calls.append((action, snapshot, len(self.rec.seen) if self.rec else 0))
+        if action == self.raise_at:
+            raise Boom(action)
+
+    @property
+    def actions(self) -> list[str]:
+        return [action for action, _, _ in self.calls]
+
+
+class Boom(Exception):
+    pass
+
+
+def observed(
+    provider: str, *replies: httpx.Response | Exception, **kw: Any
+) -> tuple[Transport, Recorder, Seen]:
+    rec = Recorder(list(replies))
+    seen = Seen(rec)
+    creds: dict[str, Any] = {"api_key": KEY} if provider == "anthropic" else {"oauth_token": TOKEN}
+    t = boot(
+        **creds,
+        tpx_base_url=TPX_URL,
+        env={},
+        transport=httpx.MockTransport(rec),
+        observer=seen,
+        **kw,
+    )
+    return t, rec, seen
+
+
+def reply_for(provider: str, *ids: str, status: int = 200) -> httpx.Response:
+    return ok(messages_body(*ids) if provider == "anthropic" else chat_body(*ids), status=status)
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "tpx"])
+def test_create_is_observed_as_caller_send_provider_reply_deliver(provider: str) -> None:
+    t, _, seen = observed(provider, reply_for(provider, "id_1"))
+    with t:
+        body = t.create(REQUEST)
+    assert seen.actions == ["CallerSend", "ProviderReply", "Deliver"]
+    (_, sent, out_at_send), (_, replied, _), (_, delivered, _) = seen.calls
+    assert out_at_send == 0  # CallerSend is observed before a byte goes out
+    assert (sent.phase, replied.phase, delivered.phase) == ("req", "resp", "idle")
+    assert delivered == t.exchange.snapshot()
+    assert delivered.pending == {b["id"] for b in body["content"] if b["type"] == "tool_use"}
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        ok({"error": {"message": "down"}}, status=500),
+        httpx.ConnectError("refused"),
+        httpx.ReadTimeout("slow"),
+        httpx.Response(200, content=b"<html>"),
+        RuntimeError("handler bug"),
+    ],
+)
+@pytest.mark.parametrize("provider", ["anthropic", "tpx"])
+def test_failed_create_is_observed_as_caller_send_provider_fail(
+    provider: str, reply: httpx.Response | Exception
+) -> None:
+    t, _, seen = observed(provider, reply)
+    with t, pytest.raises((errors.ModelError, RuntimeError)):
+        t.create(REQUEST)
+    assert seen.actions == ["CallerSend", "ProviderFail"]
+    assert seen.calls[-1][1] == t.exchange.snapshot()
+
+
+def test_no_provider_and_caller_abort_are_observed_without_network() -> None:
+    seen = Seen()
+    t = boot(env={}, transport=httpx.MockTransport(never_called), observer=seen)
+    with t, pytest.raises(errors.UnauthorizedError):
+        t.create(REQUEST)
+    assert seen.actions == ["NoProvider"]
+    t, rec, seen = observed("anthropic", reply_for("anthropic", "toolu_1"))
+    with t:
+        t.create(REQUEST)
+        with pytest.raises(errors.PairingError):
+            t.create(REQUEST)  # toolu_1 unanswered
+    assert seen.actions == ["CallerSend", "ProviderReply", "Deliver", "CallerAbort"]
+    assert len(rec.seen) == 1
+
+
+def test_refused_steps_are_not_observed() -> None:
+    t, _, seen = observed("anthropic", reply_for("anthropic"), max_turns=1)
+    with t:
+        with pytest.raises(errors.ExchangeStateError):
+            t.finish()
+        http_request = t.begin(REQUEST)
+        with pytest.raises(errors.ExchangeStateError):
+            t.begin(REQUEST)  # already mid-exchange
+        t.roundtrip(http_request)
+        with pytest.raises(errors.ExchangeStateError):
+            t.roundtrip(http_request)
+        t.finish()
+        with pytest.raises(errors.ExchangeStateError):
+            t.create(REQUEST)  # halted
+    assert seen.actions == ["CallerSend", "ProviderReply", "Deliver"]
+
+
+def tool_use_block(tool_id: str) -> dict[str, Any]:
+    return {"type": "tool_use", "id": tool_id, "name": "calc", "input": {}}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("provider", ["anthropic", "tpx"])
+async def test_async_create_is_observed(provider: str) -> None:
+    seen = Seen()
+    rec = Recorder([reply_for(provider, "id_1"), ok({"error": {"message": "x"}}, status=503)])
+    creds: dict[str, Any] = {"api_key": KEY} if provider == "anthropic" else {"oauth_token": TOKEN}
+    async with aboot(
+        **creds, tpx_base_url=TPX_URL, env={}, transport=httpx.MockTransport(rec), observer=seen
+    ) as t:
+        await t.create(REQUEST)
+        assert seen.actions == ["CallerSend", "ProviderReply", "Deliver"]
+        pending = sorted(t.exchange.pending)
+        follow = {
+            **REQUEST,
+            "messages": [
+                *REQUEST["messages"],
+                {"role": "assistant", "content": [tool_use_block(i) for i in pending]},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": i, "content": "1"} for i in pending
+                    ],
+                },
+            ],
+        }
+        with pytest.raises(errors.OverloadedError):
+            await t.create(follow)
+    assert seen.actions[3:] == ["CallerSend", "ProviderFail"]
+
+
+def test_observer_raising_at_caller_send_fails_the_exchange_and_sends_nothing() -> None:
+    t, rec, seen = observed("anthropic", reply_for("anthropic"))
+    seen.raise_at = "CallerSend"
+    with t:
+        with pytest.raises(Boom):
+            t.create(REQUEST)
+        assert rec.seen == []
+        assert seen.actions == ["CallerSend", "ProviderFail"]  # never left in "req"
+        assert (t.exchange.phase, t.exchange.turn, t.exchange.last_outcome) == ("idle", 1, "err")
+        seen.raise_at = None
+        assert t.create(REQUEST)["type"] == "message"  # the next exchange runs as usual
+
+
+def test_observer_raising_at_provider_reply_keeps_the_reply_for_finish() -> None:
+    t, _, seen = observed("tpx", reply_for("tpx", "call_1"), reply_for("tpx"))
+    seen.raise_at = "ProviderReply"
+    with t:
+        with pytest.raises(Boom):
+            t.create(REQUEST)
+        assert t.exchange.phase == "resp"
+        body = t.finish()  # the reply is not lost
+        assert [b["type"] for b in body["content"]] == ["tool_use"]
+        assert seen.actions == ["CallerSend", "ProviderReply", "Deliver"]
+        assert t.exchange.pending == {body["content"][0]["id"]}
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "tpx"])
+def test_observer_exception_at_provider_fail_is_not_chained_to_the_httpx_error(
+    provider: str,
+) -> None:
+    secret = KEY if provider == "anthropic" else TOKEN
+    t, _, seen = observed(provider, httpx.ConnectError(f"refused, credential {secret}"))
+    seen.raise_at = "ProviderFail"
+    with t, pytest.raises(Boom) as info:
+        t.create(REQUEST)
+    assert info.value.__context__ is None
+    assert info.value.__cause__ is None
+    assert isinstance(t.exchange.last_error, errors.NetworkError)
+    assert secret not in t.exchange.last_error.message
+
+
+def test_observer_exception_after_a_build_failure_is_not_chained_to_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def build(self: Any, client: Any, out: Any) -> Any:
+        raise ValueError(f"bad header value {KEY}")
+
+    monkeypatch.setattr(tpx.transport._Core, "_build", build)
+    t, rec, seen = observed("anthropic")
+    seen.raise_at = "ProviderFail"
+    with t, pytest.raises(Boom) as info:
+        t.create(REQUEST)
+    assert (info.value.__context__, info.value.__cause__) == (None, None)
+    assert seen.actions == ["CallerSend", "ProviderFail"]
+    assert rec.seen == []
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "tpx"])
+def test_the_observer_sees_no_credentials(provider: str) -> None:
+    t, _, seen = observed(
+        provider, reply_for(provider, "id_1"), ok({"error": {"message": KEY + TOKEN}}, status=401)
+    )
+    with t:
+        t.create(REQUEST)
+        with pytest.raises(errors.PairingError):
+            t.create(REQUEST)
+        http_request = t.begin(REQUEST)
+        with pytest.raises(errors.UnauthorizedError):
+            t.roundtrip(http_request)
+    assert seen.actions[-2:] == ["CallerSend", "ProviderFail"]
+    for action, snapshot, _ in seen.calls:
+        shown = action + repr(snapshot) + repr(attrs.asdict(snapshot))
+        assert KEY not in shown
+        assert TOKEN not in shown

@@ -29,6 +29,7 @@ spec/TpxTransport.tla           here
 ``Halted``                      :attr:`Exchange.halted` (no step: nothing to do)
 ``MaxTurns``                    ``max_turns`` (``None``: unbounded)
 variables                       :class:`ExchangeSnapshot` (:meth:`Exchange.snapshot`)
+each action as it happens       ``Exchange(..., observer=...)`` (see below)
 ``PairingInv``                  checked on every send / receive (see below)
 ==============================  ===================================================
 
@@ -70,6 +71,25 @@ Concrete readings of the abstract spec:
   :class:`~tpx.errors.ProtocolError`. Providers may repeat or omit ids (the
   translator's encoding keeps caller ids unique), so wire ids are compared by count.
 
+Observing the actions: ``Exchange(provider, observer=f)`` calls ``f(action, snapshot)``
+exactly once after every step that changes the state, with the spec action's name
+(``"CallerSend"``, ``"CallerAbort"``, ``"NoProvider"``, ``"ProviderReply"``,
+``"ProviderFail"``, ``"Deliver"``) and :meth:`Exchange.snapshot` after it. It is not called
+for a refused step (:class:`~tpx.errors.ExchangeStateError`), for a request refused before
+anything changed (a :class:`~tpx.errors.PairingError` with nothing pending, a request that
+cannot be framed) nor for the streaming calls that take no action
+(:meth:`Exchange.receive_stream_start` on a 2xx, :meth:`Exchange.feed` without a failure).
+
+* The step is complete when the observer runs: it may read the exchange (properties,
+  :meth:`Exchange.snapshot`, :meth:`Exchange.enabled_actions`, :attr:`Exchange.outbound`);
+  a step taken from inside it is refused (:class:`~tpx.errors.ExchangeStateError`).
+* An exception raised by the observer propagates from the step's method *after* the step,
+  in place of its result (or of the error it raises; a ``ProviderFail``'s error stays in
+  :attr:`Exchange.last_error`). The exchange keeps the state the observer was shown and
+  takes the next step as usual: nothing is rolled back, nothing is half done.
+* The observer receives no credentials: a snapshot holds the spec's variables (provider,
+  turn, phase, tool ids, shapes, outcome), never the ``secrets``.
+
 ``tests/test_exchange.py`` walks every reachable state of the spec (via the
 mirror in :mod:`tpx.model`, ToolIds = {t1, t2}, MaxTurns = 3: 361 states) and
 replays each path on this machine, for both providers, checking the variables and
@@ -80,7 +100,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -108,6 +128,7 @@ from tpx.translate.stream import (
 __all__ = [
     "ANTHROPIC_VERSION",
     "Exchange",
+    "ExchangeObserver",
     "ExchangeSnapshot",
     "OutboundRequest",
     "Outcome",
@@ -177,6 +198,10 @@ class ExchangeSnapshot:
     wire_ids: frozenset[str]
     emitted: frozenset[str]
     got_shape: Shape
+
+
+#: ``observer(action, snapshot)``: called after every spec action the exchange takes.
+ExchangeObserver = Callable[[str, ExchangeSnapshot], None]
 
 
 # --------------------------------------------------------------------------
@@ -283,7 +308,10 @@ class Exchange:
     """One boot's exchange machine. Provider and bound are fixed at construction.
 
     ``secrets`` (never shown) are only used to redact error messages built from
-    provider output; the exchange itself never sends credentials.
+    provider output; the exchange itself never sends credentials. ``observer`` is called
+    with the spec action's name and the snapshot after every state-changing step (see the
+    module docstring: never for a refused step; its exceptions propagate once the step is
+    complete).
     """
 
     __slots__ = (
@@ -295,6 +323,9 @@ class Exchange:
         "_last_outcome",
         "_max_turns",
         "_model",
+        "_notifying",
+        "_observer",
+        "_outbound",
         "_pending",
         "_phase",
         "_provider",
@@ -315,11 +346,14 @@ class Exchange:
         max_turns: int | None = None,
         model: str | None = None,
         secrets: Iterable[str | None] = (),
+        observer: ExchangeObserver | None = None,
     ) -> None:
         if not isinstance(provider, Provider):
             raise TypeError(f"provider must be a Provider, got {type(provider).__name__}")
         if max_turns is not None and (isinstance(max_turns, bool) or max_turns < 0):
             raise ValueError("max_turns must be None or a non-negative int")
+        if observer is not None and not callable(observer):
+            raise TypeError(f"observer must be callable, got {type(observer).__name__}")
         self._provider = provider
         self._max_turns = max_turns
         self._model = model
@@ -340,6 +374,9 @@ class Exchange:
         self._streaming = False
         self._stream: _StreamState | None = None
         self._last_error: ModelError | None = None
+        self._outbound: OutboundRequest | None = None
+        self._observer = observer
+        self._notifying = False
 
     # -- read-only state ---------------------------------------------------
 
@@ -385,6 +422,14 @@ class Exchange:
     def last_error(self) -> ModelError | None:
         """The error of the last ``ProviderFail`` (``None`` once a new request is sent)."""
         return self._last_error
+
+    @property
+    def outbound(self) -> OutboundRequest | None:
+        """The request :meth:`send` framed for the exchange in flight (``None`` when idle).
+
+        Credential-free: the I/O shell adds the credential to its own HTTP request.
+        """
+        return self._outbound
 
     @property
     def halted(self) -> bool:
@@ -438,6 +483,10 @@ class Exchange:
         return self._max_turns is None or self._turn < self._max_turns
 
     def _require(self, action: str, ok: bool) -> None:
+        if self._notifying:
+            raise ExchangeStateError(
+                f"{action} refused: the observer may read the exchange, not take steps"
+            )
         if not ok:
             raise ExchangeStateError(
                 f"{action} is not enabled: provider={self._provider.name}, "
@@ -448,6 +497,19 @@ class Exchange:
         self._turn += 1
         self._phase = "idle"
         self._last_outcome = outcome
+        self._outbound = None
+
+    def _notify(self, action: str) -> None:
+        """Show *action* and the state after it to the observer. Called last in a step:
+        whatever the observer raises, the step is complete."""
+        observer = self._observer
+        if observer is None:
+            return
+        self._notifying = True
+        try:
+            observer(action, self.snapshot())
+        finally:
+            self._notifying = False
 
     # -- CallerSend / CallerAbort / NoProvider ----------------------------------
 
@@ -484,7 +546,9 @@ class Exchange:
         self._streaming = streaming
         self._stream = None
         self._last_error = None
+        self._outbound = outbound
         self._phase = "req"
+        self._notify("CallerSend")
         return outbound
 
     def send_bytes(self, request: bytes) -> OutboundRequest:
@@ -544,6 +608,7 @@ class Exchange:
         self._pending = frozenset()
         self._turn += 1
         self._last_outcome = "err"
+        self._notify("CallerAbort")
 
     def no_provider(self) -> UnauthorizedError:
         """``NoProvider``: no credentials at boot. Returns the error to raise."""
@@ -553,6 +618,7 @@ class Exchange:
         )
         self._turn += 1
         self._last_outcome = "err"
+        self._notify("NoProvider")
         return UnauthorizedError(
             "no credentials at boot: set ANTHROPIC_API_KEY (Anthropic) or "
             "TPX_OAUTH_TOKEN with TPX_BASE_URL (TPX)"
@@ -584,6 +650,7 @@ class Exchange:
         self._wire_ids = frozenset(wire_ids)
         self._wire_shape = native_shape(self._provider)
         self._phase = "resp"
+        self._notify("ProviderReply")
 
     def _read_reply(self, body: bytes) -> tuple[dict[str, Any], list[str], list[str]]:
         """(Messages body, its tool_use ids, the tool ids on the wire)."""
@@ -634,6 +701,7 @@ class Exchange:
         self._stream = None
         self._last_error = error
         self._end_turn("err")
+        self._notify("ProviderFail")
         return error
 
     # -- ProviderReply / ProviderFail, streaming -----------------------------------
@@ -706,6 +774,8 @@ class Exchange:
             self._stream_reply(stream)
         except ModelError as error:
             self._stream_fail(error, out)
+        else:
+            self._notify("ProviderReply")
         return out
 
     def _consume(self, stream: _StreamState, events: Iterable[Any], out: list[Any]) -> None:
@@ -756,6 +826,7 @@ class Exchange:
         self._pending = self._delivered_ids
         self._got_shape = "messages"
         self._end_turn("ok")
+        self._notify("Deliver")
         return delivered
 
     def deliver_bytes(self) -> bytes:

@@ -44,6 +44,17 @@ value. A :class:`~tpx.errors.ModelError` raised for a transport failure is not
 chained to the httpx exception (whose message and ``.request.headers`` may hold the
 credential): ``__cause__`` and ``__context__`` are ``None`` and the message keeps the
 httpx exception's class name and redacted text.
+
+``boot(..., observer=f)`` / ``aboot(..., observer=f)`` hand *f* to the exchange
+(:class:`~tpx.exchange.Exchange`): ``f(action, snapshot)`` runs after every spec action
+(``CallerSend``, ``ProviderReply``, ``Deliver``, ``ProviderFail``, ``NoProvider``,
+``CallerAbort``) as :meth:`Transport.create` / :meth:`Transport.stream` take it. An
+exception raised by *f* propagates from the transport method once the action is complete
+(not chained to the httpx exception of a failed request: it may hold the credential).
+The transport then takes no further step, except that
+it never leaves an exchange in ``req``: after ``CallerSend`` it takes ``ProviderFail``
+(nothing is sent; *f* sees it too). After ``ProviderReply`` the reply waits in ``resp``:
+:meth:`Transport.finish` (or ``exchange.deliver()``) hands it over.
 """
 
 from __future__ import annotations
@@ -66,7 +77,13 @@ from tpx.errors import (
     redact,
     secret_forms,
 )
-from tpx.exchange import Exchange, OutboundRequest, Provider, select_provider
+from tpx.exchange import (
+    Exchange,
+    ExchangeObserver,
+    OutboundRequest,
+    Provider,
+    select_provider,
+)
 from tpx.translate.stream import serialize_event
 
 __all__ = [
@@ -246,7 +263,13 @@ class _Core:
             error = self.exchange.no_provider()
             logger.info("tpx exchange failed: %s", error.code)
             raise error
-        return self.exchange.send(request)
+        idle = self.exchange.phase == "idle"
+        try:
+            return self.exchange.send(request)
+        except BaseException:
+            if idle and self.exchange.phase == "req":  # the observer raised after CallerSend
+                self._interrupted()
+            raise
 
     def _open(self, client: httpx.Client | httpx.AsyncClient, request: Mapping[str, Any]) -> Any:
         """``CallerSend`` and the HTTP request built from it.
@@ -261,11 +284,12 @@ class _Core:
         try:
             return self._build(client, out)
         except Exception as exc:
-            error = self._local_failure(exc, "could not build the HTTP request")
+            failure = exc
         except BaseException:
             self._interrupted()
             raise
-        raise error
+        # ProviderFail outside the handler: what the observer raises is not chained to exc
+        raise self._local_failure(failure, "could not build the HTTP request")
 
     def _local_failure(self, exc: Exception, what: str) -> ModelError:
         """``ProviderFail`` for *exc*, an error raised on this side of the wire."""
@@ -286,9 +310,10 @@ class _Core:
     def _transport_failed(self, exc: httpx.HTTPError) -> ModelError:
         """``ProviderFail`` for an httpx failure: the redacted, *unchained* error to raise.
 
-        The caller raises it outside its ``except`` block, so the httpx exception (whose
-        message and ``.request.headers`` may carry the credential) is neither the
-        ``__cause__`` nor the ``__context__`` of what the caller sees.
+        The caller calls this and raises the result outside its ``except`` block, so the
+        httpx exception (whose message and ``.request.headers`` may carry the credential)
+        is neither the ``__cause__`` nor the ``__context__`` of what the caller sees, be it
+        this error or one the observer raised at ``ProviderFail``.
         """
         mapped = error_from_httpx(exc, provider=self.provider.name, secrets=self._secrets())
         if self.exchange.phase != "req":  # nothing to fail: only hand back the mapped error
@@ -387,9 +412,17 @@ class _Core:
         return self.exchange.deliver()
 
 
-def _exchange_for(config: _Config, max_turns: int | None) -> Exchange:
+def _exchange_for(
+    config: _Config, max_turns: int | None, observer: ExchangeObserver | None
+) -> Exchange:
     secrets = (config.secret.value,) if config.secret else ()
-    return Exchange(config.provider, max_turns=max_turns, model=config.model, secrets=secrets)
+    return Exchange(
+        config.provider,
+        max_turns=max_turns,
+        model=config.model,
+        secrets=secrets,
+        observer=observer,
+    )
 
 
 def _timeout(timeout: float | httpx.Timeout | None) -> httpx.Timeout | None:
@@ -441,14 +474,14 @@ class Transport(_Core):
         try:
             response = self.client.send(http_request, follow_redirects=False)
         except httpx.HTTPError as exc:
-            error = self._transport_failed(exc)
+            failure = exc
         except BaseException:
             self._interrupted()
             raise
         else:
             self._receive(response)
             return
-        raise error  # outside the handler: not chained to the httpx exception
+        raise self._transport_failed(failure)  # outside the handler: not chained to it
 
     def finish(self) -> dict[str, Any]:
         """``Deliver``: the Messages-shaped response body of the exchange."""
@@ -475,25 +508,26 @@ class Transport(_Core):
         """
         http_request = self.begin(self._stream_request(request))
         started = False
-        # httpx failures are mapped inside the handlers and raised outside them, so
-        # the ModelError is never chained to the httpx exception (see _transport_failed).
+        # httpx failures are kept by the handlers and mapped (ProviderFail) outside them,
+        # so nothing raised is chained to the httpx exception (see _transport_failed).
         error: ModelError | None = None
+        failure: httpx.HTTPError | None = None
         try:
             try:
                 response = self.client.send(http_request, stream=True, follow_redirects=False)
             except httpx.HTTPError as exc:
-                error = self._transport_failed(exc)
-            if error is not None:
-                raise error
+                failure = exc
+            if failure is not None:
+                raise self._transport_failed(failure)
             try:
                 ok = 200 <= response.status_code < 300
                 body = b""
                 try:
                     body = b"" if ok else response.read()
                 except httpx.HTTPError as exc:
-                    error = self._transport_failed(exc)
-                if error is not None:
-                    raise error
+                    failure = exc
+                if failure is not None:
+                    raise self._transport_failed(failure)
                 self._stream_start(response, body)
                 finished = False
                 tail: list[bytes] = []
@@ -513,7 +547,9 @@ class Transport(_Core):
                             started = True
                             yield data
                 except httpx.HTTPError as exc:
-                    tail, error = self._stream_broken(exc, started)
+                    failure = exc
+                if failure is not None:
+                    tail, error = self._stream_broken(failure, started)
                 for data in tail:
                     yield data
                 if error is not None:
@@ -553,38 +589,39 @@ class AsyncTransport(_Core):
         try:
             response = await self.client.send(http_request, follow_redirects=False)
         except httpx.HTTPError as exc:
-            error = self._transport_failed(exc)
+            failure = exc
         except BaseException:  # cancellation included: the exchange must not stay in "req"
             self._interrupted()
             raise
         else:
             return self._finish(response)
-        raise error  # outside the handler: not chained to the httpx exception
+        raise self._transport_failed(failure)  # outside the handler: not chained to it
 
     async def stream(self, request: Mapping[str, Any]) -> AsyncIterator[bytes]:
         """:meth:`Transport.stream` over ``httpx.AsyncClient`` (same failure rules;
         cancellation and ``aclose()`` of the iterator are ``ProviderFail``)."""
         http_request = self._open(self.client, self._stream_request(request))
         started = False
-        # httpx failures are mapped inside the handlers and raised outside them, so
-        # the ModelError is never chained to the httpx exception (see _transport_failed).
+        # httpx failures are kept by the handlers and mapped (ProviderFail) outside them,
+        # so nothing raised is chained to the httpx exception (see _transport_failed).
         error: ModelError | None = None
+        failure: httpx.HTTPError | None = None
         try:
             try:
                 response = await self.client.send(http_request, stream=True, follow_redirects=False)
             except httpx.HTTPError as exc:
-                error = self._transport_failed(exc)
-            if error is not None:
-                raise error
+                failure = exc
+            if failure is not None:
+                raise self._transport_failed(failure)
             try:
                 ok = 200 <= response.status_code < 300
                 body = b""
                 try:
                     body = b"" if ok else await response.aread()
                 except httpx.HTTPError as exc:
-                    error = self._transport_failed(exc)
-                if error is not None:
-                    raise error
+                    failure = exc
+                if failure is not None:
+                    raise self._transport_failed(failure)
                 self._stream_start(response, body)
                 finished = False
                 tail: list[bytes] = []
@@ -604,7 +641,9 @@ class AsyncTransport(_Core):
                             started = True
                             yield data
                 except httpx.HTTPError as exc:
-                    tail, error = self._stream_broken(exc, started)
+                    failure = exc
+                if failure is not None:
+                    tail, error = self._stream_broken(failure, started)
                 for data in tail:
                     yield data
                 if error is not None:
@@ -644,6 +683,7 @@ def boot(
     timeout: float | httpx.Timeout | None = None,
     model: str | None = None,
     max_turns: int | None = None,
+    observer: ExchangeObserver | None = None,
 ) -> Transport:
     """Read credentials once and return a frozen :class:`Transport`.
 
@@ -655,7 +695,9 @@ def boot(
 
     Pass *client* (used as is, not closed by the transport) or *transport* (wrapped in a
     new client), not both. *timeout* defaults to :data:`DEFAULT_TIMEOUT` for a client
-    made here and to the client's own timeout for an injected client.
+    made here and to the client's own timeout for an injected client. *observer*
+    (``observer(action, snapshot)``) is the exchange's: it sees every spec action as it
+    happens (see the module docstring for what its exceptions do).
     """
     if client is not None and transport is not None:
         raise ConfigurationError("pass client= or transport=, not both")
@@ -674,7 +716,7 @@ def boot(
         config.provider,
         config.base_url,
         config.model,
-        _exchange_for(config, max_turns),
+        _exchange_for(config, max_turns, observer),
         config.secret,
         None if owns else _timeout(timeout),
         owns,
@@ -694,6 +736,7 @@ def aboot(
     timeout: float | httpx.Timeout | None = None,
     model: str | None = None,
     max_turns: int | None = None,
+    observer: ExchangeObserver | None = None,
 ) -> AsyncTransport:
     """:func:`boot` for ``httpx.AsyncClient`` (a plain function: booting does no I/O)."""
     if client is not None and transport is not None:
@@ -715,7 +758,7 @@ def aboot(
         config.provider,
         config.base_url,
         config.model,
-        _exchange_for(config, max_turns),
+        _exchange_for(config, max_turns, observer),
         config.secret,
         None if owns else _timeout(timeout),
         owns,
