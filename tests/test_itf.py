@@ -206,3 +206,29 @@ def test_unwritable_values_raise_type_error() -> None:
         encode_value(1.5)
     with pytest.raises(TypeError):
         encode_value(Record({"#x": 1}))
+
+
+def test_load_itf_refuses_unreadable_files(tmp_path: Path) -> None:
+    """Not UTF-8, nested past what Python can recurse into, a directory: a TraceFormatError
+    naming the file, never a UnicodeDecodeError / RecursionError / OSError."""
+    latin = tmp_path / "latin.itf.json"
+    latin.write_bytes(json.dumps(good_doc()).replace("idle", "idl\u00e9").encode("latin-1"))
+    with pytest.raises(TraceFormatError, match=r"latin\.itf\.json: not UTF-8 text"):
+        load_itf(latin)
+    deep = tmp_path / "deep.itf.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(TraceFormatError, match=r"deep\.itf\.json: JSON nested too deeply"):
+        load_itf(deep)
+    with pytest.raises(TraceFormatError, match="cannot read"):
+        load_itf(tmp_path)
+
+
+def test_a_value_nested_past_the_recursion_limit_is_a_format_error() -> None:
+    """A document nested just under what json reads must not crash the decoder."""
+    doc = good_doc()
+    value: Any = {"#bigint": "1"}
+    for _ in range(900):
+        value = {"#tup": [value]}
+    doc["states"][0]["turn"] = value
+    with pytest.raises(TraceFormatError, match="state 0: a value nested too deeply"):
+        from_itf(doc)

@@ -238,6 +238,53 @@ def test_a_wrong_action_claim_is_rejected() -> None:
     assert "recorded as ProviderFail but only Deliver explains it" in report.message
 
 
+def test_the_first_state_may_only_claim_init() -> None:
+    trace = tpx_trace()
+    claims: list[str | None] = [None] * len(trace)
+    assert check_trace(trace, C, actions=claims).accepted
+    claims[0] = "Init"
+    assert check_trace(trace, C, actions=claims).accepted
+    claims[0] = "CallerSend"
+    report = check_trace(trace, C, actions=claims)
+    assert (report.failed_step, report.failed_property) == (1, "Action")
+    assert (
+        report.message == "state 1 is recorded as CallerSend but only Init explains a first state"
+    )
+    # a wrong initial state is an Init failure first, whatever it claims
+    bad = check_trace(edit(trace, 1, turn=1), C, actions=claims)
+    assert (bad.failed_step, bad.failed_property) == (1, "Init")
+
+
+#: (claim on a repeated state 3 of tpx_trace, accepted?): a stuttering step may claim to be
+#: one, or claim nothing; Halted is not enabled there (turn 0 < MaxTurns)
+STUTTER_CLAIMS: list[tuple[str | None, bool]] = [
+    (None, True),
+    ("stutter", True),
+    ("Stuttering", True),
+    ("Deliver", False),
+    ("Halted", False),
+]
+
+
+@pytest.mark.parametrize(("claim", "ok"), STUTTER_CLAIMS)
+def test_claims_on_a_stuttering_step(claim: str | None, ok: bool) -> None:
+    trace = tpx_trace()
+    stuttering = [*trace[:3], trace[2], *trace[3:]]
+    claims: list[str | None] = [None] * len(stuttering)
+    claims[3] = claim
+    report = check_trace(stuttering, C, actions=claims)
+    assert report.accepted == ok, report
+    if not ok:
+        assert (report.failed_step, report.failed_property) == (4, "Action")
+        assert f"recorded as {claim} but only stutter explains it" in report.message
+    # at the end of the budget Halted repeats the state too: both names fit
+    end = [*trace, trace[-1]]
+    for name in ("Halted", "stutter"):
+        last: list[str | None] = [None] * len(end)
+        last[-1] = name
+        assert check_trace(end, C, actions=last).accepted
+
+
 def test_a_turn_past_the_budget_is_rejected() -> None:
     trace = tpx_trace()
     report = check_trace([*trace, edit(trace, 9, turn=4)[8]], C)
@@ -396,9 +443,9 @@ def test_cli_check_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     broken = tmp_path / "broken.jsonl"
     broken.write_text("{\n")
     assert main(["check-trace", str(good), str(broken)]) == 2
-    captured = capsys.readouterr()
-    assert "broken.jsonl, line 1: not JSON" in captured.err
-    assert "ACCEPTED" in captured.out
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"{good}: ACCEPTED (9 states)"
+    assert out[1].startswith(f"{broken}: ERROR: {broken}, line 1: not JSON")
 
 
 # --------------------------------------------------------------------------- TLC
@@ -431,6 +478,95 @@ def test_tlc_agrees_with_the_mirror_in_one_run() -> None:
         # TLC names the spec formula it cannot satisfy; the mirror, the property.
         assert report.failed_property == ("Init" if step == 1 else "Next"), (name, report)
         assert report.message.startswith("TLC: ")
+
+
+def claim_cases() -> list[tuple[str, list[Record], list[str | None]]]:
+    """(name, trace, claims): action claims the mirror and TLC must judge alike."""
+    trace = tpx_trace()
+    plan = ["Init", *[m if isinstance(m, str) else m[0] for m in PLAN]]
+    stutter = [*trace[:3], trace[2], *trace[3:]]
+
+    def claims(n: int, **at: str) -> list[str | None]:
+        out: list[str | None] = [None] * n
+        for k, v in at.items():
+            out[int(k[1:]) - 1] = v
+        return out
+
+    return [
+        ("every step claimed rightly", trace, list(plan)),
+        ("CallerSend claimed as Deliver", trace, claims(9, s2="Deliver")),
+        ("first state claims an action", trace, claims(9, s1="CallerSend")),
+        ("first state claims Init", trace, claims(9, s1="Init")),
+        ("an action the spec lacks", trace, claims(9, s5="Retry")),
+        ("Init claimed later", trace, claims(9, s5="Init")),
+        ("Halted claimed rightly", trace, claims(9, s9="Halted")),
+        ("stutter unclaimed", stutter, claims(10)),
+        ("stutter claimed", stutter, claims(10, s4="stutter")),
+        ("stutter claimed as Deliver", stutter, claims(10, s4="Deliver")),
+        ("stutter claimed as Halted too early", stutter, claims(10, s4="Halted")),
+        ("a skipped state is Next before Action", trace[:2] + trace[3:], claims(8, s3="Deliver")),
+        ("a wrong claim before an ill-typed state", edit(trace, 6, turn=9), claims(9, s3="Halted")),
+    ]
+
+
+def test_claim_cases_as_the_mirror_sees_them() -> None:
+    verdicts = {
+        name: (r.accepted, r.failed_step, r.failed_property)
+        for name, trace, claims in claim_cases()
+        for r in [check_trace(trace, C, actions=claims)]
+    }
+    assert verdicts == {
+        "every step claimed rightly": (True, None, None),
+        "CallerSend claimed as Deliver": (False, 2, "Action"),
+        "first state claims an action": (False, 1, "Action"),
+        "first state claims Init": (True, None, None),
+        "an action the spec lacks": (False, 5, "Action"),
+        "Init claimed later": (False, 5, "Action"),
+        "Halted claimed rightly": (True, None, None),
+        "stutter unclaimed": (True, None, None),
+        "stutter claimed": (True, None, None),
+        "stutter claimed as Deliver": (False, 4, "Action"),
+        "stutter claimed as Halted too early": (False, 4, "Action"),
+        "a skipped state is Next before Action": (False, 3, "Next"),
+        "a wrong claim before an ill-typed state": (False, 3, "Action"),
+    }
+
+
+@pytest.mark.tlc
+def test_tlc_judges_action_claims_as_the_mirror_does() -> None:
+    """One TLC run: each labelled step is constrained to its action, the first state to Init,
+    and stuttering is allowed, so TLC's verdict equals the mirror's on every case."""
+    cases = claim_cases()
+    reports = check_traces_tlc(
+        [t for _, t, _ in cases], C, actions=[c for _, _, c in cases], spec=SPEC, cfg=CFG
+    )
+    for (name, trace, claims), report in zip(cases, reports, strict=True):
+        mirror = check_trace(trace, C, actions=claims)
+        got = (report.accepted, report.failed_step, report.failed_property)
+        assert got == (mirror.accepted, mirror.failed_step, mirror.failed_property), name
+    by_name = dict(zip([n for n, _, _ in cases], reports, strict=True))
+    assert by_name["CallerSend claimed as Deliver"].message == (
+        "TLC: step 1 -> 2 is recorded as Deliver, but that action does not take it"
+    )
+    assert by_name["first state claims an action"].message == (
+        "TLC: state 1 is recorded as CallerSend but only Init explains a first state"
+    )
+    assert by_name["stutter unclaimed"].message == "TLC: 10 states, 2 repeated"
+
+
+@pytest.mark.tlc
+def test_cli_both_paths_reject_a_mislabelled_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tpx_trace()
+    wrong = write_jsonl(tmp_path / "wrong.jsonl", trace, [None, "Deliver", *[None] * 7])
+    right = write_jsonl(tmp_path / "right.jsonl", trace, ["Init", "CallerSend", *[None] * 7])
+    common = ["check-trace", "--spec", str(SPEC), "--config", str(CFG), str(wrong), str(right)]
+    for tlc in ([], ["--tlc"]):
+        assert main([*common, *tlc]) == 1
+        out = capsys.readouterr().out.splitlines()
+        assert out[0].startswith(f"{wrong}: REJECTED at step 2 (Action): "), (tlc, out)
+        assert out[1].startswith(f"{right}: ACCEPTED"), (tlc, out)
 
 
 def test_cli_check_trace_tlc_sends_every_file_in_one_call(

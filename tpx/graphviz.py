@@ -12,7 +12,8 @@ Coverage comes from recorded traces (:func:`covered_by`, :func:`load_covered`):
 every state of a trace is a covered state, every pair of consecutive states a
 covered step (a repeated state covers the self-loop, e.g. ``Halted``). Steps are
 matched by their two states; a step given as ``(from, to, action)`` matches only
-that action's edge.
+that action's edge. Trace files are checked with the mirror first: a trace that
+is no behaviour of the spec covers nothing (:func:`read_covered` lists it).
 """
 
 from __future__ import annotations
@@ -24,17 +25,22 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from tpx.errors import TpxError
 from tpx.model import Config
 from tpx.model.explore import Graph
 from tpx.values import ModelValue, Record
 
 __all__ = [
+    "CoveredTraces",
     "GraphvizError",
     "GraphvizNotFoundError",
+    "IllegalTraceError",
     "coverage_summary",
     "covered_by",
     "load_covered",
+    "read_covered",
     "render_coverage",
     "state_label",
     "to_dot",
@@ -183,12 +189,54 @@ def covered_by(traces: Iterable[Sequence[Record]]) -> tuple[set[Record], set[Edg
     return states, edges
 
 
-def load_covered(paths: Iterable[Path], config: Config) -> tuple[set[Record], set[Edge]]:
-    """Coverage from trace files (ITF or JSON lines, see :mod:`tpx.tracecheck`)."""
-    from tpx.tracecheck import coerce_state, load_trace
+@attrs.frozen
+class CoveredTraces:
+    """What trace files cover (:func:`read_covered`): only traces the mirror accepts count."""
+
+    states: set[Record]
+    edges: set[Edge]
+    accepted: tuple[Path, ...]
+    rejected: tuple[tuple[Path, str], ...]
+    """(file, verdict) of each trace that is no behaviour of the spec"""
+    unreadable: tuple[tuple[Path, str], ...]
+    """(file, why) of each file that is no trace at all"""
+
+
+class IllegalTraceError(TpxError):
+    """A trace given as coverage is no behaviour of the spec (or cannot be read)."""
+
+
+def read_covered(paths: Iterable[Path], config: Config) -> CoveredTraces:
+    """Coverage from trace files (ITF or JSON lines, see :mod:`tpx.tracecheck`). Each trace is
+    first checked with the mirror (:func:`tpx.tracecheck.check_trace`, claimed actions
+    included); a rejected or unreadable file covers nothing and is listed instead."""
+    from tpx.itf import TraceFormatError
+    from tpx.tracecheck import check_trace, coerce_state, load_trace
 
     traces: list[list[Record]] = []
+    accepted: list[Path] = []
+    rejected: list[tuple[Path, str]] = []
+    unreadable: list[tuple[Path, str]] = []
     for path in paths:
-        raw, _ = load_trace(path)
+        try:
+            raw, actions = load_trace(path)
+            report = check_trace(raw, config, actions=actions)
+        except TraceFormatError as exc:
+            unreadable.append((Path(path), str(exc)))
+            continue
+        if not report.accepted:
+            rejected.append((Path(path), str(report)))
+            continue
+        accepted.append(Path(path))
         traces.append([coerce_state(s, config, i)[0].as_record() for i, s in enumerate(raw, 1)])
-    return covered_by(traces)
+    states, edges = covered_by(traces)
+    return CoveredTraces(states, edges, tuple(accepted), tuple(rejected), tuple(unreadable))
+
+
+def load_covered(paths: Iterable[Path], config: Config) -> tuple[set[Record], set[Edge]]:
+    """The states and steps the trace files cover (see :func:`read_covered`); raises
+    :class:`IllegalTraceError` naming the first file that is rejected or unreadable."""
+    covered = read_covered(paths, config)
+    for path, why in (*covered.unreadable, *covered.rejected):
+        raise IllegalTraceError(f"{path}: {why}")
+    return covered.states, covered.edges

@@ -252,7 +252,10 @@ def from_itf(doc: Any) -> list[Step]:
                 f"state {i}: expected the variables {names}; missing "
                 f"{sorted(want - have)}, unknown {sorted(have - want)}"
             )
-        values = {n: decode_value(entry[n], where=f"state {i}, variable {n}") for n in names}
+        try:
+            values = {n: decode_value(entry[n], where=f"state {i}, variable {n}") for n in names}
+        except RecursionError:
+            raise TraceFormatError(f"state {i}: a value nested too deeply to read") from None
         steps.append((action, Record(values)))
     return steps
 
@@ -278,6 +281,12 @@ def load_itf(path: str | Path) -> list[Step]:
         doc = json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise TraceFormatError(f"{p}: not JSON: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(f"{p}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    except RecursionError:
+        raise TraceFormatError(f"{p}: JSON nested too deeply to read") from None
+    except OSError as exc:
+        raise TraceFormatError(f"cannot read {p}: {exc.strerror or exc}") from None
     try:
         return from_itf(doc)
     except TraceFormatError as exc:

@@ -11,7 +11,9 @@ Input files (:func:`load_trace` tells them apart by content):
   Keys are the spec's 12 variable names; keys starting with ``#`` are ignored
   (comments, timestamps), except ``"#action"``, the implementation's name for the
   step that produced the state, which, when present, must be one of the spec
-  actions that explain the step. Blank lines are skipped. Values::
+  actions that explain the step: ``"Init"`` on the first state; on a state that
+  repeats its predecessor also ``"stutter"`` (or TLC's ``"Stuttering"``). Blank
+  lines are skipped; a value nested deeper than :data:`MAX_NESTING` is refused. Values::
 
     hasKey, hasToken                      JSON boolean
     turn                                  JSON integer
@@ -31,12 +33,17 @@ successor under ``Next`` (or repeats its predecessor: a stuttering step, which
 ``[][Next]_vars`` allows), every state satisfies the cfg's invariants
 (:data:`tpx.model.INVARIANTS`) and every step ``SelectionStable``. Per state, the
 checks run in this order: the invariants (``TypeOK`` first), then
-``SelectionStable`` on the step into it, then ``Init`` / ``Next``; the first
-failure rejects the trace and names the 1-based state index.
+``SelectionStable`` on the step into it, then ``Init`` / ``Next``, then the
+``#action`` claim (``"Action"``); the first failure rejects the trace and names
+the 1-based state index. The TLC path judges claims and stuttering the same way
+(its generated module constrains each claimed step to the claimed action).
+A file that is no trace at all (unreadable, not UTF-8, not JSON, a state that
+does not assign exactly the 12 variables) is a :class:`~tpx.itf.TraceFormatError`.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -47,6 +54,7 @@ import attrs
 from tpx.itf import TraceFormatError, decode_value, from_itf
 from tpx.model import INVARIANTS, VARS, Config, Init, Next, SelectionStable, State, TypeOK
 from tpx.model.state import Outcomes, Phases, Shapes
+from tpx.tlc.runner import STUTTER_LABELS
 from tpx.values import ModelValue
 
 __all__ = [
@@ -59,6 +67,7 @@ __all__ = [
     "coerce_state",
     "load_trace",
     "parse_json_lines",
+    "validate_trace",
 ]
 
 DEFAULT_SPEC = Path("spec/TpxTransport.tla")
@@ -122,6 +131,20 @@ def _show(v: object) -> str:
         return repr(v)
 
 
+def validate_trace(states: Sequence[Mapping[str, Any]]) -> None:
+    """Raise :class:`~tpx.itf.TraceFormatError` unless *states* is a non-empty trace whose
+    every state assigns exactly the spec's variables (keys starting with ``#`` aside)."""
+    if not states:
+        raise TraceFormatError("the trace has no states")
+    for i, raw in enumerate(states, 1):
+        names = {k for k in raw if not k.startswith("#")}
+        if names != set(VARS):
+            raise TraceFormatError(
+                f"state {i}: expected the variables {list(VARS)}; missing "
+                f"{sorted(set(VARS) - names)}, unknown {sorted(names - set(VARS))}"
+            )
+
+
 def coerce_state(raw: Mapping[str, Any], config: Config, index: int) -> tuple[State, str | None]:
     """The :class:`State` a recorded state denotes, and a type problem (or ``None``).
 
@@ -129,12 +152,10 @@ def coerce_state(raw: Mapping[str, Any], config: Config, index: int) -> tuple[St
     module docstring); lists and tuples stand for sets. Raises
     :class:`~tpx.itf.TraceFormatError` if variables are missing or unknown.
     """
-    names = {k for k in raw if not k.startswith("#")}
-    if names != set(VARS):
-        raise TraceFormatError(
-            f"state {index}: expected the variables {list(VARS)}; missing "
-            f"{sorted(set(VARS) - names)}, unknown {sorted(names - set(VARS))}"
-        )
+    try:
+        validate_trace([raw])
+    except TraceFormatError as exc:
+        raise TraceFormatError(f"state {index}: {str(exc).split(': ', 1)[1]}") from None
     values: dict[str, Any] = {}
     problem: str | None = None
 
@@ -263,13 +284,14 @@ def check_trace(
 
     *states* are mappings of the 12 variables (a :class:`~tpx.values.Record` from
     ITF, or a parsed JSON line). *actions*, if given, holds the implementation's
-    claimed action per state (``None``: no claim; the first state's claim is
-    ignored); a claim must name one of the actions that explain the step.
+    claimed action per state (``None``: no claim): the first state's claim must be
+    ``"Init"``, a later one must name one of the actions that explain the step (or be
+    ``"stutter"`` / ``"Stuttering"`` when the state repeats its predecessor); a wrong
+    claim rejects the state as ``"Action"``, after the Init / Next check.
     Raises :class:`~tpx.itf.TraceFormatError` for an empty trace or a state that
     does not assign exactly the spec's variables.
     """
-    if not states:
-        raise TraceFormatError("the trace has no states")
+    validate_trace(states)
     if actions is not None and len(actions) != len(states):
         raise ValueError(f"{len(actions)} action claims for {len(states)} states")
     steps: list[str] = []
@@ -302,6 +324,13 @@ def check_trace(
                     "Init",
                     f"state 1 is not an initial state; the closest initial state differs in "
                     f"{'; '.join(diff)}",
+                )
+            claim = actions[0] if actions is not None else None
+            if claim is not None and claim != "Init":
+                return reject(
+                    1,
+                    "Action",
+                    f"state 1 is recorded as {claim} but only Init explains a first state",
                 )
             steps.append("Init")
         else:
@@ -337,7 +366,9 @@ def check_trace(
                     f"the closest legal successor ({action}) differs in {'; '.join(diff)}",
                 )
             claim = actions[i - 1] if actions is not None else None
-            if claim is not None and claim not in explaining:
+            if claim in STUTTER_LABELS and state == prev:
+                pass  # a stuttering step claimed as one
+            elif claim is not None and claim not in explaining:
                 return reject(
                     i,
                     "Action",
@@ -356,30 +387,42 @@ def check_traces_tlc(
     traces: Sequence[Sequence[Mapping[str, Any]]],
     config: Config | None = None,
     *,
+    actions: Sequence[Sequence[str | None] | None] | None = None,
     spec: Path = DEFAULT_SPEC,
     cfg: Path = DEFAULT_CFG,
     timeout: float | None = None,
 ) -> list[TraceReport]:
     """Check many traces with TLC in one run (:func:`tpx.tlc.check_traces`).
 
-    TLC decides whether each trace is a behaviour of ``Spec`` (``Init`` then
-    ``Next`` steps); its rejections name ``"Init"`` (state 1) or ``"Next"``.
-    Repeated consecutive states (stuttering) are collapsed before TLC sees them.
+    TLC decides whether each trace is a behaviour of ``Spec``: ``Init``, then steps of
+    ``[Next]_vars`` (a repeated state is a stuttering step, as in :func:`check_trace`).
+    *actions* holds each trace's claimed actions (as in :func:`check_trace`; ``None``
+    for a trace without claims); TLC checks them too, each labelled step against its
+    action. Its rejections name ``"Init"`` (state 1), ``"Next"`` or ``"Action"`` (a
+    reachable state that its claimed action does not produce).
     States that violate ``TypeOK`` (checked here, before any TLA+ is generated: TLC
     cannot compare, say, a string with an integer, an id list naming an id twice is
     no set, and an id such as ``"?x"`` is no TLA+ model value at all) are cut off, and
     the trace is reported REJECTED as ``TypeOK`` at that state if TLC accepts the
-    prefix before it. TLC failing to run raises a :class:`~tpx.errors.TLCError`.
+    prefix before it. TLC failing to run raises a :class:`~tpx.errors.TLCError`; a
+    trace that is empty or does not assign exactly the spec's variables raises
+    :class:`~tpx.itf.TraceFormatError` before TLC runs (see :func:`validate_trace`).
     """
     from tpx.tlc import check_traces
 
     config = Config.from_cfg(cfg) if config is None else config
-    jobs: list[tuple[list[int], str | None, int | None]] = []
+    if actions is not None and len(actions) != len(traces):
+        raise ValueError(f"{len(actions)} action lists for {len(traces)} traces")
+    claims: list[list[str | None]] = []
+    for t, trace in enumerate(traces):
+        validate_trace(trace)
+        mine = actions[t] if actions is not None else None
+        if mine is not None and len(mine) != len(trace):
+            raise ValueError(f"{len(mine)} action claims for {len(trace)} states")
+        claims.append(list(mine) if mine is not None else [None] * len(trace))
+    jobs: list[tuple[str | None, int | None]] = []
     payload: list[list[Any]] = []
     for trace in traces:
-        if not trace:
-            raise TraceFormatError("the trace has no states")
-        kept: list[int] = []  # original 1-based index of each state sent to TLC
         sent: list[Any] = []
         problem: str | None = None
         bad_at: int | None = None
@@ -392,37 +435,51 @@ def check_traces_tlc(
             if problem is not None:
                 bad_at = i
                 break
-            record = state.as_record()
-            if sent and sent[-1] == record:
-                continue
-            kept.append(i)
-            sent.append(record)
-        jobs.append((kept, problem, bad_at))
+            sent.append(state.as_record())
+        jobs.append((problem, bad_at))
         payload.append(sent)
-    sendable = [p for p in payload if p]
-    verdicts = iter(check_traces(spec, cfg, sendable, timeout=timeout) if sendable else [])
+    sendable = [(p, c[: len(p)]) for p, c in zip(payload, claims, strict=True) if p]
+    verdicts = iter(
+        check_traces(
+            spec,
+            cfg,
+            [p for p, _ in sendable],
+            actions=[c for _, c in sendable],
+            stuttering=True,
+            timeout=timeout,
+        )
+        if sendable
+        else []
+    )
     reports: list[TraceReport] = []
-    for trace, (kept, problem, bad_at), sent in zip(traces, jobs, payload, strict=True):
+    for trace, (problem, bad_at), sent, claim in zip(traces, jobs, payload, claims, strict=True):
         if not sent:
             reports.append(TraceReport(False, [], 1, "TypeOK", str(problem)))
             continue
         verdict = next(verdicts)
         if not verdict.accepted:
             assert verdict.failed_step is not None
-            at = kept[verdict.failed_step]
-            prop = "Init" if verdict.failed_step == 0 else "Next"
-            what = (
-                "state 1 is not an initial state"
-                if prop == "Init"
-                else f"no Next step of the spec leads from state {kept[verdict.failed_step - 1]} "
-                f"to state {at}"
-            )
+            at = verdict.failed_step + 1
+            if verdict.mislabelled:
+                prop = "Action"
+                what = (
+                    f"state 1 is recorded as {claim[0]} but only Init explains a first state"
+                    if at == 1
+                    else f"step {at - 1} -> {at} is recorded as {claim[at - 1]}, "
+                    "but that action does not take it"
+                )
+            elif at == 1:
+                prop, what = "Init", "state 1 is not an initial state"
+            else:
+                prop = "Next"
+                what = f"no Next step of the spec leads from state {at - 1} to state {at}"
             reports.append(TraceReport(False, [], at, prop, f"TLC: {what}"))
         elif problem is not None:
             reports.append(TraceReport(False, [], bad_at, "TypeOK", problem))
         else:
             n = len(trace)
-            note = f", {n - len(kept)} repeated" if len(kept) < n else ""
+            repeats = sum(1 for a, b in itertools.pairwise(sent) if a == b)
+            note = f", {repeats} repeated" if repeats else ""
             reports.append(TraceReport(True, [], None, None, f"TLC: {n} states{note}"))
     return reports
 
@@ -431,15 +488,56 @@ def check_trace_tlc(
     states: Sequence[Mapping[str, Any]],
     config: Config | None = None,
     *,
+    actions: Sequence[str | None] | None = None,
     spec: Path = DEFAULT_SPEC,
     cfg: Path = DEFAULT_CFG,
     timeout: float | None = None,
 ) -> TraceReport:
     """One trace through TLC (see :func:`check_traces_tlc`)."""
-    return check_traces_tlc([states], config, spec=spec, cfg=cfg, timeout=timeout)[0]
+    return check_traces_tlc(
+        [states], config, actions=[actions], spec=spec, cfg=cfg, timeout=timeout
+    )[0]
 
 
 # --------------------------------------------------------------------------- files
+
+
+#: How deep a JSON value in a trace file may nest. The spec's values nest three levels
+#: (an ITF set of model values); deeper input is refused before Python recurses into it.
+MAX_NESTING = 100
+
+
+def _nesting(obj: object) -> int:
+    """How deep *obj* (parsed JSON) nests, counted without recursion; stops past the limit."""
+    deepest = 0
+    todo: list[tuple[object, int]] = [(obj, 1)]
+    while todo:
+        item, depth = todo.pop()
+        deepest = max(deepest, depth)
+        if deepest > MAX_NESTING:
+            break
+        if isinstance(item, dict):
+            todo.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            todo.extend((v, depth + 1) for v in item)
+    return deepest
+
+
+def _loads(text: str, where: str) -> Any:
+    """Parse JSON; refuse (as :class:`~tpx.itf.TraceFormatError`) anything nested deeper than
+    :data:`MAX_NESTING`. Raises ``json.JSONDecodeError`` for text that is not JSON."""
+    try:
+        obj = json.loads(text)
+    except RecursionError:
+        obj = None
+        deep = True
+    else:
+        deep = _nesting(obj) > MAX_NESTING
+    if deep:
+        raise TraceFormatError(
+            f"{where}: JSON nested deeper than {MAX_NESTING} levels; no trace value is"
+        )
+    return obj
 
 
 def parse_json_lines(text: str, *, source: str = "<trace>") -> list[dict[str, Any]]:
@@ -453,7 +551,7 @@ def parse_json_lines(text: str, *, source: str = "<trace>") -> list[dict[str, An
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = _loads(line, f"{source}, line {lineno}")
         except json.JSONDecodeError as exc:
             raise TraceFormatError(f"{source}, line {lineno}: not JSON: {exc.msg}") from exc
         if not isinstance(obj, dict):
@@ -480,11 +578,22 @@ def parse_json_lines(text: str, *, source: str = "<trace>") -> list[dict[str, An
 
 
 def load_trace(path: str | Path) -> tuple[list[Mapping[str, Any]], list[str | None]]:
-    """The states of a trace file (ITF or JSON lines) and the recorded action per state."""
+    """The states of a trace file (ITF or JSON lines) and the recorded action per state.
+
+    Every way the file cannot be read (missing, a directory, not UTF-8, not JSON, nested
+    absurdly deep, not a trace) is a :class:`~tpx.itf.TraceFormatError` naming the file.
+    """
     p = Path(path)
-    text = p.read_text(encoding="utf-8")
     try:
-        whole = json.loads(text)
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(
+            f"{p}: not UTF-8 text (byte {exc.start}: {exc.reason}); trace files are UTF-8 JSON"
+        ) from None
+    except OSError as exc:
+        raise TraceFormatError(f"cannot read trace file {p}: {exc.strerror or exc}") from None
+    try:
+        whole = _loads(text, str(p))
     except json.JSONDecodeError:
         whole = None
     if isinstance(whole, dict) and "states" in whole:

@@ -115,6 +115,10 @@ def test_config_rejects_bad_constants() -> None:
         Config.from_constants({"ToolIds": frozenset({"t1"}), "MaxTurns": 1})
     with pytest.raises(SpecConfigError, match="ToolIds"):
         Config.from_constants({"MaxTurns": 1})
+    # what a cfg can say instead of a set: a number (`ToolIds = 3`), a string, a tuple
+    for wrong in (3, "t1", (ModelValue("t1"),)):
+        with pytest.raises(SpecConfigError, match=r"ToolIds must be a set of model values such"):
+            Config.from_constants({"ToolIds": wrong, "MaxTurns": 1})
     with pytest.raises(SpecConfigError, match="distinct"):
         Config.from_constants(
             {"ToolIds": frozenset(), "MaxTurns": 1, "TPX": ModelValue("ANTHROPIC")}

@@ -114,3 +114,10 @@ def test_bad_cfg_names_the_line(text: str, fragment: str) -> None:
 def test_load_cfg_missing_file(tmp_path: Path) -> None:
     with pytest.raises(SpecConfigError, match="cannot read cfg file"):
         load_cfg(tmp_path / "nope.cfg")
+
+
+def test_load_cfg_not_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.cfg"
+    path.write_bytes("\\* Grüße\nSPECIFICATION Spec\n".encode("latin-1"))
+    with pytest.raises(SpecConfigError, match=r"latin1\.cfg is not UTF-8 text \(byte 5"):
+        load_cfg(path)

@@ -34,7 +34,7 @@ from tpx.tlc import (
     simulate,
     with_constants,
 )
-from tpx.values import ModelValue, Record
+from tpx.values import ModelValue, Record, TLAValue
 
 from .conftest import ROOT, SEED, SEED_CFG
 
@@ -398,3 +398,153 @@ def test_ctrl_c_kills_the_jvm(tmp_path: Path, real_java: str) -> None:
     with when_jvm_runs(pidfile, _thread.interrupt_main), pytest.raises(KeyboardInterrupt):
         run_tlc(SEED, big_cfg(tmp_path), timeout=SAFETY_S, java=str(java))
     assert_gone(pidfile)
+
+
+# ----------------------------------------------------------------------------- work directory
+
+
+def recording_java(tmp_path: Path) -> tuple[Path, Path]:
+    """A fake java that records its argv, its working directory and that directory's files
+    (one per line), then fails like a JVM that printed nothing."""
+    log = tmp_path / "java.log"
+    java = fake_java(
+        tmp_path,
+        "17.0.1",
+        f'for a in "$@"; do echo "arg $a"; done > {log}; echo "cwd $(pwd)" >> {log}; '
+        f'for f in *; do echo "file $f"; done >> {log}; exit 3',
+    )
+    return java, log
+
+
+def recorded(log: Path, kind: str) -> list[str]:
+    prefix = f"{kind} "
+    return [ln[len(prefix) :] for ln in log.read_text().splitlines() if ln.startswith(prefix)]
+
+
+def test_each_run_has_its_own_java_tmpdir(tmp_path: Path) -> None:
+    """TLC unpacks Naturals.tla & co. into java.io.tmpdir: each run points it into its own
+    work directory (concurrent runs raced on /tmp/Naturals.tla), which is gone afterwards."""
+    java, log = recording_java(tmp_path)
+    dirs = []
+    for _ in range(2):
+        with pytest.raises(TLCCrashError):
+            run_tlc(SEED, SEED_CFG, java=str(java))
+        tmpdirs = [a for a in recorded(log, "arg") if a.startswith("-Djava.io.tmpdir=")]
+        assert len(tmpdirs) == 1
+        (cwd,) = recorded(log, "cwd")
+        assert Path(tmpdirs[0].split("=", 1)[1]).resolve() == Path(cwd).resolve()
+        assert recorded(log, "arg").index(tmpdirs[0]) < recorded(log, "arg").index("tlc2.TLC")
+        assert not Path(cwd).exists()
+        dirs.append(cwd)
+    assert dirs[0] != dirs[1]
+
+
+def test_only_the_modules_the_spec_needs_are_copied(tmp_path: Path) -> None:
+    """Modules next to the spec are copied only when the spec EXTENDS or INSTANCEs them
+    (transitively): a stray non-UTF-8 .tla beside it is never read."""
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "Main.tla").write_text(
+        "\\* EXTENDS Commented\n---- MODULE Main ----\nEXTENDS Naturals,\n  Helper\n"
+        '(* EXTENDS Commented *)\nS == "EXTENDS Commented"\n===='
+    )
+    (specs / "Helper.tla").write_text("---- MODULE Helper ----\nD == INSTANCE Deep\n====")
+    (specs / "Deep.tla").write_text("---- MODULE Deep ----\nEXTENDS Helper\n====")
+    (specs / "Commented.tla").write_text("---- MODULE Commented ----\n====")
+    (specs / "Junk.tla").write_bytes(b"---- MODULE Junk ----\n\xff\xfe\n====")
+    (specs / "Main.cfg").write_text("INIT Init\nNEXT Next\n")
+    java, log = recording_java(tmp_path)
+    with pytest.raises(TLCCrashError):
+        run_tlc(specs / "Main.tla", java=str(java))
+    assert sorted(recorded(log, "file")) == [
+        "Deep.tla",
+        "Helper.tla",
+        "MC.cfg",
+        "Main.tla",
+        "tlc.stderr",
+    ]
+
+
+def test_a_spec_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    java, log = recording_java(tmp_path)
+    spec = tmp_path / "Latin.tla"
+    spec.write_bytes("---- MODULE Latin ----\n\\* Grüße\n====".encode("latin-1"))
+    with pytest.raises(TLCConfigError, match=r"Latin\.tla is not UTF-8 text"):
+        run_tlc(spec, SEED_CFG, java=str(java))
+    helper = tmp_path / "Helper.tla"
+    helper.write_bytes(b"\xff")
+    spec.write_text("---- MODULE Latin ----\nEXTENDS Helper\n====")
+    with pytest.raises(TLCConfigError, match=r"Helper\.tla is not UTF-8 text"):
+        run_tlc(spec, SEED_CFG, java=str(java))
+    assert not log.exists()  # no JVM was started
+
+
+@pytest.mark.tlc
+def test_a_stray_non_utf8_module_beside_the_spec_is_ignored(tmp_path: Path) -> None:
+    (tmp_path / "TpxTransport.tla").write_text(SEED.read_text())
+    (tmp_path / "Notes.tla").write_bytes(b"\xff\xfe not a module")
+    cfg = with_constants(load_cfg(SEED_CFG), MaxTurns=1, ToolIds=frozenset({ModelValue("t1")}))
+    (tmp_path / "tiny.cfg").write_text(render_cfg(cfg))
+    assert run_tlc(tmp_path / "TpxTransport.tla", tmp_path / "tiny.cfg").ok
+
+
+@pytest.mark.tlc
+def test_concurrent_runs_do_not_race(tmp_path: Path) -> None:
+    """Regression: six runs at once (three of the seed, three of a mutant that breaks
+    ShapeInv) each get their own verdict; with a shared java.io.tmpdir they crashed."""
+    tiny: dict[str, TLAValue] = {"MaxTurns": 1, "ToolIds": frozenset({ModelValue("t1")})}
+    seed_cfg = tmp_path / "seed.cfg"
+    seed_cfg.write_text(render_cfg(with_constants(load_cfg(SEED_CFG), **tiny)))
+    mutant = ROOT / "spec" / "mutants" / "MutShapeInv.tla"
+    mutant_cfg = tmp_path / "mutant.cfg"
+    mutant_cfg.write_text(render_cfg(with_constants(load_cfg(mutant.with_suffix(".cfg")), **tiny)))
+    jobs = [(SEED, seed_cfg), (mutant, mutant_cfg)] * 3
+    verdicts: list[object] = [None] * len(jobs)
+
+    def run(i: int) -> None:
+        try:
+            verdicts[i] = run_tlc(jobs[i][0], jobs[i][1]).verdict
+        except Exception as exc:  # reported by the assertion below
+            verdicts[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    kinds = [getattr(v, "kind", v) for v in verdicts]
+    props = [getattr(v, "property", None) for v in verdicts]
+    assert kinds == ["ok", "invariant"] * 3, verdicts
+    assert props == [None, "ShapeInv"] * 3
+
+
+@pytest.mark.tlc
+def test_check_traces_checks_labels_and_stuttering() -> None:
+    from tpx.tlc import check_traces
+
+    (behaviour,) = simulate(SEED, SEED_CFG, num=1, depth=3, seed=1)
+    a, b, c = behaviour
+    assert a != b
+    traces = [[a, b], [a, b], [a, b], [a, a], [a, a], [a, a], [a, c]]
+    labels: list[list[str | None] | None] = [
+        ["Init", "CallerSend"] if b["phase"] == "req" else ["Init", None],
+        [None, "Deliver"],
+        ["Deliver", None],
+        [None, "stutter"],
+        [None, "Deliver"],
+        None,
+        [None, "Deliver"],
+    ]
+    verdicts = check_traces(SEED, SEED_CFG, traces, actions=labels, stuttering=True)
+    assert [(v.accepted, v.failed_step, v.mislabelled) for v in verdicts] == [
+        (True, None, False),
+        (False, 1, True),
+        (False, 0, True),
+        (True, None, False),
+        (False, 1, True),
+        (True, None, False),
+        (False, 1, False),  # two steps at once: no Next step, whatever the label
+    ]
+    # without stuttering, a repeated state is no step (turn 0 is not the budget: no Halted)
+    (plain,) = check_traces(SEED, SEED_CFG, [[a, a]])
+    assert (plain.accepted, plain.failed_step) == (False, 1)

@@ -50,6 +50,11 @@ VARS: tuple[str, ...] = (
 
 
 def _tool_ids(value: Any) -> frozenset[ModelValue]:
+    # a set, as the cfg gives it; not a number (``ToolIds = 3``), string or tuple
+    if not isinstance(value, frozenset | set):
+        raise SpecConfigError(
+            f"ToolIds must be a set of model values such as {{t1, t2}}, got {value!r}"
+        )
     ids = frozenset(value)
     if not all(isinstance(i, ModelValue) for i in ids):
         raise SpecConfigError(f"ToolIds must be a set of model values, got {value!r}")

@@ -218,6 +218,10 @@ def load_cfg(path: Path | str) -> ModelConfig:
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecConfigError(
+            f"cfg file {p} is not UTF-8 text (byte {exc.start}: {exc.reason})"
+        ) from None
     except OSError as exc:
         raise SpecConfigError(f"cannot read cfg file {p}: {exc.strerror or exc}") from exc
     return parse_cfg(text, source=str(p))

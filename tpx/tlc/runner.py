@@ -92,7 +92,7 @@ from tpx.errors import (
     TLCCrashError,
     TLCTimeoutError,
 )
-from tpx.tlc.cfg import ModelConfig, load_cfg, render_cfg
+from tpx.tlc.cfg import ModelConfig, _strip_comments, load_cfg, render_cfg
 from tpx.tlc.values import TLAValueSyntaxError, format_value, parse_state
 from tpx.values import ModelValue, Record, TLAValue
 
@@ -645,6 +645,69 @@ def _module_name(source: str, path: Path) -> str:
     return m.group(1) if m else path.stem
 
 
+def _read_module(path: Path) -> str:
+    """The text of a ``.tla`` file; unreadable or non-UTF-8 files are a :class:`TLCConfigError`."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise TLCConfigError(
+            f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason}); "
+            "TLA+ modules must be UTF-8 (or plain ASCII)"
+        ) from exc
+    except OSError as exc:
+        raise TLCConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+_EXTENDS = re.compile(r"\bEXTENDS\b((?:\s*[A-Za-z_]\w*\s*,)*\s*[A-Za-z_]\w*)")
+_INSTANCE = re.compile(r"\bINSTANCE\s+([A-Za-z_]\w*)")
+
+
+def _dependencies(source: str) -> list[str]:
+    """The module names *source* EXTENDS or INSTANCEs, in order of appearance (comments and
+    anything before the module header left out)."""
+    header = _MODULE_NAME.search(source)
+    text = source[header.start() :] if header else source
+    with contextlib.suppress(SpecConfigError):  # an unterminated comment: TLC will say so
+        text = _strip_comments(text)
+    text = _STRING.sub('""', text)
+    found: list[tuple[int, str]] = []
+    for m in _EXTENDS.finditer(text):
+        found.extend((m.start(), name.strip()) for name in m.group(1).split(","))
+    found.extend((m.start(), m.group(1)) for m in _INSTANCE.finditer(text))
+    out: list[str] = []
+    for _, name in sorted(found, key=lambda f: f[0]):
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def _stage_modules(spec: Path, work: Path, extra_modules: Mapping[str, str]) -> dict[str, str]:
+    """Write *spec*, the modules next to it that it (or an extra module) EXTENDS or INSTANCEs,
+    transitively, and *extra_modules* into *work*; return module name -> text. Other files
+    next to the spec are not read (standard modules come from the jar)."""
+    sources: dict[str, str] = {}
+    text = _read_module(spec)
+    (work / spec.name).write_text(text, encoding="utf-8")
+    sources[_module_name(text, spec)] = text
+    for name, extra in extra_modules.items():
+        (work / f"{name}.tla").write_text(extra, encoding="utf-8")
+        sources[name] = extra
+    todo = [text, *extra_modules.values()]
+    staged = {spec.name}
+    while todo:
+        for name in _dependencies(todo.pop()):
+            path = spec.parent / f"{name}.tla"
+            if path.name in staged or name in extra_modules or not path.is_file():
+                continue
+            staged.add(path.name)
+            dep = _read_module(path)
+            (work / path.name).write_text(dep, encoding="utf-8")
+            sources[_module_name(dep, path)] = dep
+            todo.append(dep)
+    return sources
+
+
 def _load_model(cfg: Path | ModelConfig | None, spec: Path) -> ModelConfig:
     if isinstance(cfg, ModelConfig):
         return cfg
@@ -681,14 +744,7 @@ def run_model(
     deadlock = model.check_deadlock if check_deadlock is None else check_deadlock
     with tempfile.TemporaryDirectory(prefix="tpx-tlc-") as tmp:
         work = Path(tmp)
-        sources: dict[str, str] = {}
-        for sibling in sorted(spec.parent.glob("*.tla")):
-            text = sibling.read_text(encoding="utf-8")
-            (work / sibling.name).write_text(text, encoding="utf-8")
-            sources[_module_name(text, sibling)] = text
-        for name, text in extra_modules.items():
-            (work / f"{name}.tla").write_text(text, encoding="utf-8")
-            sources[name] = text
+        sources = _stage_modules(spec, work, extra_modules)
         main = spec if not extra_modules else work / f"{next(iter(extra_modules))}.tla"
         (work / "MC.cfg").write_text(render_cfg(model), encoding="utf-8")
         cmd = [
@@ -884,6 +940,9 @@ class TraceVerdict:
     failed_step: int | None
     """``None`` if accepted; else the 0-based index of the first recorded state the spec
     cannot reproduce (0: not an initial state; l: the step from state l-1 to state l)."""
+    mislabelled: bool = False
+    """The state at ``failed_step`` is reachable, but not by the action its label names
+    (for state 0: the label is neither ``"Init"`` nor absent)."""
 
 
 _SPEC_FORMULA = r"^{name}\s*==\s*([A-Za-z_]\w*)\s*/\\\s*\[\]\[\s*([A-Za-z_]\w*)\s*\]_"
@@ -936,6 +995,49 @@ def _trace_rows(traces: Sequence[Sequence[Mapping[str, TLAValue]]]) -> list[str]
     return rows
 
 
+#: Labels that claim a stuttering step (the mirror's name, and TLC's).
+STUTTER_LABELS = frozenset({"stutter", "Stuttering"})
+
+
+def _spec_actions(source: str, nxt: str) -> list[str]:
+    """The parameterless definitions of the module that the definition of *nxt* names: the
+    actions a trace label may claim (e.g. the seed's seven ``Next`` disjuncts)."""
+    defs = _definitions(source)
+    lines = source.splitlines()
+    names = {name for name, _, _ in defs}
+    for name, start, end in defs:
+        if name == nxt:
+            body = "\n".join(lines[start - 1 : end]).split("==", 1)[1]
+            with contextlib.suppress(SpecConfigError):
+                body = _strip_comments(body)
+            used = re.findall(r"[A-Za-z_]\w*", _STRING.sub('""', body))
+            plain = {n for n in names if re.search(rf"^{re.escape(n)}\s*==", source, re.M)}
+            return sorted({n for n in used if n in plain and n != nxt})
+    return []
+
+
+def _label_codes(
+    traces: Sequence[Sequence[object]],
+    actions: Sequence[Sequence[str | None] | None] | None,
+    known: Sequence[str],
+) -> list[str]:
+    """Each trace's labels as a TLA+ tuple of codes: 0 none, 1 ``Init``, 2 a stuttering step,
+    3.. the *known* actions in order, -1 anything else."""
+    code = {"Init": 1, **dict.fromkeys(STUTTER_LABELS, 2)}
+    code.update({name: i for i, name in enumerate(known, 3)})
+    rows = []
+    for t, tr in enumerate(traces):
+        labels = actions[t] if actions is not None else None
+        if labels is None:
+            labels = [None] * len(tr)
+        if len(labels) != len(tr):
+            raise ValueError(f"trace {t + 1}: {len(labels)} labels for {len(tr)} states")
+        rows.append(
+            "<<" + ", ".join(str(0 if a is None else code.get(a, -1)) for a in labels) + ">>"
+        )
+    return rows
+
+
 def _trace_module(
     spec_module: str,
     init: str,
@@ -943,30 +1045,46 @@ def _trace_module(
     traces: Sequence[Sequence[Mapping[str, TLAValue]]],
     rows: Sequence[str],
     extra_constants: Sequence[str],
+    *,
+    labels: Sequence[str],
+    known: Sequence[str],
+    stuttering: bool,
 ) -> str:
     variables = sorted({name for tr in traces for state in tr for name in state})
     consts = f"CONSTANTS {', '.join(extra_constants)}\n" if extra_constants else ""
+    unchanged = f"UNCHANGED <<{', '.join(variables)}>>"
 
     def match(primed: str, index: str) -> str:
         return " /\\ ".join(f"{v}{primed} = tpxTraces[tpxTr][{index}].{v}" for v in variables)
 
+    cases = "".join(f"\n      [] c = {i} -> {name}" for i, name in enumerate(known, 3))
+    step = f"({nxt} \\/ {unchanged})" if stuttering else nxt
     return (
         f"---- MODULE {TRACE_MODULE} ----\n"
         f"EXTENDS {spec_module}, Integers, Sequences, TLC\n"
         f"{consts}"
-        "VARIABLES tpxStep, tpxTr\n"
+        "VARIABLES tpxStep, tpxTr, tpxBad\n"
         f"tpxTraces == <<{', '.join(rows)}>>\n"
+        f"tpxLabels == <<{', '.join(labels)}>>\n"
+        "TpxLabelled(c) ==\n"
+        "    CASE c = 0 -> TRUE\n"
+        f"      [] c = 2 -> {unchanged}"
+        f"{cases}\n"
+        "      [] OTHER -> FALSE\n"
         "TraceInit ==\n"
         "    /\\ tpxTr \\in 1..Len(tpxTraces)\n"
         "    /\\ tpxStep = 1\n"
         f"    /\\ {init}\n"
         f"    /\\ {match('', '1')}\n"
+        "    /\\ tpxBad = (tpxLabels[tpxTr][1] \\notin {0, 1})\n"
         "TraceNext ==\n"
+        "    /\\ ~tpxBad\n"
         "    /\\ tpxStep < Len(tpxTraces[tpxTr])\n"
         "    /\\ tpxStep' = tpxStep + 1\n"
         "    /\\ tpxTr' = tpxTr\n"
-        f"    /\\ {nxt}\n"
+        f"    /\\ {step}\n"
         f"    /\\ {match(chr(39), 'tpxStep + 1')}\n"
+        "    /\\ tpxBad' = ~TpxLabelled(tpxLabels[tpxTr][tpxStep + 1])\n"
         "====\n"
     )
 
@@ -976,12 +1094,14 @@ def check_traces(
     cfg: Path,
     traces: Sequence[Sequence[Mapping[str, TLAValue]]],
     *,
+    actions: Sequence[Sequence[str | None] | None] | None = None,
+    stuttering: bool = False,
     timeout: float | None = None,
 ) -> list[TraceVerdict]:
     """Is each recorded trace a behaviour of *spec*? One TLC run for all traces.
 
     Explicit step counter technique (TLC 2.15 has no trace-validation support):
-    a generated module extends the spec with ``VARIABLES tpxStep, tpxTr``;
+    a generated module extends the spec with ``VARIABLES tpxStep, tpxTr, tpxBad``;
     ``TraceInit`` picks a trace and constrains the variables to its first
     state, ``TraceNext`` takes a spec step that lands on the next recorded
     state. A trace is accepted iff its counter reaches ``Len(trace)`` (the
@@ -992,6 +1112,15 @@ def check_traces(
     (small) product graph, so one run decides every trace. Variables missing
     from the recorded states are left unconstrained. A state TLA+ cannot express
     raises :class:`~tpx.itf.TraceFormatError` before TLC runs.
+
+    *actions* optionally labels each trace's states (``None``: no label). A label on the
+    first state must be ``"Init"``; on a later state it must name an action (a
+    parameterless definition the cfg's next-state relation mentions, e.g. ``Deliver``)
+    that takes the step, or ``"stutter"`` / ``"Stuttering"`` for a step that changes no
+    recorded variable. The step counter still advances over a step its label does not
+    explain, but into a dead end marked ``tpxBad``: the verdict is ``mislabelled`` at that
+    step. With *stuttering*, a step that changes no recorded variable is allowed
+    (``[Next]_vars``) even where no action takes it.
     """
     if not traces:
         return []
@@ -1000,17 +1129,31 @@ def check_traces(
             from tpx.itf import TraceFormatError
 
             raise TraceFormatError(f"trace {i + 1} is empty")
+    if actions is not None and len(actions) != len(traces):
+        raise ValueError(f"{len(actions)} label lists for {len(traces)} traces")
     spec = Path(spec)
     model = _load_model(cfg, spec)
-    source = spec.read_text(encoding="utf-8")
+    source = _read_module(spec)
     init, nxt = _init_next(model, source)
+    known = _spec_actions(source, nxt)
+    labels = _label_codes(traces, actions, known)
     rows = _trace_rows(traces)
     names: set[str] = set()
     for tr in traces:
         for state in tr:
             _model_values(state, names)
     extra = sorted(names - set(model.constants))
-    module = _trace_module(_module_name(source, spec), init, nxt, traces, rows, extra)
+    module = _trace_module(
+        _module_name(source, spec),
+        init,
+        nxt,
+        traces,
+        rows,
+        extra,
+        labels=labels,
+        known=known,
+        stuttering=stuttering,
+    )
     trace_model = ModelConfig(
         init="TraceInit",
         next="TraceNext",
@@ -1026,12 +1169,21 @@ def check_traces(
             raise TLCCrashError(f"trace check run did not complete: {result.verdict}")
         graph = parse_dot(dot.read_text(encoding="utf-8"))
     reached = [0] * len(traces)
+    bad: list[set[int]] = [set() for _ in traces]
     for state in graph.states.values():
         t, step = state["tpxTr"], state["tpxStep"]
-        reached[t - 1] = max(reached[t - 1], step)
-    return [
-        TraceVerdict(accepted=True, failed_step=None)
-        if reached[i] == len(tr)
-        else TraceVerdict(accepted=False, failed_step=reached[i])
-        for i, tr in enumerate(traces)
-    ]
+        if state["tpxBad"] is True:
+            bad[t - 1].add(step)
+        else:
+            reached[t - 1] = max(reached[t - 1], step)
+    verdicts = []
+    for i, tr in enumerate(traces):
+        if reached[i] == len(tr):
+            verdicts.append(TraceVerdict(accepted=True, failed_step=None))
+        else:
+            # a reachable state its label does not explain, right after the last good one
+            mislabelled = reached[i] + 1 in bad[i]
+            verdicts.append(
+                TraceVerdict(accepted=False, failed_step=reached[i], mislabelled=mislabelled)
+            )
+    return verdicts
