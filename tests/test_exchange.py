@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
 from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
@@ -1128,3 +1130,67 @@ def test_outbound_is_the_request_in_flight() -> None:
     ex.deliver()
     assert ex.outbound is None
     assert framed == [out.body, out.body, b""]
+
+
+# -- review fixes: consecutive user messages, the choice by index, pickling, headers ------
+
+
+@pytest.mark.parametrize("provider", [Provider.ANTHROPIC, Provider.TPX])
+def test_a_user_turn_over_consecutive_user_messages_answers_the_pending_tool_uses(
+    provider: Provider,
+) -> None:
+    ex = Exchange(provider)
+    ex.send(request())
+    if provider is Provider.ANTHROPIC:
+        ex.receive(200, {}, messages_reply("toolu_a", "toolu_b"))
+    else:
+        ex.receive(200, {}, openai_reply("call_a", "call_b"))
+    uses = [b for b in ex.deliver()["content"] if b["type"] == "tool_use"]
+    ids = [b["id"] for b in uses]
+    body = request(
+        user("hi"),
+        {"role": "assistant", "content": uses},
+        user(tool_result(ids[0]), tool_result(ids[1])),
+        user("and more"),
+    )
+    out = ex.send(body)
+    assert (ex.phase, ex.snapshot().req_ids) == ("req", frozenset(ids))
+    wire = orjson.loads(out.body)["messages"]
+    if provider is Provider.TPX:
+        assert [m["role"] for m in wire] == ["user", "assistant", "tool", "tool", "user"]
+        assert wire[-1] == {"role": "user", "content": "and more"}
+        assert ex.snapshot().wire_ids == {"call_a", "call_b"}
+    else:
+        assert wire == body["messages"]
+
+
+def test_the_choice_with_index_0_gives_the_tool_ids_whatever_its_position() -> None:
+    reply = orjson.loads(openai_reply("call_mine"))
+    other = orjson.loads(openai_reply("call_x", "call_y"))["choices"][0]
+    reply["choices"] = [{**other, "index": 1}, *reply["choices"]]
+    ex = Exchange(Provider.TPX)
+    ex.send(request())
+    ex.receive(200, {}, orjson.dumps(reply))
+    assert ex.snapshot().emitted == {"call_mine"}
+    (tool_id,) = [b["id"] for b in ex.deliver()["content"] if b["type"] == "tool_use"]
+    assert tool_id.endswith("_call_mine")
+    assert ex.pending == {tool_id}
+
+
+def test_an_exchange_refuses_pickle_and_copy() -> None:
+    ex = Exchange(Provider.ANTHROPIC, secrets=[SECRET])
+    for serialise in (pickle.dumps, copy.copy, copy.deepcopy):
+        with pytest.raises(TypeError, match="cannot be pickled or copied") as info:
+            serialise(ex)
+        assert SECRET not in str(info.value)
+    assert pickle.loads(pickle.dumps(ex.snapshot())) == ex.snapshot()
+
+
+def test_receive_with_no_headers() -> None:
+    ex = Exchange(Provider.TPX)
+    ex.send(request())
+    with pytest.raises(errors.RateLimitedError):
+        ex.receive(429, None, b"{}")
+    ex.send(request())
+    ex.receive(200, None, openai_reply())
+    assert ex.deliver()["content"] == [{"type": "text", "text": "ok"}]

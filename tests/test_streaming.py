@@ -766,3 +766,151 @@ def test_a_model_error_raised_by_the_observer_is_not_a_provider_fail() -> None:
     assert ex.last_error is None
     assert ex.deliver()["content"][1]["id"] == "toolu_01"
     assert calls == ["CallerSend", "ProviderReply", "Deliver"]
+
+
+# -- closing early: ProviderReply / Deliver only when the caller asks for message_stop ---
+
+
+def one_chunk_boot(provider: str, data: bytes, seen: Seen) -> tuple[Any, Chunks]:
+    """A transport whose provider returns the whole stream *data* in ONE chunk."""
+    reply, body = streamed(data, size=len(data))
+    return observed_boot(provider, reply, seen=seen), body
+
+
+def kinds(received: list[bytes]) -> list[str]:
+    """The event type of each item (TPX tool ids differ per stream: fresh nonces)."""
+    return [event["type"] for data in received for event in events_of(data)]
+
+
+def tool_ids_in(received: list[bytes]) -> frozenset[str]:
+    return frozenset(
+        event["content_block"]["id"]
+        for event in events_of(b"".join(received))
+        if event["type"] == "content_block_start" and event["content_block"]["type"] == "tool_use"
+    )
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "tpx"])
+def test_closing_a_one_chunk_stream_before_message_stop_fails_the_exchange(
+    provider: str,
+) -> None:
+    data = good_stream(provider)
+    t, _ = one_chunk_boot(provider, data, Seen())
+    with t:
+        everything = list(t.stream(REQUEST))
+    count = len(everything)
+    assert count > 3
+    assert everything[-1].startswith(b"event: message_stop")
+    for taken in range(1, count):  # the caller never asked for message_stop
+        seen = Seen()
+        t, body = one_chunk_boot(provider, data, seen)
+        with t:
+            stream = t.stream(REQUEST)
+            got = [next(stream) for _ in range(taken)]
+            assert t.exchange.phase == "req"  # nothing taken before message_stop is asked for
+            stream.close()
+            assert_failed(t.exchange)
+            assert isinstance(t.exchange.last_error, errors.NetworkError)
+            assert seen.actions == ["CallerSend", "ProviderFail"]
+            assert body.closed
+            assert kinds(got) == kinds(everything[:taken])
+    seen = Seen()
+    t, _ = one_chunk_boot(provider, data, seen)
+    with t:
+        stream = t.stream(REQUEST)
+        got = [next(stream) for _ in range(count)]  # message_stop received: kept
+        stream.close()
+        assert seen.actions == ["CallerSend", "ProviderReply", "Deliver"]
+        assert (t.exchange.last_outcome, t.exchange.pending) == ("ok", tool_ids_in(got))
+        assert len(t.exchange.pending) == 1
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("provider", ["anthropic", "tpx"])
+async def test_async_closing_a_one_chunk_stream_before_message_stop_fails_the_exchange(
+    provider: str,
+) -> None:
+    data = good_stream(provider)
+    creds: dict[str, Any] = {"api_key": KEY} if provider == "anthropic" else {"oauth_token": TOKEN}
+
+    def aboot_one_chunk(seen: Seen) -> tuple[Any, Chunks]:
+        reply, body = streamed(data, size=len(data))
+        transport = httpx.MockTransport(Provider_(reply))
+        return aboot(
+            **creds, tpx_base_url=TPX_URL, env={}, transport=transport, observer=seen
+        ), body
+
+    t, _ = aboot_one_chunk(Seen())
+    everything: list[bytes] = []
+    async with t:
+        await drain(t.stream(REQUEST), everything)
+    count = len(everything)
+    assert count > 3
+    for taken in range(1, count + 1):
+        seen = Seen()
+        t, body = aboot_one_chunk(seen)
+        async with t:
+            stream = t.stream(REQUEST)
+            got = [await stream.__anext__() for _ in range(taken)]
+            await stream.aclose()
+            assert body.closed
+            assert kinds(got) == kinds(everything[:taken])
+            if taken < count:
+                assert_failed(t.exchange)
+                assert seen.actions == ["CallerSend", "ProviderFail"]
+            else:
+                assert seen.actions == ["CallerSend", "ProviderReply", "Deliver"]
+                assert t.exchange.last_outcome == "ok"
+                assert t.exchange.pending == tool_ids_in(got)
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "tpx"])
+def test_a_stream_ending_without_its_last_blank_line_still_waits_for_the_caller(
+    provider: str,
+) -> None:
+    data = good_stream(provider)
+    assert data.endswith(b"\n\n")
+    data = data[:-1]  # the terminal event's closing blank line never comes
+    t, _ = one_chunk_boot(provider, data, Seen())
+    with t:
+        everything = list(t.stream(REQUEST))
+        assert (t.exchange.last_outcome, len(t.exchange.pending)) == ("ok", 1)
+    for taken in range(1, len(everything)):
+        t, _ = one_chunk_boot(provider, data, Seen())
+        with t:
+            stream = t.stream(REQUEST)
+            for _ in range(taken):
+                next(stream)
+            stream.close()
+            assert_failed(t.exchange)
+
+
+def test_exchange_flush_returns_the_unterminated_last_event_and_takes_no_action() -> None:
+    seen = Seen()
+    ex = Exchange(Provider.ANTHROPIC, observer=seen)
+    ex.send({**REQUEST, "stream": True})
+    ex.receive_stream_start(200, SSE_HEADERS)
+    data = native(NATIVE)
+    events = ex.feed(data[:-1])
+    assert not ex.stream_complete
+    last = ex.flush()
+    assert [e["type"] for e in last] == ["message_stop"]
+    assert "message_stop" not in [e["type"] for e in events]
+    assert ex.stream_complete
+    assert ex.phase == "req"
+    assert seen.actions == ["CallerSend"]
+    assert ex.flush() == []
+    assert ex.end_stream() == []
+    assert seen.actions == ["CallerSend", "ProviderReply"]
+    assert ex.deliver()["content"][1]["id"] == "toolu_01"
+    # a malformed unterminated last event: ProviderFail, the error event last
+    ex = Exchange(Provider.TPX, observer=seen)
+    ex.send({**REQUEST, "stream": True})
+    ex.receive_stream_start(200, SSE_HEADERS)
+    ex.feed(b"data: {not json\n")
+    failed = ex.flush()
+    assert failed[-1]["type"] == "error"
+    assert isinstance(ex.last_error, errors.ProtocolError)
+    assert_failed(ex)
+    with pytest.raises(errors.ExchangeStateError):
+        ex.flush()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import logging
+import pickle
 import socket
 import ssl
 import textwrap
@@ -18,7 +20,7 @@ import pytest
 
 import tpx.transport
 from tpx import errors
-from tpx.exchange import ExchangeSnapshot, Provider
+from tpx.exchange import Exchange, ExchangeSnapshot, Provider
 from tpx.transport import AsyncTransport, Transport, aboot, boot
 
 KEY = "sk-ant-api03-KEY-SECRET-abcdef"
@@ -926,3 +928,175 @@ def test_the_observer_sees_no_credentials(provider: str) -> None:
         shown = action + repr(snapshot) + repr(attrs.asdict(snapshot))
         assert KEY not in shown
         assert TOKEN not in shown
+
+
+# -- a user turn split over consecutive user messages ---------------------------------------
+
+
+def _split_turn(uses: list[dict[str, Any]], layout: str) -> list[dict[str, Any]]:
+    """The user turn answering *uses*, spread over consecutive user messages."""
+    results = [{"type": "tool_result", "tool_use_id": u["id"], "content": "r"} for u in uses]
+    if layout == "results_then_text":
+        return [{"role": "user", "content": results}, {"role": "user", "content": "and more"}]
+    if layout == "text_then_results":
+        return [{"role": "user", "content": "first"}, {"role": "user", "content": results}]
+    return [  # one result per message, text in between
+        {"role": "user", "content": [results[0], {"type": "text", "text": "middle"}]},
+        {"role": "user", "content": results[1:]},
+    ]
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "tpx"])
+@pytest.mark.parametrize("layout", ["results_then_text", "text_then_results", "spread"])
+def test_tool_results_over_consecutive_user_messages_answer_the_pending_tool_uses(
+    provider: str, layout: str
+) -> None:
+    if provider == "anthropic":
+        t, rec = anthropic(ok(messages_body("toolu_1", "toolu_2")), ok(messages_body()))
+    else:
+        t, rec = tpx_(ok(chat_body("call_1", "call_2")), ok(chat_body()))
+    with t:
+        first = t.create(REQUEST)
+        uses = [b for b in first["content"] if b["type"] == "tool_use"]
+        turn = _split_turn(uses, layout)
+        follow = {
+            **REQUEST,
+            "messages": [*REQUEST["messages"], {"role": "assistant", "content": uses}, *turn],
+        }
+        t.create(follow)
+        assert (t.exchange.turn, t.exchange.last_outcome) == (2, "ok")
+        assert t.exchange.snapshot().req_ids == {u["id"] for u in uses}
+    wire = rec.json(1)["messages"]
+    if provider == "anthropic":
+        assert wire == follow["messages"]  # sent as the caller wrote it
+        return
+    assert [c["id"] for c in wire[1]["tool_calls"]] == ["call_1", "call_2"]
+    # the tool messages right after the assistant message, then the run's other content
+    assert [(m["role"], m.get("tool_call_id")) for m in wire[2:4]] == [
+        ("tool", "call_1"),
+        ("tool", "call_2"),
+    ]
+    text = {"results_then_text": "and more", "text_then_results": "first", "spread": "middle"}
+    assert wire[4:] == [{"role": "user", "content": text[layout]}]
+
+
+def test_a_missing_result_in_a_split_turn_is_still_a_pairing_error() -> None:
+    t, rec = anthropic(ok(messages_body("toolu_1", "toolu_2")))
+    with t:
+        first = t.create(REQUEST)
+        uses = [b for b in first["content"] if b["type"] == "tool_use"]
+        follow = {
+            **REQUEST,
+            "messages": [
+                *REQUEST["messages"],
+                {"role": "assistant", "content": uses},
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "r"}],
+                },
+                {"role": "user", "content": "toolu_2 is not answered"},
+            ],
+        }
+        with pytest.raises(errors.PairingError, match="toolu_2"):
+            t.create(follow)
+    assert len(rec.seen) == 1
+
+
+# -- serialisation never carries the credential ------------------------------------------
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "tpx"])
+def test_transports_and_exchanges_refuse_pickle_and_copy(provider: str) -> None:
+    t, _ = anthropic() if provider == "anthropic" else tpx_()
+    secret = KEY if provider == "anthropic" else TOKEN
+    with t:
+        for obj in (t, t.exchange, t._secret):
+            for serialise in (pickle.dumps, copy.copy, copy.deepcopy):
+                with pytest.raises(TypeError, match="cannot be pickled or copied") as info:
+                    serialise(obj)
+                assert secret not in str(info.value)
+        as_dict = attrs.asdict(t)
+        as_tuple = attrs.astuple(t)
+        assert secret not in repr(as_dict)
+        assert secret not in repr(as_tuple)
+        assert repr(as_dict["_secret"]) == "<redacted>"
+        assert not attrs.has(type(t._secret))
+        with pytest.raises(TypeError):
+            pickle.dumps(as_dict)
+        # the snapshot is the credential-free, picklable state
+        snapshot = pickle.loads(pickle.dumps(t.exchange.snapshot()))
+        assert snapshot == t.exchange.snapshot()
+
+
+# -- input checks at boot -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "names"),
+    [
+        ({"api_key": 123}, "api_key"),
+        ({"api_key": b"sk-bytes-key"}, "api_key"),
+        ({"oauth_token": 4.5, "tpx_base_url": TPX_URL}, "oauth_token"),
+        ({"api_key": KEY, "anthropic_base_url": 7}, "anthropic_base_url"),
+        ({"oauth_token": TOKEN, "tpx_base_url": ["https://x.test"]}, "tpx_base_url"),
+        ({"oauth_token": TOKEN, "tpx_base_url": TPX_URL, "model": 1}, "model"),
+        ({"env": {"ANTHROPIC_API_KEY": 99}}, "ANTHROPIC_API_KEY"),
+        ({"env": "ANTHROPIC_API_KEY=x"}, "env"),
+    ],
+)
+def test_non_string_settings_are_a_configuration_error(kwargs: dict[str, Any], names: str) -> None:
+    settings = {"env": {}, **kwargs}
+    with pytest.raises(errors.ConfigurationError, match=names) as info:
+        boot(**settings)
+    assert "123" not in str(info.value)
+    assert "sk-bytes-key" not in str(info.value)
+    with pytest.raises(errors.ConfigurationError, match=names):
+        aboot(**settings)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://h .test",
+        "https://h%20.test",
+        "https://h\u3000x.test",
+        "https://h.test/a b",
+        "https://h<x>.test",
+        "https://h\u00a0.test",
+    ],
+)
+def test_base_urls_with_spaces_or_bad_hosts_are_refused(url: str) -> None:
+    with pytest.raises(errors.ConfigurationError, match="TPX_BASE_URL"):
+        boot(oauth_token=TOKEN, tpx_base_url=url, env={})
+    with pytest.raises(errors.ConfigurationError, match="ANTHROPIC_BASE_URL"):
+        boot(api_key=KEY, anthropic_base_url=url, env={})
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["https://[::1]:8443/v1", "http://127.0.0.1:8080", "https://bücher.test", "https://a_b.test"],
+)
+def test_ordinary_hosts_are_still_accepted(url: str) -> None:
+    with boot(oauth_token=TOKEN, tpx_base_url=url, env={}) as t:
+        assert t.base_url is not None
+        assert t.base_url.startswith("http")
+
+
+def test_receive_accepts_none_as_no_headers() -> None:
+    ex = Exchange(Provider.ANTHROPIC)
+    ex.send(REQUEST)
+    with pytest.raises(errors.RateLimitedError) as info:
+        ex.receive(429, None, b"{}")
+    assert info.value.retry_after is None
+    assert (ex.phase, ex.last_outcome) == ("idle", "err")
+    ex.send(REQUEST)
+    ex.receive(200, None, orjson.dumps(messages_body()))
+    assert ex.deliver()["content"][0]["text"] == "hello"
+    ex.send({**REQUEST, "stream": True})
+    with pytest.raises(errors.OverloadedError):
+        ex.receive_stream_start(529, None, b"{}")
+    ex.send(REQUEST)
+    for status, headers in (("200", {}), (200, [("a", "b")]), (True, {})):
+        with pytest.raises(TypeError):
+            ex.receive(status, headers, b"{}")  # type: ignore[arg-type]
+        assert ex.phase == "req"  # nothing changed

@@ -38,9 +38,11 @@ Concrete readings of the abstract spec:
 * ``pending`` holds the tool_use ids *the caller sees* (for TPX the translator's
   reversible encodings of the provider's ids); ``wire_ids`` / ``emitted`` hold the
   ids on the wire (the provider's own ids).
-* ``CallerSend`` requires the tool_result ids of the request's last user message
-  to answer exactly ``pending``. When they do not and ``pending`` is non-empty the
-  send performs ``CallerAbort`` and raises :class:`~tpx.errors.PairingError`.
+* ``CallerSend`` requires the tool_result ids of the request's last run of
+  consecutive user messages (the Messages API merges consecutive user messages into
+  one turn; usually the run is just the last user message) to answer exactly
+  ``pending``. When they do not and ``pending`` is non-empty the send performs
+  ``CallerAbort`` and raises :class:`~tpx.errors.PairingError`.
   When ``pending`` is empty the spec enables no abort, so a request carrying
   tool_results then raises :class:`~tpx.errors.PairingError` and changes nothing.
 * A request the transport cannot frame (a feature the translator cannot carry)
@@ -59,9 +61,14 @@ Concrete readings of the abstract spec:
   ``pending`` to the tool_use ids the caller received. Events reach the caller
   before ``Deliver``; the caller's obligations (``pending``) only change at
   ``Deliver``, as in the spec. :attr:`Exchange.stream_complete` tells the I/O
-  shell that the terminal event was produced, so it can take ``ProviderReply``
-  and ``Deliver`` before handing the last events over (a caller that stops
-  reading right after ``message_stop`` keeps its obligations).
+  shell that the terminal event (``message_stop``, always the last event
+  returned) was produced: the shell hands every event before it over first and
+  takes ``ProviderReply`` and ``Deliver`` only when the caller asks for the
+  terminal event, so a caller that stops reading before ``message_stop`` fails
+  the exchange (it may not have seen every tool_use) and one that stops right
+  after it keeps its obligations. When the body ends, :meth:`Exchange.flush`
+  returns the events of a last event the body ended without its closing blank
+  line (no action), before :meth:`Exchange.end_stream`.
 * The response is validated *and translated* in :meth:`Exchange.receive`, so a
   body that cannot be handed back Messages-shaped is a ``ProviderFail`` (from
   phase ``req``), never a stuck ``resp`` phase.
@@ -118,6 +125,7 @@ from tpx.errors import (
     secret_forms,
 )
 from tpx.translate import request_to_openai, response_to_messages, tool_result_ids
+from tpx.translate.response import is_first_choice
 from tpx.translate.stream import (
     AnthropicStreamReader,
     MessageAccumulator,
@@ -210,7 +218,7 @@ ExchangeObserver = Callable[[str, ExchangeSnapshot], None]
 
 
 def _tool_result_ids(request: Mapping[str, Any]) -> list[str]:
-    """tool_result ids of the last user message (duplicates kept; odd ids shown by repr)."""
+    """tool_result ids of the last user turn (duplicates kept; odd ids shown by repr)."""
     return [i if isinstance(i, str) else repr(i) for i in tool_result_ids(request)]
 
 
@@ -232,9 +240,13 @@ def _openai_request_tool_ids(body: Mapping[str, Any]) -> list[str]:
 
 def _openai_response_tool_ids(body: Mapping[str, Any]) -> list[str]:
     choices = body.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+    if not isinstance(choices, list):
         return []
-    message = choices[0].get("message")
+    # the choice the translator uses: index 0, whatever its position
+    choice = next((c for c in choices if isinstance(c, Mapping) and is_first_choice(c)), None)
+    if choice is None:
+        return []
+    message = choice.get("message")
     if not isinstance(message, Mapping):
         return []
     calls = message.get("tool_calls")
@@ -271,6 +283,17 @@ def _check_messages_response(body: Any) -> list[str]:
     if duplicated:
         raise ProtocolError(f"duplicated tool_use ids {duplicated}")
     return ids
+
+
+def _reply_headers(status: Any, headers: Any) -> Mapping[str, str]:
+    """*headers* of a reply (``None``: none); TypeError for a non-int status or non-mapping."""
+    if isinstance(status, bool) or not isinstance(status, int):
+        raise TypeError(f"status must be an int, got {type(status).__name__}")
+    if headers is None:
+        return {}
+    if not isinstance(headers, Mapping):
+        raise TypeError(f"headers must be a mapping or None, got {type(headers).__name__}")
+    return headers
 
 
 def _pairing_problem(answered: Sequence[str], pending: frozenset[str]) -> str | None:
@@ -312,6 +335,10 @@ class Exchange:
     with the spec action's name and the snapshot after every state-changing step (see the
     module docstring: never for a refused step; its exceptions propagate once the step is
     complete).
+
+    An exchange cannot be pickled or copied (``pickle``, ``copy``, ``deepcopy`` raise
+    :class:`TypeError`): it keeps the credentials' forms for redaction. Use
+    :meth:`snapshot` for a credential-free copy of its state.
     """
 
     __slots__ = (
@@ -470,6 +497,13 @@ class Exchange:
             names.add("Deliver")
         return frozenset(names)
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """Refused: an exchange keeps the credentials (to redact errors) and a live stream."""
+        raise TypeError(
+            "an Exchange cannot be pickled or copied: it holds the credentials it redacts "
+            "(snapshot() gives its state without them)"
+        )
+
     def __repr__(self) -> str:
         return (
             f"Exchange(provider={self._provider.name}, turn={self._turn}, "
@@ -626,13 +660,17 @@ class Exchange:
 
     # -- ProviderReply / ProviderFail ------------------------------------------
 
-    def receive(self, status: int, headers: Mapping[str, str], body: bytes) -> None:
+    def receive(self, status: int, headers: Mapping[str, str] | None, body: bytes) -> None:
         """``ProviderReply`` for a 2xx well-formed native body, else ``ProviderFail``.
+
+        *headers* ``None`` means no headers. A *status* that is not an int or *headers*
+        that are not a mapping raise :class:`TypeError` and change nothing.
 
         On failure the exchange is back in ``idle`` (turn+1, ``err``, pending
         cleared) and the :class:`ModelError` is raised.
         """
         self._require("ProviderReply", self._phase == "req" and not self._streaming)
+        headers = _reply_headers(status, headers)
         name = self._provider.name
         if not 200 <= status < 300:
             raise self._provider_fail(
@@ -707,7 +745,7 @@ class Exchange:
     # -- ProviderReply / ProviderFail, streaming -----------------------------------
 
     def receive_stream_start(
-        self, status: int, headers: Mapping[str, str], body: bytes = b""
+        self, status: int, headers: Mapping[str, str] | None, body: bytes = b""
     ) -> None:
         """The streamed reply's status line and headers arrived.
 
@@ -719,6 +757,7 @@ class Exchange:
         self._require(
             "ProviderReply", self._phase == "req" and self._streaming and self._stream is None
         )
+        headers = _reply_headers(status, headers)
         name = self._provider.name
         if not 200 <= status < 300:
             raise self._provider_fail(
@@ -754,6 +793,27 @@ class Exchange:
         out: list[dict[str, Any]] = []
         try:
             self._consume(stream, stream.parser.feed(chunk), out)
+        except ModelError as error:
+            self._stream_fail(error, out)
+        return out
+
+    def flush(self) -> list[dict[str, Any]]:
+        """The streamed body ended: the events of what the SSE parser still holds (a last
+        event whose lines all ended but whose closing blank line never came).
+
+        Takes no action (call :meth:`end_stream` next), except ``ProviderFail`` when that
+        event is malformed or a provider error (as in :meth:`feed`: the list then ends
+        with the ``error`` event). Lets an I/O shell hand over every event before the
+        terminal one before ``ProviderReply`` (see the module docstring).
+        """
+        self._require("ProviderReply", self._phase == "req" and self._stream is not None)
+        stream = self._stream
+        assert stream is not None
+        out: list[dict[str, Any]] = []
+        if stream.reader.complete:
+            return out
+        try:
+            self._consume(stream, stream.parser.close(), out)
         except ModelError as error:
             self._stream_fail(error, out)
         return out

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import AsyncIterator, Iterator, Mapping
 from types import TracebackType
 from typing import Any, Self
@@ -101,18 +102,29 @@ DEFAULT_ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 DEFAULT_TIMEOUT = httpx.Timeout(600.0, connect=10.0)
 
 _CREDENTIAL_HEADERS = ("authorization", "x-api-key")
+# A host as httpx encodes it (IDNA applied, IPv6 without brackets).
+_HOST = re.compile(rb"[A-Za-z0-9._-]+|[0-9A-Fa-f:.]+").fullmatch
 
 
-@attrs.frozen(repr=False)
 class _Secret:
-    """A credential that never renders."""
+    """A credential that never renders, pickles or copies.
 
-    value: str
+    Deliberately not an attrs class: ``attrs.asdict`` / ``attrs.astuple`` of a transport
+    keep it as this opaque object instead of recursing into its value.
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: str) -> None:
+        self.value = value
 
     def __repr__(self) -> str:
         return "<redacted>"
 
     __str__ = __repr__
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError("a credential cannot be pickled or copied")
 
 
 @attrs.frozen(repr=False)
@@ -123,9 +135,35 @@ class _Config:
     model: str | None
 
 
-def _pick(explicit: str | None, env: Mapping[str, str], name: str) -> str | None:
-    value = explicit if explicit is not None else env.get(name)
-    return value.strip() if value and value.strip() else None
+class _Handover:
+    """What one streamed exchange has handed the caller so far (see ``_Core._hand_over``)."""
+
+    __slots__ = ("done", "error", "started")
+
+    def __init__(self) -> None:
+        self.started = False  # some bytes reached the caller
+        self.done = False  # nothing more to read from the body
+        self.error: ModelError | None = None  # to raise once the bytes are out
+
+
+def _pick(explicit: object, env: Mapping[str, str], name: str, argument: str) -> str | None:
+    """The explicit argument, else the environment variable; blank -> ``None``.
+
+    Anything but a string is refused (:class:`ConfigurationError`, the value not shown).
+    """
+    value: object = explicit if explicit is not None else env.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        where = (
+            f"the {argument}= argument"
+            if explicit is not None
+            else f"the {name} environment variable"
+        )
+        raise ConfigurationError(
+            f"{where} must be a string, got {type(value).__name__} (the value is not shown)"
+        )
+    return value.strip() or None
 
 
 def _credential_problem(value: str) -> str | None:
@@ -155,12 +193,18 @@ def _check_credential(value: str, explicit: str | None, name: str, argument: str
 
 
 def _base_url(raw: str, name: str) -> str:
+    if any(c.isspace() or not c.isprintable() for c in raw):
+        raise ConfigurationError(f"{name} is not a valid URL: it contains whitespace")
     try:
         url = httpx.URL(raw)
     except (httpx.InvalidURL, TypeError) as exc:
         raise ConfigurationError(f"{name} is not a valid URL") from exc
     if url.scheme not in ("http", "https") or not url.host:
         raise ConfigurationError(f"{name} must be an http(s) URL with a host")
+    if _HOST(url.raw_host) is None:  # httpx percent-encodes what a host may not hold
+        raise ConfigurationError(
+            f"{name} is not a valid URL: its host is neither a DNS name nor an IP address"
+        )
     if url.userinfo or url.query or url.fragment:
         raise ConfigurationError(f"{name} must not carry user info, a query or a fragment")
     path = url.path.rstrip("/")
@@ -178,26 +222,28 @@ def _configure(
     env: Mapping[str, str] | None,
     model: str | None,
 ) -> _Config:
+    if env is not None and not isinstance(env, Mapping):
+        raise ConfigurationError(f"env= must be a mapping, got {type(env).__name__}")
     environ: Mapping[str, str] = os.environ if env is None else env
-    key = _pick(api_key, environ, "ANTHROPIC_API_KEY")
-    token = _pick(oauth_token, environ, "TPX_OAUTH_TOKEN")
+    key = _pick(api_key, environ, "ANTHROPIC_API_KEY", "api_key")
+    token = _pick(oauth_token, environ, "TPX_OAUTH_TOKEN", "oauth_token")
     provider = select_provider(key is not None, token is not None)
     if provider is Provider.ANTHROPIC:
         assert key is not None
         key = _check_credential(key, api_key, "ANTHROPIC_API_KEY", "api_key")
-        raw = _pick(anthropic_base_url, environ, "ANTHROPIC_BASE_URL")
+        raw = _pick(anthropic_base_url, environ, "ANTHROPIC_BASE_URL", "anthropic_base_url")
         base = _base_url(raw or DEFAULT_ANTHROPIC_BASE_URL, "ANTHROPIC_BASE_URL")
         return _Config(provider, base, _Secret(key), None)
     if provider is Provider.TPX:
         assert token is not None
         token = _check_credential(token, oauth_token, "TPX_OAUTH_TOKEN", "oauth_token")
-        raw = _pick(tpx_base_url, environ, "TPX_BASE_URL")
+        raw = _pick(tpx_base_url, environ, "TPX_BASE_URL", "tpx_base_url")
         if raw is None:
             raise ConfigurationError(
                 "TPX_OAUTH_TOKEN is set but TPX_BASE_URL is not: there is no default TPX "
                 "endpoint, set TPX_BASE_URL (or pass tpx_base_url=)"
             )
-        tpx_model = _pick(model, environ, "TPX_MODEL")
+        tpx_model = _pick(model, environ, "TPX_MODEL", "model")
         return _Config(provider, _base_url(raw, "TPX_BASE_URL"), _Secret(token), tpx_model)
     return _Config(Provider.NONE, None, None, None)
 
@@ -227,6 +273,12 @@ class _Core:
         )
 
     __str__ = __repr__
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """Refused: a transport holds the credential (and a live HTTP client)."""
+        raise TypeError(
+            f"a {type(self).__name__} cannot be pickled or copied: it holds the credential"
+        )
 
     def _secrets(self) -> tuple[str, ...]:
         """The credential in every form it may take inside an error text."""
@@ -368,31 +420,58 @@ class _Core:
             logger.info("tpx exchange failed: %s: %s", error.code, error.message)
             raise
 
-    def _advance(
-        self, events: list[dict[str, Any]], *, ended: bool
-    ) -> tuple[list[dict[str, Any]], bool, ModelError | None]:
-        """After a feed: ``(events, finished, error)``. Takes ProviderReply and Deliver as
-        soon as the terminal event exists, before the caller sees it."""
+    def _hand_over(
+        self, out: _Handover, events: list[dict[str, Any]], *, ended: bool = False
+    ) -> Iterator[bytes]:
+        """The caller's bytes for what one read produced (*ended*: the body ended), lazily.
+
+        Every event before the terminal one is yielded first. Only when the caller asks
+        for the terminal event (``message_stop``), i.e. after it took everything before
+        it, are ``ProviderReply`` and ``Deliver`` taken and the terminal event yielded;
+        a caller that stops earlier leaves the exchange in ``req`` (``ProviderFail``
+        when the stream is closed). A failure yields the ``error`` event, if anything
+        reached the caller before, and sets ``out.error``. ``out.done`` is set once
+        nothing more is to be read.
+        """
         ex = self.exchange
-        if ex.phase == "req" and (ended or ex.stream_complete):
-            events = [*events, *ex.end_stream()]
+        if ended and ex.phase == "req" and not ex.stream_complete:
+            events = [*events, *ex.flush()]
+            if ex.phase == "req" and not ex.stream_complete:
+                events = [*events, *ex.end_stream()]  # ended early: ProviderFail
+        terminal: dict[str, Any] | None = None
+        if ex.phase == "req" and ex.stream_complete:
+            out.done = True
+            terminal = events[-1]  # message_stop: always the last event produced
+            events = events[:-1]
+        elif ex.phase == "idle":
+            self._stream_failed(out)
+        yield from self._render(out, events)
+        if terminal is None:
+            return
+        # The caller asked for the terminal event: it holds every event before it.
+        tail = ex.end_stream()
         if ex.phase == "resp":
             ex.deliver()
-            return events, True, None
-        if ex.phase == "idle":
-            error = ex.last_error
-            assert error is not None
-            logger.info("tpx exchange failed: %s: %s", error.code, error.message)
-            return events, True, error
-        return events, False, None
+            tail = [terminal]
+        else:
+            self._stream_failed(out)
+        yield from self._render(out, tail)
+
+    def _stream_failed(self, out: _Handover) -> None:
+        error = self.exchange.last_error
+        assert error is not None
+        logger.info("tpx exchange failed: %s: %s", error.code, error.message)
+        out.error = error
+        out.done = True
 
     @staticmethod
-    def _render(
-        events: list[dict[str, Any]], error: ModelError | None, started: bool
-    ) -> list[bytes]:
-        if error is not None and not started and len(events) == 1:
-            return []  # nothing reached the caller yet: the error is raised, not streamed
-        return [serialize_event(event) for event in events]
+    def _render(out: _Handover, events: list[dict[str, Any]]) -> Iterator[bytes]:
+        if out.error is not None and not out.started and len(events) == 1:
+            return  # nothing reached the caller yet: the error is raised, not streamed
+        for event in events:
+            data = serialize_event(event)
+            out.started = True
+            yield data
 
     def _stream_broken(self, exc: httpx.HTTPError, started: bool) -> tuple[list[bytes], ModelError]:
         """The bytes still to yield and the error to raise when the body read failed."""
@@ -493,9 +572,13 @@ class Transport(_Core):
         Lazy: nothing happens until the first ``next()``. The request is sent with
         ``stream: true`` (added when missing). TPX chunks are translated to Messages
         events as they arrive; ANTHROPIC events pass through (parsed and checked).
-        ``ProviderReply`` and ``Deliver`` are taken when the terminal event exists,
-        before it is yielded, so ``exchange.pending`` then holds the tool_use ids the
-        caller received.
+        Every event before the terminal ``message_stop`` is yielded first;
+        ``ProviderReply`` and ``Deliver`` are taken only when the caller asks for
+        ``message_stop`` (after it took every other event, in the same ``next()`` that
+        returns it), so ``exchange.pending`` then holds exactly the tool_use ids the
+        caller received. Closing the iterator before ``message_stop`` is ``ProviderFail``
+        however much of the reply was already read (even a whole one-chunk reply);
+        closing right after it keeps the obligations.
 
         Failures: until the first bytes are yielded (no provider, pairing, non-2xx,
         connect failure, an error as the very first event) the :class:`ModelError` is
@@ -507,10 +590,9 @@ class Transport(_Core):
         the iterator early is ``ProviderFail`` too, and closes the HTTP response.
         """
         http_request = self.begin(self._stream_request(request))
-        started = False
+        out = _Handover()
         # httpx failures are kept by the handlers and mapped (ProviderFail) outside them,
         # so nothing raised is chained to the httpx exception (see _transport_failed).
-        error: ModelError | None = None
         failure: httpx.HTTPError | None = None
         try:
             try:
@@ -529,31 +611,21 @@ class Transport(_Core):
                 if failure is not None:
                     raise self._transport_failed(failure)
                 self._stream_start(response, body)
-                finished = False
                 tail: list[bytes] = []
                 try:
                     for chunk in response.iter_bytes():
-                        events, finished, error = self._advance(
-                            self.exchange.feed(chunk), ended=False
-                        )
-                        for data in self._render(events, error, started):
-                            started = True
-                            yield data
-                        if finished:
+                        yield from self._hand_over(out, self.exchange.feed(chunk))
+                        if out.done:
                             break
-                    if not finished:
-                        events, finished, error = self._advance([], ended=True)
-                        for data in self._render(events, error, started):
-                            started = True
-                            yield data
+                    if not out.done:
+                        yield from self._hand_over(out, [], ended=True)
                 except httpx.HTTPError as exc:
                     failure = exc
                 if failure is not None:
-                    tail, error = self._stream_broken(failure, started)
-                for data in tail:
-                    yield data
-                if error is not None:
-                    raise error
+                    tail, out.error = self._stream_broken(failure, out.started)
+                yield from tail
+                if out.error is not None:
+                    raise out.error
             finally:
                 response.close()
         except BaseException:  # GeneratorExit (closed early), KeyboardInterrupt, bugs
@@ -601,10 +673,9 @@ class AsyncTransport(_Core):
         """:meth:`Transport.stream` over ``httpx.AsyncClient`` (same failure rules;
         cancellation and ``aclose()`` of the iterator are ``ProviderFail``)."""
         http_request = self._open(self.client, self._stream_request(request))
-        started = False
+        out = _Handover()
         # httpx failures are kept by the handlers and mapped (ProviderFail) outside them,
         # so nothing raised is chained to the httpx exception (see _transport_failed).
-        error: ModelError | None = None
         failure: httpx.HTTPError | None = None
         try:
             try:
@@ -623,31 +694,24 @@ class AsyncTransport(_Core):
                 if failure is not None:
                     raise self._transport_failed(failure)
                 self._stream_start(response, body)
-                finished = False
                 tail: list[bytes] = []
                 try:
                     async for chunk in response.aiter_bytes():
-                        events, finished, error = self._advance(
-                            self.exchange.feed(chunk), ended=False
-                        )
-                        for data in self._render(events, error, started):
-                            started = True
+                        for data in self._hand_over(out, self.exchange.feed(chunk)):
                             yield data
-                        if finished:
+                        if out.done:
                             break
-                    if not finished:
-                        events, finished, error = self._advance([], ended=True)
-                        for data in self._render(events, error, started):
-                            started = True
+                    if not out.done:
+                        for data in self._hand_over(out, [], ended=True):
                             yield data
                 except httpx.HTTPError as exc:
                     failure = exc
                 if failure is not None:
-                    tail, error = self._stream_broken(failure, started)
+                    tail, out.error = self._stream_broken(failure, out.started)
                 for data in tail:
                     yield data
-                if error is not None:
-                    raise error
+                if out.error is not None:
+                    raise out.error
             finally:
                 await response.aclose()
         except BaseException:  # GeneratorExit (aclose), cancellation, bugs

@@ -488,3 +488,173 @@ def test_empty_stop_sequences_are_refused(stops: list[str]) -> None:
         request_to_openai(_request([{"role": "user", "content": "hi"}], stop_sequences=stops))
     assert info.value.status == 400
     assert info.value.body()["error"]["type"] == "invalid_request_error"
+
+
+# -- a user turn over consecutive user messages (the Messages API merges them) -------------
+
+
+def _result(call: str, content: Any = "out") -> dict[str, Any]:
+    return {"type": "tool_result", "tool_use_id": call, "content": content}
+
+
+@pytest.mark.parametrize(
+    ("run", "user_content"),
+    [
+        (
+            [{"role": "user", "content": [_result(CALL_A), _result(CALL_B)]}, "and more"],
+            "and more",
+        ),
+        (
+            ["first", {"role": "user", "content": [_result(CALL_B), _result(CALL_A)]}],
+            "first",
+        ),
+        (
+            [
+                {"role": "user", "content": [{"type": "text", "text": "a"}, _result(CALL_A)]},
+                {"role": "user", "content": [_result(CALL_B), {"type": "text", "text": "b"}]},
+                "c",
+            ],
+            [
+                {"type": "text", "text": "a"},
+                {"type": "text", "text": "b"},
+                {"type": "text", "text": "c"},
+            ],
+        ),
+        ([{"role": "user", "content": [_result(CALL_A), _result(CALL_B)]}, ""], None),
+    ],
+)
+def test_tool_results_over_consecutive_user_messages(run: list[Any], user_content: Any) -> None:
+    turn = [m if isinstance(m, dict) else {"role": "user", "content": m} for m in run]
+    request = _request(
+        [
+            *_tool_turn()[:2],
+            *turn,
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "next"},
+        ]
+    )
+    body = _translate(request).body
+    assert tool_result_ids({"messages": [*_tool_turn()[:2], *turn]}) in (
+        [CALL_A, CALL_B],
+        [CALL_B, CALL_A],
+    )
+    messages = body["messages"]
+    assert [c["id"] for c in messages[1]["tool_calls"]] == ["call_a", "call_b"]
+    # the tool messages at once after the assistant message, in the calls' order
+    assert [(m["role"], m.get("tool_call_id")) for m in messages[2:4]] == [
+        ("tool", "call_a"),
+        ("tool", "call_b"),
+    ]
+    rest = [{"role": "user", "content": user_content}] if user_content is not None else []
+    assert messages[4:] == [
+        *rest,
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "next"},
+    ]
+
+
+def test_a_split_turn_still_needs_every_result_exactly_once() -> None:
+    head = _tool_turn()[:2]
+    missing = [
+        *head,
+        {"role": "user", "content": [_result(CALL_A)]},
+        {"role": "user", "content": "x"},
+    ]
+    twice = [
+        *head,
+        {"role": "user", "content": [_result(CALL_A), _result(CALL_B)]},
+        {"role": "user", "content": [_result(CALL_A)]},
+    ]
+    for messages, needle in ((missing, "without a tool_result"), (twice, "already answered")):
+        with pytest.raises(ProtocolError, match=needle) as info:
+            request_to_openai(_request(messages))
+        assert info.value.status == 400
+    # runs without a tool turn before them are unchanged: one user message each
+    plain = _translate(
+        _request([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
+    )
+    assert plain.body["messages"] == [
+        {"role": "user", "content": "a"},
+        {"role": "user", "content": "b"},
+    ]
+
+
+def test_tool_result_ids_reads_the_last_run_of_user_messages() -> None:
+    head = _tool_turn()[:2]
+    run = [
+        {"role": "user", "content": [_result(CALL_A)]},
+        {"role": "user", "content": [_result(CALL_B)]},
+    ]
+    assert tool_result_ids({"messages": [*head, *run]}) == [CALL_A, CALL_B]
+    assert tool_result_ids({"messages": [*head, *run, {"role": "user", "content": "x"}]}) == [
+        CALL_A,
+        CALL_B,
+    ]
+    # a trailing assistant message (prefill) does not hide the user turn before it
+    prefill = {"role": "assistant", "content": "The answer:"}
+    assert tool_result_ids({"messages": [*head, *run, prefill]}) == [CALL_A, CALL_B]
+    # an assistant message ends the run
+    assert tool_result_ids({"messages": [*head, run[0], prefill, run[1]]}) == [CALL_B]
+    assert tool_result_ids({"messages": []}) == []
+
+
+# -- refused with a typed 400 -----------------------------------------------------------
+
+
+def _refused(request: dict[str, Any], needle: str) -> None:
+    with pytest.raises(ProtocolError, match=needle) as info:
+        request_to_openai(request)
+    assert info.value.status == 400
+    assert info.value.body()["error"]["type"] == "invalid_request_error"
+    with pytest.raises(ProtocolError, match=needle):
+        request_bytes_to_openai(orjson.dumps(request))
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [{"role": "user", "content": ""}],
+        [{"role": "user", "content": []}],
+        [{"role": "user", "content": [{"type": "text", "text": ""}]}],
+        [{"role": "user", "content": ""}, {"role": "assistant", "content": ""}],
+        [],
+    ],
+)
+def test_nothing_left_to_send_is_refused(messages: list[Any]) -> None:
+    _refused(_request(messages), "no message left to send")
+    _refused(_request(messages, system="be brief"), "no message left to send")
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_numbers_are_refused(bad: float) -> None:
+    for tool_input in ({"x": bad}, {"deep": [1, {"y": bad}]}, {"n": None, "x": [bad]}):
+        messages = _tool_turn(_result(CALL_A), _result(CALL_B))
+        messages[1]["content"][1]["input"] = tool_input
+        with pytest.raises(ProtocolError, match="NaN or Infinity") as info:
+            request_to_openai(_request(messages))
+        assert info.value.status == 400
+    for field in ("temperature", "top_p"):
+        with pytest.raises(ProtocolError, match="finite") as info:
+            request_to_openai(_request([{"role": "user", "content": "x"}], **{field: bad}))
+        assert info.value.status == 400
+    # a real null is still fine
+    messages = _tool_turn(_result(CALL_A), _result(CALL_B))
+    messages[1]["content"][1]["input"] = {"x": None}
+    body = _translate(_request(messages)).body
+    assert body["messages"][1]["tool_calls"][0]["function"]["arguments"] == '{"x":null}'
+
+
+@pytest.mark.parametrize("tools", [None, [{"name": "f", "input_schema": {"type": "object"}}]])
+def test_tool_choice_naming_an_undeclared_tool_is_refused(tools: list[Any] | None) -> None:
+    extra: dict[str, Any] = {"tool_choice": {"type": "tool", "name": "nope"}}
+    if tools is not None:
+        extra["tools"] = tools
+    _refused(_request([{"role": "user", "content": "x"}], **extra), "does not declare")
+
+
+def test_max_tokens_is_required() -> None:
+    request = _request([{"role": "user", "content": "x"}])
+    del request["max_tokens"]
+    _refused(request, "max_tokens is required")
+    for bad in (0, -1, None, 1.5, "5", True):
+        _refused({**request, "max_tokens": bad}, "max_tokens must be a positive integer")

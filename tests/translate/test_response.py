@@ -350,3 +350,44 @@ def _simple_with_usage(**usage: Any) -> dict[str, Any]:
 def test_zero_usage_is_fine() -> None:
     body = _simple_with_usage(prompt_tokens=0, completion_tokens=0)
     assert _translate(body)["usage"]["input_tokens"] == 0
+
+
+# -- the choice with index 0, whatever its position ---------------------------------------
+
+
+def test_the_choice_with_index_0_is_used_whatever_its_position() -> None:
+    body = completion({"role": "assistant", "content": "mine"})
+    other = {
+        "index": 1,
+        "message": {"role": "assistant", "content": "other"},
+        "finish_reason": "length",
+    }
+    body["choices"] = [other, *body["choices"]]
+    warnings: list[str] = []
+    result = response_to_messages(body, nonce=NONCE)
+    data = response_bytes_to_messages(orjson.dumps(body), nonce=NONCE, warnings=warnings)
+    assert orjson.loads(data) == result.body
+    assert [b["text"] for b in result.body["content"]] == ["mine"]
+    assert result.body["stop_reason"] == "end_turn"
+    assert result.warnings == ("1 extra choice(s) dropped; only choice 0 is used",)
+    assert warnings == list(result.warnings)
+
+
+@pytest.mark.parametrize("index", [None, "missing"])
+def test_a_choice_without_an_index_counts_as_index_0(index: str | None) -> None:
+    body = completion({"role": "assistant", "content": "mine"})
+    if index is None:
+        body["choices"][0]["index"] = None
+    else:
+        del body["choices"][0]["index"]
+    assert [b["text"] for b in _translate(body)["content"]] == ["mine"]
+
+
+@pytest.mark.parametrize("index", [1, "0", True, -1])
+def test_no_choice_with_index_0_is_a_protocol_error(index: Any) -> None:
+    body = completion({"role": "assistant", "content": "x"})
+    body["choices"][0]["index"] = index
+    with pytest.raises(ProtocolError, match="no choice with index 0"):
+        response_to_messages(body)
+    with pytest.raises(ProtocolError, match="no choice with index 0"):
+        response_bytes_to_messages(orjson.dumps(body))

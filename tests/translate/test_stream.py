@@ -709,3 +709,72 @@ def test_streaming_api_is_reexported_from_the_package() -> None:
     assert doc is not None
     assert "Streaming" in doc
     assert all(name in doc for name in names)
+
+
+# -- choices: only index 0, and null is malformed ---------------------------------------
+
+
+def test_streamed_choices_other_than_index_0_are_dropped_with_a_warning() -> None:
+    def two(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "id": "c1",
+            "object": "chat.completion.chunk",
+            "model": "m",
+            "choices": [first, second],
+        }
+
+    chunks = [
+        two(
+            {"index": 1, "delta": {"role": "assistant", "content": "other"}},
+            {"index": 0, "delta": {"role": "assistant", "content": "mine"}},
+        ),
+        two(
+            {"index": 1, "delta": {}, "finish_reason": "length"},
+            {"index": 0, "delta": {}, "finish_reason": "stop"},
+        ),
+    ]
+    t = OpenAIStreamTranslator(nonce=NONCE)
+    got = message(t.feed(sse(chunks)) + t.close())
+    assert [b["text"] for b in got["content"]] == ["mine"]
+    assert got["stop_reason"] == "end_turn"
+    assert t.warnings.count("extra choice(s) dropped; only choice 0 is used") == 1
+    # a choice without an index (or a null one, or one equal to 0) is choice 0; others are not
+    for index in (None, 0.0, "0", True, 2):
+        choice: dict[str, Any] = {"delta": {"content": "x"}, "finish_reason": "stop"}
+        if index is not None:
+            choice["index"] = index
+        t = OpenAIStreamTranslator(nonce=NONCE)
+        got = message(t.feed(sse([{"id": "c", "model": "m", "choices": [choice]}])) + t.close())
+        kept = index is None or index == 0
+        assert [b["text"] for b in got["content"]] == (["x"] if kept else [])
+        assert bool(t.warnings and "extra choice" in t.warnings[0]) is not kept
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"id": "c", "model": "m", "choices": None},
+        {"id": "c", "model": "m", "choices": [{"index": 0, "delta": None}]},
+        {
+            "id": "c",
+            "model": "m",
+            "choices": [{"index": 0, "delta": None, "finish_reason": "stop"}],
+        },
+    ],
+)
+def test_null_choices_or_delta_are_protocol_errors(body: dict[str, Any]) -> None:
+    with pytest.raises(errors.ProtocolError, match="is null") as info:
+        translate(sse([body]))
+    assert info.value.code == "MODEL_PROTOCOL"
+
+
+def test_missing_choices_or_delta_carry_nothing() -> None:
+    usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+    chunks = [
+        chunk({"content": "hi"}),
+        {"id": "c1", "model": "m", "choices": [{"index": 0, "finish_reason": "stop"}]},
+        {"id": "c1", "model": "m", "usage": usage},
+    ]
+    got = message(translate(sse(chunks)))
+    assert [b["text"] for b in got["content"]] == ["hi"]
+    assert got["usage"]["output_tokens"] == 1

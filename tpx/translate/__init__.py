@@ -61,6 +61,12 @@ ordering                           the assistant message with tool_calls is foll
                                    once by its tool messages, in the calls' order, then
                                    the user's other blocks (text, images) in their
                                    original order as one user message
+consecutive user messages after    one user turn (the Messages API merges them): when
+an assistant turn with tool_use    the first leaves calls unanswered, the whole run is
+                                   merged -- tool messages first, as above, then the
+                                   run's other blocks in order as one user message;
+                                   else each message is translated on its own (a
+                                   tool_result answering a call twice -> 400)
 ``tools`` (custom)                 ``{"type": "function", "function": {name,
                                    description, parameters=input_schema, strict}}``
 ``tool_choice`` auto/any/tool/none ``"auto"`` / ``"required"`` / ``{"type":
@@ -70,7 +76,8 @@ ordering                           the assistant message with tool_calls is foll
                                    all sent -- OpenAI takes at most 4, other servers
                                    more -- with a warning; an empty string -> 400)
 ``temperature``, ``top_p``         unchanged (not rescaled)
-``max_tokens``                     ``max_tokens``, never clamped
+``max_tokens`` (required, as in     ``max_tokens``, never clamped
+the Messages API; missing -> 400)
 ``metadata.user_id``               ``user``
 ``stream: true``                   ``stream: true`` + ``stream_options.include_usage``
 thinking block signed              ``reasoning_content`` on that assistant message
@@ -83,7 +90,7 @@ top-level and block ``cache_control``; ``citations`` on text blocks; ``metadata`
 keys other than ``user_id``; tool fields other than name, description, input_schema,
 strict, type, cache_control; thinking blocks not signed ``tpx:reasoning_content``
 (another provider's signed reasoning means nothing here); ``redacted_thinking``;
-thinking blocks in user turns; ``tool_choice`` when there are no tools; empty text
+thinking blocks in user turns; ``tool_choice`` auto / any when there are no tools; empty text
 blocks and messages left empty by that (never sent: providers reject them). A
 trailing assistant message (prefill) is sent as is, with a warning that the
 provider may start a new turn instead of continuing it.
@@ -98,15 +105,22 @@ feature; guessing would be a silent mistranslation).
 Refused with ``ProtocolError`` (400): a body that is not an object; no ``messages``
 list; a bad role; a missing ``content``; a tool_result whose id is not a tool_use of
 the assistant turn just before it; a tool_use answered twice or not answered (the
-Messages API rejects both too); duplicate tool_use ids in one turn; wrong value types.
+Messages API rejects both too); duplicate tool_use ids in one turn; wrong value types;
+no ``max_tokens``; a ``tool_choice`` naming a tool the request does not declare;
+NaN or Infinity in a tool_use ``input``, ``temperature`` or ``top_p`` (JSON has no such
+numbers; orjson would silently write ``null``); a conversation left empty once empty
+messages are dropped (Chat Completions providers reject ``"messages": []``).
 
 Response mapping (Chat Completions -> Messages)
 -----------------------------------------------
 =================================  =================================================
 Chat Completions                   Messages
 =================================  =================================================
-``choices[0]`` (others dropped     the message; ``type: message``, ``role: assistant``
-with a warning)
+the choice with ``index: 0``       the message; ``type: message``, ``role: assistant``
+(by index, not position; no /
+null ``index`` counts as 0; the
+others dropped with a warning;
+none -> ProtocolError)
 ``reasoning_content`` (DeepSeek)   first, a ``thinking`` block with ``signature:
                                    "tpx:reasoning_content"`` so it can go back (above)
 ``content`` (string or text parts) ``text`` blocks (empty ones are not emitted; an
@@ -120,7 +134,7 @@ with a warning)
                                    ``{}``; invalid JSON or a non-object -> ProtocolError
 legacy ``function_call``           one ``tool_use`` (id missing, position 0)
 ``finish_reason`` stop             ``end_turn``; ``stop_sequence`` (+ the string) when
-                                   ``choices[0].stop_reason`` (vLLM) or
+                                   the choice's ``stop_reason`` (vLLM) or
                                    ``matched_stop`` (SGLang) is a string
 length / content_filter            ``max_tokens`` / ``refusal``
 tool_calls / function_call         ``tool_use``; any response carrying tool calls is

@@ -44,10 +44,13 @@ def tool_use_ids(messages_response: Mapping[str, Any]) -> list[str]:
 
 
 def tool_result_ids(messages_request: Mapping[str, Any]) -> list[str]:
-    """Ids of the tool_result blocks in the LAST user message, in order, duplicates kept.
+    """Ids of the tool_result blocks of the LAST user turn, in order, duplicates kept.
 
-    A request whose last user message holds no tool_result (or has string content)
-    gives ``[]``.
+    The last user turn is the last run of consecutive user messages (the Messages API
+    merges consecutive user messages into one turn): usually just the last user message,
+    but ``[..., assistant, user [tool_result...], user "and more"]`` answers the tool_uses
+    with the results of both. A turn without tool_result blocks (or with string content)
+    gives ``[]``; so does a request without user messages.
     """
     messages = messages_request.get("messages")
     if not isinstance(messages, list):
@@ -56,14 +59,22 @@ def tool_result_ids(messages_request: Mapping[str, Any]) -> list[str]:
             status=400,
             error_type="invalid_request_error",
         )
-    for message in reversed(messages):
-        if isinstance(message, Mapping) and message.get("role") == "user":
-            return [
-                _id(block, "tool_use_id")
-                for block in _blocks(message.get("content"))
-                if isinstance(block, Mapping) and block.get("type") == "tool_result"
-            ]
-    return []
+    end = len(messages)
+    while end and not _is_user(messages[end - 1]):
+        end -= 1
+    start = end
+    while start and _is_user(messages[start - 1]):
+        start -= 1
+    return [
+        _id(block, "tool_use_id")
+        for message in messages[start:end]
+        for block in _blocks(message.get("content"))
+        if isinstance(block, Mapping) and block.get("type") == "tool_result"
+    ]
+
+
+def _is_user(message: Any) -> bool:
+    return isinstance(message, Mapping) and message.get("role") == "user"
 
 
 def tool_ids_in_request(messages_request: Mapping[str, Any]) -> tuple[list[str], list[str]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
@@ -89,6 +90,22 @@ def _bad(message: str) -> NoReturn:
     raise ProtocolError(
         f"invalid Messages request: {message}", status=400, error_type="invalid_request_error"
     )
+
+
+class _Unanswered(ProtocolError):
+    """A user message leaves tool_use ids of the assistant turn before it unanswered.
+
+    The 400 the caller gets, unless the next messages are user messages too: the Messages
+    API merges consecutive user messages into one turn, so the translator then retries
+    with the merged run. ``tools_at``: where this message's output starts in the
+    Chat Completions messages (everything from there on is dropped before the retry).
+    """
+
+    def __init__(self, message: str, tools_at: int) -> None:
+        super().__init__(
+            f"invalid Messages request: {message}", status=400, error_type="invalid_request_error"
+        )
+        self.tools_at = tools_at
 
 
 def _unsupported(message: str) -> NoReturn:
@@ -206,6 +223,32 @@ def _tool_message(
     return {"role": "tool", "tool_call_id": wire, "content": _text_content(parts) if parts else ""}
 
 
+def _non_finite(value: Any) -> bool:
+    """*value* holds a float NaN or Infinity somewhere (JSON has no such numbers)."""
+    if value.__class__ is float:
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_non_finite(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_non_finite(v) for v in value)
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def _refuse_non_finite_inputs(request: Mapping[str, Any]) -> None:
+    """Refuse NaN / Infinity in a tool_use input (orjson would write ``null``, silently).
+
+    Only the dict entry point needs this, once the request translated (so its shape is
+    known good): JSON bytes cannot hold such numbers (``orjson.loads`` refuses them), so
+    the bytes hot path pays nothing.
+    """
+    for message in request["messages"]:
+        content = message["content"]
+        if message["role"] == "assistant" and content.__class__ is list:
+            for block in content:
+                if block.get("type") == "tool_use" and _non_finite(block["input"]):
+                    _bad(f"tool_use {block['id']!r}: input holds NaN or Infinity (not JSON)")
+
+
 def _tool_use_slow(block: dict[str, Any]) -> NoReturn:
     """Raise the precise error for a tool_use block the fast path rejected."""
     caller_id = block.get("id", "")
@@ -320,13 +363,19 @@ def _user(
     content: Any,
     out: list[dict[str, Any]],
     st: _State,
-    index: int,
+    index: int | str,
     wire_of: dict[str, str],
 ) -> None:
-    """Append the tool messages answering *callers*, then the user's other content."""
+    """Append the tool messages answering *callers*, then the user's other content.
+
+    *index* labels errors and warnings (``"3-4"`` for a merged run of user messages).
+    """
     if content.__class__ is str:
         if wire_of:
-            _bad(f"messages[{index}] must answer the tool_use ids of the assistant turn before it")
+            raise _Unanswered(
+                f"messages[{index}] must answer the tool_use ids of the assistant turn before it",
+                len(out),
+            )
         if content:
             out.append({"role": "user", "content": content})
         else:
@@ -352,7 +401,7 @@ def _user(
             if wire is None:
                 _bad(
                     f"messages[{index}]: tool_result {caller_id!r} answers no tool_use of the "
-                    "assistant turn before it"
+                    "assistant turn before it (or one its user turn already answered)"
                 )
             if answers is None and caller_id != next(expected, None):
                 # the ones appended so far answer the first calls, in order
@@ -408,11 +457,15 @@ def _user(
         answered = len(out) - tools_at
         if answered != len(wire_of):
             missing = list(wire_of)[answered:]
-            _bad(f"messages[{index}]: tool_use ids without a tool_result: {missing!r}")
+            raise _Unanswered(
+                f"messages[{index}]: tool_use ids without a tool_result: {missing!r}", tools_at
+            )
     else:
         if len(answers) != len(wire_of):
             missing = [caller for caller in wire_of if caller not in answers]
-            _bad(f"messages[{index}]: tool_use ids without a tool_result: {missing!r}")
+            raise _Unanswered(
+                f"messages[{index}]: tool_use ids without a tool_result: {missing!r}", tools_at
+            )
         out.extend(map(answers.__getitem__, wire_of))  # one tool message per call, in order
     if parts:
         out.append({"role": "user", "content": _text_content(parts)})
@@ -484,7 +537,7 @@ def _tools(tools: Any, st: _State) -> list[dict[str, Any]]:
     return result
 
 
-def _tool_choice(choice: Any, out: dict[str, Any], has_tools: bool, st: _State) -> None:
+def _tool_choice(choice: Any, out: dict[str, Any], tools: list[dict[str, Any]], st: _State) -> None:
     if not isinstance(choice, dict):
         _bad("tool_choice must be an object")
     kind = choice.get("type")
@@ -499,10 +552,12 @@ def _tool_choice(choice: Any, out: dict[str, Any], has_tools: bool, st: _State) 
         name = choice.get("name")
         if not isinstance(name, str) or not name:
             _bad("tool_choice of type tool needs a name")
+        if all(tool["function"]["name"] != name for tool in tools):
+            _bad(f"tool_choice names the tool {name!r}, which the request does not declare")
         value = {"type": "function", "function": {"name": name}}
     else:
         _bad(f"unknown tool_choice type {kind!r}")
-    if not has_tools:
+    if not tools:
         if kind != "none":
             st.warn("tool_choice dropped: the request has no tools")
         return
@@ -517,7 +572,39 @@ def _tool_choice(choice: Any, out: dict[str, Any], has_tools: bool, st: _State) 
 def _number(value: Any, name: str) -> float | int:
     if isinstance(value, bool) or not isinstance(value, int | float):
         _bad(f"{name} must be a number")
+    if isinstance(value, float) and not math.isfinite(value):
+        _bad(f"{name} must be a finite number (NaN and Infinity are not JSON)")
     return value
+
+
+def _is_user(message: Any) -> bool:
+    return message.__class__ is dict and message.get("role") == "user"
+
+
+def _user_run_end(messages: list[Any], start: int) -> int:
+    """One past the last message of the run of consecutive user messages at *start*."""
+    end = start + 1
+    while end < len(messages) and _is_user(messages[end]):
+        end += 1
+    return end
+
+
+def _merged_content(messages: list[Any], start: int, end: int) -> list[Any]:
+    """The content blocks of user messages ``start..end-1`` as one turn, in order (the
+    Messages API merges consecutive user messages); string content becomes a text block."""
+    blocks: list[Any] = []
+    for index in range(start, end):
+        content = messages[index].get("content", _MISSING)
+        if content is _MISSING:
+            _bad(f"messages[{index}] has no content")
+        if content.__class__ is str:
+            if content:
+                blocks.append({"type": "text", "text": content})
+        elif content.__class__ is list:
+            blocks.extend(content)
+        else:
+            _bad(f"messages[{index}].content must be a string or a list of blocks")
+    return blocks
 
 
 def translate_request(request: Any, model: str | None, st: _State) -> dict[str, Any]:
@@ -544,10 +631,12 @@ def translate_request(request: Any, model: str | None, st: _State) -> dict[str, 
     out: list[dict[str, Any]] = []
     if "system" in request:
         _system(request["system"], out, st)
+    system_messages = len(out)
     no_calls: dict[str, str] = {}  # shared by the turns without calls; never mutated
     callers = no_calls
     last = len(messages) - 1
-    for index, message in enumerate(messages):
+    entries = enumerate(messages)
+    for index, message in entries:
         if message.__class__ is not dict:
             _bad(f"messages[{index}] must be an object")
         role = message.get("role")
@@ -555,7 +644,20 @@ def translate_request(request: Any, model: str | None, st: _State) -> dict[str, 
         if content is _MISSING:
             _bad(f"messages[{index}] has no content")
         if role == "user":
-            _user(content, out, st, index, callers)
+            try:
+                _user(content, out, st, index, callers)
+            except _Unanswered as unanswered:
+                # Consecutive user messages are one turn (the Messages API merges them):
+                # the rest of the run may hold the missing tool_results. Retry with the
+                # whole run as one message (no cost unless a message leaves calls open).
+                end = _user_run_end(messages, index)
+                if end == index + 1:
+                    raise
+                del out[unanswered.tools_at :]
+                merged = _merged_content(messages, index, end)
+                _user(merged, out, st, f"{index}-{end - 1}", callers)
+                for _ in range(end - index - 1):
+                    next(entries)  # merged above
             callers = no_calls
         elif role == "assistant":
             if callers:
@@ -570,6 +672,11 @@ def translate_request(request: Any, model: str | None, st: _State) -> dict[str, 
                 )
         else:
             _bad(f"messages[{index}].role must be 'user' or 'assistant', not {role!r}")
+    if len(out) == system_messages:
+        _bad(
+            "no message left to send: the conversation is empty once empty messages are "
+            "dropped (Chat Completions providers reject a request without messages)"
+        )
     body["messages"] = out
     if "tools" in request:
         tools = _tools(request["tools"], st)
@@ -578,12 +685,13 @@ def translate_request(request: Any, model: str | None, st: _State) -> dict[str, 
     else:
         tools = []
     if "tool_choice" in request:
-        _tool_choice(request["tool_choice"], body, bool(tools), st)
-    if "max_tokens" in request:
-        max_tokens = request["max_tokens"]
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            _bad("max_tokens must be a positive integer")
-        body["max_tokens"] = max_tokens
+        _tool_choice(request["tool_choice"], body, tools, st)
+    max_tokens = request.get("max_tokens")
+    if max_tokens.__class__ is not int or max_tokens < 1:
+        if "max_tokens" not in request:
+            _bad("max_tokens is required (the Messages API requires it)")
+        _bad("max_tokens must be a positive integer")
+    body["max_tokens"] = max_tokens
     if "temperature" in request:
         body["temperature"] = _number(request["temperature"], "temperature")
     if "top_p" in request:
@@ -632,6 +740,7 @@ def request_to_openai(request: Mapping[str, Any], *, model: str | None = None) -
     """
     st = _State()
     body = translate_request(request, model, st)
+    _refuse_non_finite_inputs(request)
     return Translation(body, tuple(st.warnings))
 
 

@@ -17,6 +17,7 @@ from tpx.translate.request import REASONING_SIGNATURE
 __all__ = [
     "check_nonce",
     "error_message",
+    "is_first_choice",
     "parse_arguments",
     "response_to_messages",
     "stable_message_id",
@@ -44,6 +45,29 @@ def _bad(message: str) -> NoReturn:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_first_choice(choice: Mapping[str, Any]) -> bool:
+    """*choice* is the one tpx uses: ``index`` 0, or no / a null ``index`` (some servers
+    omit it)."""
+    index = choice.get("index")
+    return index is None or index == 0
+
+
+def first_choice(choices: list[Any], warnings: list[str]) -> dict[str, Any]:
+    """The choice with ``index`` 0 (:func:`is_first_choice`), whatever its position; the
+    others are dropped with a warning. None -> ProtocolError."""
+    chosen: dict[str, Any] | None = None
+    for position, choice in enumerate(choices):
+        if choice.__class__ is not dict:
+            _bad(f"choices[{position}] must be an object")
+        if chosen is None and is_first_choice(choice):
+            chosen = choice
+    if chosen is None:
+        _bad("no choice with index 0")
+    if len(choices) > 1:
+        warnings.append(f"{len(choices) - 1} extra choice(s) dropped; only choice 0 is used")
+    return chosen
 
 
 def error_message(body: Mapping[str, Any]) -> str | None:
@@ -213,6 +237,8 @@ def _fast_response(response: Any, model: str | None, nonce: str | None) -> dict[
         choice = choices[0]
         if choice.__class__ is not dict:
             return None
+        if choice["index"] != 0:
+            return None  # the general path tells a null index from the rest
         message = choice["message"]
         if message.__class__ is not dict or "role" not in message:
             return None
@@ -329,14 +355,10 @@ def translate_response(
         if provider_message is not None:
             raise ProtocolError(f"the provider returned an error: {provider_message}")
         _bad("choices must be a non-empty list")
-    choice = choices[0]
-    if choice.__class__ is not dict:
-        _bad("choices[0] must be an object")
-    if len(choices) > 1:
-        warnings.append(f"{len(choices) - 1} extra choice(s) dropped; only choices[0] is used")
+    choice = first_choice(choices, warnings)
     message = choice.get("message")
     if message.__class__ is not dict:
-        _bad("choices[0].message must be an object")
+        _bad("choice 0's message must be an object")
     blocks: list[dict[str, Any]] = []
     reasoning = message.get("reasoning_content")
     if reasoning is not None:

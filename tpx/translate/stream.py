@@ -55,6 +55,12 @@ give the same Messages content. ``stop_reason`` / ``usage`` come from the same h
 calls is ``tool_use``; usage is taken from the last chunk carrying one (with
 ``stream_options.include_usage`` a final chunk with ``choices: []``).
 
+Choices: only the choice with ``index`` 0 (or without ``index``) is translated, as in the
+non-streaming path; a choice with another index is dropped with a warning
+(:attr:`OpenAIStreamTranslator.warnings`, once per stream). ``"choices": null`` and
+``"delta": null`` are malformed (``ProtocolError``); a chunk without a ``choices`` key
+(a usage-only chunk) or a choice without a ``delta`` key carries no content.
+
 ``message_start`` carries zero usage (Chat Completions reports usage at the end); the
 ``message_delta`` carries the full usage (input, output, cache) and the accumulator
 merges it, as the Anthropic SDK does.
@@ -83,6 +89,7 @@ from tpx.translate.request import REASONING_SIGNATURE
 from tpx.translate.response import (
     check_nonce,
     error_message,
+    is_first_choice,
     parse_arguments,
     stable_message_id,
     stop_reason,
@@ -107,6 +114,7 @@ _EOL = re.compile(rb"\r\n|\r|\n")
 _BOM = b"\xef\xbb\xbf"
 _TOOL_ID = re.compile(r"[a-zA-Z0-9_-]+").fullmatch
 _JSON_INPUT_BLOCKS = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
+_NO_DELTA: Mapping[str, Any] = {}  # a choice without a delta key (never mutated)
 
 
 def _bad(message: str) -> ProtocolError:
@@ -584,13 +592,15 @@ class OpenAIStreamTranslator:
         if usage is not None:
             self._usage = usage
         if choices is None:
+            if "choices" in chunk:
+                raise _bad("choices is null")
             return out
         if not isinstance(choices, list):
             raise _bad("choices is not a list")
         for choice in choices:
             if not isinstance(choice, Mapping):
                 raise _bad("a choice is not an object")
-            if choice.get("index", 0) != 0:
+            if not is_first_choice(choice):
                 self._warn_once("extra choice(s) dropped; only choice 0 is used")
                 continue
             self._choice(choice, out)
@@ -631,11 +641,9 @@ class OpenAIStreamTranslator:
         }
 
     def _choice(self, choice: Mapping[str, Any], out: list[dict[str, Any]]) -> None:
-        delta = choice.get("delta")
-        if delta is None:
-            delta = {}
+        delta = choice.get("delta", _NO_DELTA)
         if not isinstance(delta, Mapping):
-            raise _bad("choices[0].delta is not an object")
+            raise _bad("choice 0's delta is " + ("null" if delta is None else "not an object"))
         reasoning = delta.get("reasoning_content")
         if reasoning is not None:
             if not isinstance(reasoning, str):
