@@ -29,8 +29,8 @@ the abstraction is computed right there):
 * ``NoProvider`` / ``CallerAbort`` -- the same place, ``stream()`` raising the error
   (``UnauthorizedError`` / ``PairingError``) without touching the network;
 * ``ProviderReply`` -- ``Exchange.end_stream`` once the terminal event (``message_stop`` /
-  ``data: [DONE]``) was fed, *before* the last events are yielded (the caller already
-  holds the earlier ones, which change no spec variable); the wire is then the complete
+  ``data: [DONE]``) was fed and the caller has taken every event before ``message_stop``
+  and asks for it (events change no spec variable); the wire is then the complete
   stream the fake served, a good stream (message_start ... message_stop, or chunks ...
   usage chunk ... ``[DONE]``) emitting the ids of TLC's ``emitted``;
 * ``Deliver`` -- ``Exchange.deliver`` right after it, in the same ``next()``; observed when
