@@ -27,6 +27,26 @@ __all__ = [
 ]
 
 _loads = orjson.loads
+#: ``"tpxr<position>-"`` for the first positions: the fast path formats no int per call.
+_RAW_HEADS = tuple(f"tpxr{position}-" for position in range(64))
+# Key-ordered templates of the fast path's output, copied (never mutated) then filled in:
+# a copy plus a few stores is cheaper than building the dicts key by key.
+_BODY_TEMPLATE: dict[str, Any] = {
+    "id": None,
+    "type": "message",
+    "role": "assistant",
+    "model": None,
+    "content": None,
+    "stop_reason": None,
+    "stop_sequence": None,
+    "usage": None,
+}
+_USAGE_TEMPLATE: dict[str, Any] = {
+    "input_tokens": 0,
+    "output_tokens": 0,
+    "cache_read_input_tokens": 0,
+    "cache_creation_input_tokens": 0,
+}
 _getrandbits = NONCE_BITS
 _JSONDecodeError = orjson.JSONDecodeError
 
@@ -283,7 +303,7 @@ def _fast_response(response: Any, model: str | None, nonce: str | None) -> dict[
                 # An ASCII identifier ([A-Za-z_][A-Za-z0-9_]*, e.g. OpenAI's call_...) is
                 # raw-able; the cheaper test first, the exact one for everything else.
                 if (foreign.isascii() and foreign.isidentifier()) or _RAW_OK(foreign) is not None:
-                    caller_id = f"tpxr{position}-{nonce}_{foreign}"
+                    caller_id = f"{_RAW_HEADS[position]}{nonce}_{foreign}"  # IndexError past 63
                 else:
                     caller_id = to_caller_id(foreign, position, nonce)
                 blocks.append(
@@ -295,13 +315,16 @@ def _fast_response(response: Any, model: str | None, nonce: str | None) -> dict[
             return None
         prompt = raw_usage["prompt_tokens"]
         completion = raw_usage["completion_tokens"]
-        details = raw_usage.get("prompt_tokens_details")
-        cached = details.get("cached_tokens") if details.__class__ is dict else None
-        if cached is None:
-            cached = 0
+        cached = 0  # == the .get chain of the general path, without method calls
+        if "prompt_tokens_details" in raw_usage:
+            details = raw_usage["prompt_tokens_details"]
+            if details.__class__ is dict and "cached_tokens" in details:
+                cached = details["cached_tokens"]
+                if cached is None:
+                    cached = 0
         message_id = response["id"]
         name = model if model is not None else response["model"]
-    except (KeyError, _JSONDecodeError):
+    except (KeyError, IndexError, _JSONDecodeError):
         return None
     if (
         prompt.__class__ is not int
@@ -316,21 +339,16 @@ def _fast_response(response: Any, model: str | None, nonce: str | None) -> dict[
         or not name
     ):
         return None
-    return {
-        "id": message_id,
-        "type": "message",
-        "role": "assistant",
-        "model": name,
-        "content": blocks,
-        "stop_reason": reason,
-        "stop_sequence": None,
-        "usage": {
-            "input_tokens": prompt - cached if prompt > cached else 0,
-            "output_tokens": completion,
-            "cache_read_input_tokens": cached,
-            "cache_creation_input_tokens": 0,
-        },
-    }
+    body = _BODY_TEMPLATE.copy()
+    body["id"] = message_id
+    body["model"] = name
+    body["content"] = blocks
+    body["stop_reason"] = reason
+    usage = body["usage"] = _USAGE_TEMPLATE.copy()
+    usage["input_tokens"] = prompt - cached if prompt > cached else 0
+    usage["output_tokens"] = completion
+    usage["cache_read_input_tokens"] = cached
+    return body
 
 
 def translate_response(
