@@ -33,7 +33,7 @@ chunks, an ``event: error``, a malformed chunk, the body ends before ``[DONE]`` 
 become :attr:`FakeProvider.emitted` just before its terminal event is served, and
 :attr:`FakeProvider.served` is every byte of the last streamed body served so far. It
 serves in-process
-(:meth:`FakeProvider.handle`, an ``httpx.MockTransport`` handler; :func:`mock_client`
+(:meth:`FakeProvider.handle`, an ``httpx2.MockTransport`` handler; :func:`mock_client`
 routes by host) or on a real loopback socket (:class:`LoopbackServer`).
 """
 
@@ -51,7 +51,7 @@ from contextlib import contextmanager
 from typing import Any, Literal
 
 import attrs
-import httpx
+import httpx2
 import orjson
 
 from tpx import errors
@@ -400,26 +400,26 @@ class FakeProvider:
             return Answer(200, dict(_SSE_HEADERS), b"", self._serve(pieces, None, None))
         return Answer(200, {"content-type": "application/json"}, other.native_reply(()))
 
-    def handle(self, request: httpx.Request) -> httpx.Response:
-        """``httpx.MockTransport`` handler."""
+    def handle(self, request: httpx2.Request) -> httpx2.Response:
+        """``httpx2.MockTransport`` handler."""
         try:
             ans = self.answer(request.headers, request.read())
         except _Fault as fault:
             if fault.kind == "connect":
-                raise httpx.ConnectError(
+                raise httpx2.ConnectError(
                     "[Errno 111] Connection refused", request=request
                 ) from None
             if fault.kind == "tls":
                 cause = ssl.SSLCertVerificationError(1, "[SSL: CERTIFICATE_VERIFY_FAILED]")
-                raise httpx.ConnectError("TLS handshake failed", request=request) from cause
-            raise httpx.ReadTimeout("The read operation timed out", request=request) from None
+                raise httpx2.ConnectError("TLS handshake failed", request=request) from cause
+            raise httpx2.ReadTimeout("The read operation timed out", request=request) from None
         if ans.stream is not None:
-            return httpx.Response(ans.status, headers=ans.headers, stream=_Pieces(ans.stream))
-        return httpx.Response(ans.status, headers=ans.headers, content=ans.body)
+            return httpx2.Response(ans.status, headers=ans.headers, stream=_Pieces(ans.stream))
+        return httpx2.Response(ans.status, headers=ans.headers, content=ans.body)
 
 
-class _Pieces(httpx.SyncByteStream):
-    """A streamed body for ``httpx.MockTransport``: a dropped connection is a ReadError."""
+class _Pieces(httpx2.SyncByteStream):
+    """A streamed body for ``httpx2.MockTransport``: a dropped connection is a ReadError."""
 
     def __init__(self, pieces: Iterator[bytes]) -> None:
         self._pieces = pieces
@@ -428,7 +428,7 @@ class _Pieces(httpx.SyncByteStream):
         try:
             yield from self._pieces
         except _Fault:
-            raise httpx.ReadError("[Errno 104] Connection reset by peer") from None
+            raise httpx2.ReadError("[Errno 104] Connection reset by peer") from None
 
     def close(self) -> None:
         close = getattr(self._pieces, "close", None)
@@ -598,17 +598,17 @@ def _openai_reply(calls: Sequence[tuple[str, str]]) -> bytes:
     )
 
 
-def mock_client(anthropic: FakeProvider, tpx: FakeProvider) -> httpx.Client:
+def mock_client(anthropic: FakeProvider, tpx: FakeProvider) -> httpx2.Client:
     """One in-process client serving both fakes, routed by host."""
     hosts = {
-        httpx.URL(ANTHROPIC_URL).host: anthropic,
-        httpx.URL(TPX_URL).host: tpx,
+        httpx2.URL(ANTHROPIC_URL).host: anthropic,
+        httpx2.URL(TPX_URL).host: tpx,
     }
 
-    def route(request: httpx.Request) -> httpx.Response:
+    def route(request: httpx2.Request) -> httpx2.Response:
         return hosts[request.url.host].handle(request)
 
-    return httpx.Client(transport=httpx.MockTransport(route), timeout=5.0)
+    return httpx2.Client(transport=httpx2.MockTransport(route), timeout=5.0)
 
 
 # --------------------------------------------------------------------------- loopback

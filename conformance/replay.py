@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import httpx
+import httpx2
 
 from conformance.abstraction import (
     Observation,
@@ -540,14 +540,14 @@ class _Hooked:
 class Replayer:
     """Replays behaviours through the real transport against fake providers.
 
-    In-process by default (``httpx.MockTransport``); pass *client*, *anthropic_url* and
+    In-process by default (``httpx2.MockTransport``); pass *client*, *anthropic_url* and
     *tpx_url* (and the fakes they serve) to go through real sockets.
     """
 
     config: Config
     anthropic: FakeProvider = attrs.field(factory=lambda: FakeProvider("messages"))
     tpx: FakeProvider = attrs.field(factory=lambda: FakeProvider("openai", "openai"))
-    client: httpx.Client | None = None
+    client: httpx2.Client | None = None
     anthropic_url: str = ANTHROPIC_URL
     tpx_url: str = TPX_URL
     failure_kinds: tuple[FailureKind, ...] = FAILURE_KINDS
@@ -564,7 +564,7 @@ class Replayer:
     observed: list[tuple[str, Observation]] = attrs.field(factory=list)
     """the last replay's (action, observation) per state, ``"Init"`` first (multisets kept:
     :meth:`Observation.json_line` turns them into a ``tpx check-trace`` recording)"""
-    _pending_request: httpx.Request | None = attrs.field(init=False, default=None)
+    _pending_request: httpx2.Request | None = attrs.field(init=False, default=None)
     _hooked: list[_Hooked] | None = attrs.field(init=False, default=None)
     _stream_req: dict[str, Any] | None = attrs.field(init=False, default=None)
     _outbound: bytes | None = attrs.field(init=False, default=None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 
 from conformance.fakes import (
@@ -140,7 +140,7 @@ def test_streamed_loopback_subset_over_real_sockets(seed_behaviours: list[Behavi
     with (
         LoopbackServer.serving(anthropic) as a_srv,
         LoopbackServer.serving(tpx) as t_srv,
-        httpx.Client(timeout=10.0) as client,
+        httpx2.Client(timeout=10.0) as client,
     ):
         replayer = Replayer(
             SEED,
@@ -199,7 +199,7 @@ def test_loopback_subset_over_real_sockets(seed_behaviours: list[Behaviour]) -> 
     with (
         LoopbackServer.serving(anthropic) as a_srv,
         LoopbackServer.serving(tpx) as t_srv,
-        httpx.Client(timeout=10.0) as client,
+        httpx2.Client(timeout=10.0) as client,
     ):
         replayer = Replayer(
             SEED,

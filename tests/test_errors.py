@@ -1,4 +1,4 @@
-"""The error tree's mapping helpers: HTTP status + provider body, httpx failures."""
+"""The error tree's mapping helpers: HTTP status + provider body, httpx2 failures."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import datetime
 import email.utils
 import ssl
 
-import httpx
+import httpx2
 import orjson
 import pytest
 
@@ -171,43 +171,43 @@ def test_configuration_error_is_a_value_error() -> None:
     assert issubclass(errors.ConfigurationError, ValueError)
 
 
-# -- httpx failures ----------------------------------------------------------------
+# -- httpx2 failures ----------------------------------------------------------------
 
 
-def _request() -> httpx.Request:
-    return httpx.Request("POST", "https://api.example.test/v1/messages")
+def _request() -> httpx2.Request:
+    return httpx2.Request("POST", "https://api.example.test/v1/messages")
 
 
 @pytest.mark.parametrize(
     ("exc", "cls", "needle"),
     [
-        (httpx.ConnectTimeout("t"), errors.TimeoutError, "connect timeout"),
-        (httpx.ReadTimeout("t"), errors.TimeoutError, "read timeout"),
-        (httpx.WriteTimeout("t"), errors.TimeoutError, "write timeout"),
-        (httpx.PoolTimeout("t"), errors.TimeoutError, "pool timeout"),
-        (httpx.ConnectError("refused"), errors.NetworkError, "ConnectError"),
-        (httpx.ReadError("reset"), errors.NetworkError, "ReadError"),
-        (httpx.WriteError("pipe"), errors.NetworkError, "WriteError"),
-        (httpx.RemoteProtocolError("eof"), errors.NetworkError, "RemoteProtocolError"),
-        (httpx.NetworkError("net"), errors.NetworkError, "NetworkError"),
-        (httpx.ProxyError("proxy"), errors.NetworkError, "ProxyError"),
-        (httpx.DecodingError("gzip"), errors.ProtocolError, "undecodable"),
+        (httpx2.ConnectTimeout("t"), errors.TimeoutError, "connect timeout"),
+        (httpx2.ReadTimeout("t"), errors.TimeoutError, "read timeout"),
+        (httpx2.WriteTimeout("t"), errors.TimeoutError, "write timeout"),
+        (httpx2.PoolTimeout("t"), errors.TimeoutError, "pool timeout"),
+        (httpx2.ConnectError("refused"), errors.NetworkError, "ConnectError"),
+        (httpx2.ReadError("reset"), errors.NetworkError, "ReadError"),
+        (httpx2.WriteError("pipe"), errors.NetworkError, "WriteError"),
+        (httpx2.RemoteProtocolError("eof"), errors.NetworkError, "RemoteProtocolError"),
+        (httpx2.NetworkError("net"), errors.NetworkError, "NetworkError"),
+        (httpx2.ProxyError("proxy"), errors.NetworkError, "ProxyError"),
+        (httpx2.DecodingError("gzip"), errors.ProtocolError, "undecodable"),
     ],
 )
-def test_httpx_errors_map(exc: httpx.HTTPError, cls: type[errors.ModelError], needle: str) -> None:
+def test_httpx_errors_map(exc: httpx2.HTTPError, cls: type[errors.ModelError], needle: str) -> None:
     error = error_from_httpx(exc, provider="TPX")
     assert type(error) is cls
     assert needle in error.message
     assert error.provider == "TPX"
 
 
-def _connect_error_caused_by(cause: BaseException) -> httpx.ConnectError:
+def _connect_error_caused_by(cause: BaseException) -> httpx2.ConnectError:
     try:
         try:
             raise cause
         except BaseException as inner:
-            raise httpx.ConnectError("handshake failed", request=_request()) from inner
-    except httpx.ConnectError as outer:
+            raise httpx2.ConnectError("handshake failed", request=_request()) from inner
+    except httpx2.ConnectError as outer:
         return outer
 
 
@@ -223,7 +223,7 @@ def test_ssl_error_in_cause_chain_is_tls() -> None:
 
 def test_plain_ssl_error_deep_in_chain_is_tls() -> None:
     inner = _connect_error_caused_by(ssl.SSLError(1, "wrong version number"))
-    outer = httpx.ConnectError("outer")
+    outer = httpx2.ConnectError("outer")
     outer.__cause__ = inner
     assert isinstance(error_from_httpx(outer, provider="TPX"), errors.TLSError)
 
@@ -235,21 +235,21 @@ def test_non_ssl_cause_is_network() -> None:
 
 
 def test_httpx_error_messages_are_redacted() -> None:
-    error = error_from_httpx(httpx.ReadError(f"echo {SECRET}"), provider="A", secrets=[SECRET])
+    error = error_from_httpx(httpx2.ReadError(f"echo {SECRET}"), provider="A", secrets=[SECRET])
     assert SECRET not in error.message
 
 
 @pytest.mark.parametrize(
     "exc",
     [
-        httpx.ReadTimeout("t"),
-        httpx.ConnectError("refused"),
-        httpx.DecodingError("gzip"),
+        httpx2.ReadTimeout("t"),
+        httpx2.ConnectError("refused"),
+        httpx2.DecodingError("gzip"),
         _connect_error_caused_by(ssl.SSLError(1, "wrong version number")),
     ],
 )
 def test_httpx_error_messages_keep_the_exception_class_and_are_not_chained(
-    exc: httpx.HTTPError,
+    exc: httpx2.HTTPError,
 ) -> None:
     error = error_from_httpx(exc, provider="TPX")
     assert type(exc).__name__ in error.message
@@ -260,7 +260,7 @@ def test_httpx_error_messages_keep_the_exception_class_and_are_not_chained(
 def test_httpx_error_messages_are_redacted_in_escaped_forms_too() -> None:
     secret = "tok\nSECRET-é"
     value = f"Bearer {secret}".encode()
-    exc = httpx.LocalProtocolError(f"Illegal header value {value!r}")
+    exc = httpx2.LocalProtocolError(f"Illegal header value {value!r}")
     plain = error_from_httpx(exc, provider="TPX", secrets=[secret])
     assert "SECRET" in plain.message  # exact-string redaction alone misses the bytes repr
     error = error_from_httpx(exc, provider="TPX", secrets=errors.secret_forms([secret]))

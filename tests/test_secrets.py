@@ -1,7 +1,7 @@
 """Credentials never escape: not through exception chains, reprs, logs, bodies or bad values.
 
 Every failure path (sync ``create`` / ``roundtrip`` / ``stream``, async ``create`` /
-``stream``, both providers) is driven with an httpx exception whose message carries the
+``stream``, both providers) is driven with an httpx2 exception whose message carries the
 credential and whose ``.request.headers`` carry it too, and the :class:`ModelError` the
 caller gets is checked the way a caller would leak it: ``traceback.format_exception``,
 ``logging.exception``, ``repr`` / ``str`` / ``.body()``, and its ``__cause__`` /
@@ -16,7 +16,7 @@ import traceback
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-import httpx
+import httpx2
 import orjson
 import pytest
 
@@ -68,8 +68,8 @@ def _header(provider: str) -> tuple[str, str]:
     return ("x-api-key", KEY) if provider == "anthropic" else ("authorization", f"Bearer {TOKEN}")
 
 
-def _ok(provider: str) -> httpx.Response:
-    return httpx.Response(200, json=MESSAGES_REPLY if provider == "anthropic" else CHAT_REPLY)
+def _ok(provider: str) -> httpx2.Response:
+    return httpx2.Response(200, json=MESSAGES_REPLY if provider == "anthropic" else CHAT_REPLY)
 
 
 def _sse(provider: str) -> bytes:
@@ -86,7 +86,7 @@ def _sse(provider: str) -> bytes:
     return b"data: " + orjson.dumps(chunk) + b"\n\n"
 
 
-class _Broken(httpx.SyncByteStream, httpx.AsyncByteStream):
+class _Broken(httpx2.SyncByteStream, httpx2.AsyncByteStream):
     """A streamed body that yields *data* and then fails with *error*."""
 
     def __init__(self, data: bytes, error: Exception) -> None:
@@ -113,32 +113,32 @@ class _Handler:
     def __init__(self, provider: str, where: str) -> None:
         self.provider = provider
         self.where = where
-        self.raised: httpx.ReadError | None = None
+        self.raised: httpx2.ReadError | None = None
 
-    def _error(self, request: httpx.Request) -> httpx.ReadError:
-        self.raised = httpx.ReadError(f"reset {_secret(self.provider)}", request=request)
+    def _error(self, request: httpx2.Request) -> httpx2.ReadError:
+        self.raised = httpx2.ReadError(f"reset {_secret(self.provider)}", request=request)
         return self.raised
 
-    def __call__(self, request: httpx.Request) -> httpx.Response:
+    def __call__(self, request: httpx2.Request) -> httpx2.Response:
         if self.where == "send":
             raise self._error(request)
         body = _Broken(_sse(self.provider), self._error(request))
-        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=body)
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, stream=body)
 
-    async def handle_async(self, request: httpx.Request) -> httpx.Response:
+    async def handle_async(self, request: httpx2.Request) -> httpx2.Response:
         await request.aread()
         return self(request)
 
 
 def _boot(provider: str, handler: Callable[..., Any]) -> Transport:
-    transport = httpx.MockTransport(handler)
+    transport = httpx2.MockTransport(handler)
     if provider == "anthropic":
         return boot(api_key=KEY, env={}, transport=transport)
     return boot(oauth_token=TOKEN, tpx_base_url=TPX_URL, env={}, transport=transport)
 
 
 def _aboot(provider: str, handler: Callable[..., Any]) -> AsyncTransport:
-    transport = httpx.MockTransport(handler)
+    transport = httpx2.MockTransport(handler)
     if provider == "anthropic":
         return aboot(api_key=KEY, env={}, transport=transport)
     return aboot(oauth_token=TOKEN, tpx_base_url=TPX_URL, env={}, transport=transport)
@@ -176,7 +176,7 @@ def _assert_no_leak(
 
 
 def _assert_evidence(handler: _Handler) -> None:
-    """The httpx exception really did carry the credential (so the test means something)."""
+    """The httpx2 exception really did carry the credential (so the test means something)."""
     raised = handler.raised
     assert raised is not None
     name, value = _header(handler.provider)
@@ -340,7 +340,7 @@ def _unchecked(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_header_httpx_refuses_fails_the_exchange_without_leaking(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Non-ASCII: httpx raises UnicodeEncodeError (``.object`` holds the token) in build."""
+    """Non-ASCII: httpx2 raises UnicodeEncodeError (``.object`` holds the token) in build."""
     caplog.set_level(logging.DEBUG)
     _unchecked(monkeypatch)
     token = "tok-é-SECRET"
@@ -390,17 +390,17 @@ class _Interrupt(BaseException):
 def test_a_failure_while_building_the_request_returns_the_exchange_to_idle(
     monkeypatch: pytest.MonkeyPatch, stream: bool
 ) -> None:
-    def reply(request: httpx.Request) -> httpx.Response:
+    def reply(request: httpx2.Request) -> httpx2.Response:
         if not stream:
             return _ok("tpx")
         sse = _sse("tpx") + b"data: [DONE]\n\n"
-        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=sse)
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=sse)
 
     with _boot("tpx", reply) as t:
         real = t.client.build_request
         failures: list[BaseException] = [RuntimeError(f"boom {TOKEN}"), _Interrupt()]
 
-        def build(*args: Any, **kwargs: Any) -> httpx.Request:
+        def build(*args: Any, **kwargs: Any) -> httpx2.Request:
             if failures:
                 raise failures.pop(0)
             return real(*args, **kwargs)
@@ -432,14 +432,14 @@ def test_a_failure_while_building_the_request_returns_the_exchange_to_idle(
 async def test_async_failure_while_building_the_request_returns_the_exchange_to_idle(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    async def reply(request: httpx.Request) -> httpx.Response:
+    async def reply(request: httpx2.Request) -> httpx2.Response:
         return _ok("anthropic")
 
     async with _aboot("anthropic", reply) as t:
         real = t.client.build_request
         failures = [RuntimeError("boom")]
 
-        def build(*args: Any, **kwargs: Any) -> httpx.Request:
+        def build(*args: Any, **kwargs: Any) -> httpx2.Request:
             if failures:
                 raise failures.pop(0)
             return real(*args, **kwargs)

@@ -1,4 +1,4 @@
-"""Streaming through the exchange machine and the httpx transports (MockTransport)."""
+"""Streaming through the exchange machine and the httpx2 transports (MockTransport)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import anyio
-import httpx
+import httpx2
 import orjson
 import pytest
 
@@ -105,7 +105,7 @@ def follow_up(uses: list[str]) -> dict[str, Any]:
     }
 
 
-class Chunks(httpx.SyncByteStream, httpx.AsyncByteStream):
+class Chunks(httpx2.SyncByteStream, httpx2.AsyncByteStream):
     """A response body delivered in pieces, optionally failing after them; records close()."""
 
     def __init__(self, data: bytes, size: int = 7, error: Exception | None = None) -> None:
@@ -135,33 +135,33 @@ class Chunks(httpx.SyncByteStream, httpx.AsyncByteStream):
 class Provider_:
     """MockTransport handler: canned replies in order, requests recorded."""
 
-    def __init__(self, *replies: httpx.Response) -> None:
+    def __init__(self, *replies: httpx2.Response) -> None:
         self.replies = list(replies)
-        self.seen: list[httpx.Request] = []
+        self.seen: list[httpx2.Request] = []
 
-    def __call__(self, request: httpx.Request) -> httpx.Response:
+    def __call__(self, request: httpx2.Request) -> httpx2.Response:
         request.read()
         self.seen.append(request)
         return self.replies.pop(0)
 
-    async def handle_async(self, request: httpx.Request) -> httpx.Response:
+    async def handle_async(self, request: httpx2.Request) -> httpx2.Response:
         await request.aread()
         self.seen.append(request)
         return self.replies.pop(0)
 
 
-def streamed(data: bytes, **kw: Any) -> tuple[httpx.Response, Chunks]:
+def streamed(data: bytes, **kw: Any) -> tuple[httpx2.Response, Chunks]:
     body = Chunks(data, **kw)
-    return httpx.Response(200, headers=SSE_HEADERS, stream=body), body
+    return httpx2.Response(200, headers=SSE_HEADERS, stream=body), body
 
 
-def json_reply(body: dict[str, Any], status: int = 200) -> httpx.Response:
-    return httpx.Response(status, json=body)
+def json_reply(body: dict[str, Any], status: int = 200) -> httpx2.Response:
+    return httpx2.Response(status, json=body)
 
 
 def tpx_boot(provider: Provider_) -> Any:
     return boot(
-        oauth_token=TOKEN, tpx_base_url=TPX_URL, env={}, transport=httpx.MockTransport(provider)
+        oauth_token=TOKEN, tpx_base_url=TPX_URL, env={}, transport=httpx2.MockTransport(provider)
     )
 
 
@@ -353,7 +353,7 @@ def test_anthropic_stream_end_to_end_then_the_ids_go_back() -> None:
             }
         ),
     )
-    with boot(api_key=KEY, env={}, transport=httpx.MockTransport(provider)) as t:
+    with boot(api_key=KEY, env={}, transport=httpx2.MockTransport(provider)) as t:
         events = events_of(b"".join(t.stream({**REQUEST, "stream": True})))
         assert events == NATIVE
         assert t.exchange.pending == {"toolu_01"}
@@ -366,7 +366,7 @@ def test_anthropic_stream_end_to_end_then_the_ids_go_back() -> None:
 
 
 def test_create_with_stream_true_returns_the_accumulated_message() -> None:
-    reply = httpx.Response(200, headers=SSE_HEADERS, content=text_chat("hey there"))
+    reply = httpx2.Response(200, headers=SSE_HEADERS, content=text_chat("hey there"))
     with tpx_boot(Provider_(reply)) as t:
         body = t.create({**REQUEST, "stream": True})
     assert body["content"] == [{"type": "text", "text": "hey there"}]
@@ -375,7 +375,7 @@ def test_create_with_stream_true_returns_the_accumulated_message() -> None:
 
 def test_mid_stream_disconnect_yields_an_error_event_then_raises() -> None:
     reply, body = streamed(
-        text_chat("a long answer")[:400], error=httpx.ReadError("connection reset")
+        text_chat("a long answer")[:400], error=httpx2.ReadError("connection reset")
     )
     with tpx_boot(Provider_(reply)) as t:
         got: list[bytes] = []
@@ -391,8 +391,8 @@ def test_mid_stream_disconnect_yields_an_error_event_then_raises() -> None:
 
 
 def test_failure_before_any_byte_is_raised_not_streamed() -> None:
-    reply, _ = streamed(b"", error=httpx.ReadError("reset"))
-    overloaded = httpx.Response(
+    reply, _ = streamed(b"", error=httpx2.ReadError("reset"))
+    overloaded = httpx2.Response(
         529, json={"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}
     )
     with tpx_boot(Provider_(reply, overloaded)) as t:
@@ -444,7 +444,7 @@ def test_closing_early_is_provider_fail_and_closes_the_response() -> None:
 
 def test_stopping_after_message_stop_keeps_the_obligations() -> None:
     reply, _ = streamed(native(NATIVE) + b": trailing bytes never read\n\n")
-    with boot(api_key=KEY, env={}, transport=httpx.MockTransport(Provider_(reply))) as t:
+    with boot(api_key=KEY, env={}, transport=httpx2.MockTransport(Provider_(reply))) as t:
         for data in t.stream(REQUEST):
             if data.startswith(b"event: message_stop"):
                 break
@@ -452,12 +452,12 @@ def test_stopping_after_message_stop_keeps_the_obligations() -> None:
 
 
 def test_stream_steps_out_of_order_and_no_provider() -> None:
-    with boot(env={}, transport=httpx.MockTransport(Provider_())) as t:
+    with boot(env={}, transport=httpx2.MockTransport(Provider_())) as t:
         with pytest.raises(errors.UnauthorizedError):
             next(t.stream(REQUEST))
         assert (t.exchange.turn, t.exchange.last_outcome) == (1, "err")
     reply, _ = streamed(native(NATIVE))
-    with boot(api_key=KEY, env={}, transport=httpx.MockTransport(Provider_(reply))) as t:
+    with boot(api_key=KEY, env={}, transport=httpx2.MockTransport(Provider_(reply))) as t:
         list(t.stream(REQUEST))
         with pytest.raises(errors.PairingError):
             next(t.stream(REQUEST))  # toolu_01 unanswered: CallerAbort, nothing sent
@@ -491,7 +491,7 @@ async def test_async_tpx_stream_and_follow_up() -> None:
         oauth_token=TOKEN,
         tpx_base_url=TPX_URL,
         env={},
-        transport=httpx.MockTransport(provider.handle_async),
+        transport=httpx2.MockTransport(provider.handle_async),
     ) as t:
         got = [data async for data in t.stream(REQUEST)]
         events = events_of(b"".join(got))
@@ -510,11 +510,11 @@ async def test_async_tpx_stream_and_follow_up() -> None:
 
 @pytest.mark.anyio
 async def test_async_disconnect_and_early_close() -> None:
-    broken, _ = streamed(text_chat("words")[:120], error=httpx.RemoteProtocolError("peer closed"))
+    broken, _ = streamed(text_chat("words")[:120], error=httpx2.RemoteProtocolError("peer closed"))
     long, body = streamed(text_chat("many many words"), size=3)
     provider = Provider_(broken, long)
     async with aboot(
-        api_key=KEY, env={}, transport=httpx.MockTransport(provider.handle_async)
+        api_key=KEY, env={}, transport=httpx2.MockTransport(provider.handle_async)
     ) as t:
         got: list[bytes] = []
         with pytest.raises(errors.NetworkError):
@@ -536,7 +536,7 @@ async def test_async_early_close_and_cancellation_return_to_idle() -> None:
         oauth_token=TOKEN,
         tpx_base_url=TPX_URL,
         env={},
-        transport=httpx.MockTransport(provider.handle_async),
+        transport=httpx2.MockTransport(provider.handle_async),
     ) as t:
         stream = t.stream(REQUEST)
         await stream.__anext__()
@@ -547,7 +547,7 @@ async def test_async_early_close_and_cancellation_return_to_idle() -> None:
 
     started = anyio.Event()
 
-    async def hang(request: httpx.Request) -> httpx.Response:
+    async def hang(request: httpx2.Request) -> httpx2.Response:
         started.set()
         await anyio.sleep_forever()
         raise AssertionError("unreachable")
@@ -556,7 +556,7 @@ async def test_async_early_close_and_cancellation_return_to_idle() -> None:
         async for _ in t.stream(REQUEST):
             pass
 
-    async with aboot(api_key=KEY, env={}, transport=httpx.MockTransport(hang)) as t:
+    async with aboot(api_key=KEY, env={}, transport=httpx2.MockTransport(hang)) as t:
         async with anyio.create_task_group() as tg:
             tg.start_soon(consume, t)
             await started.wait()
@@ -590,15 +590,15 @@ class Boom(Exception):
     pass
 
 
-def observed_boot(provider: str, *replies: httpx.Response, seen: Seen) -> Any:
+def observed_boot(provider: str, *replies: httpx2.Response, seen: Seen) -> Any:
     handler = Provider_(*replies)
     if provider == "anthropic":
-        return boot(api_key=KEY, env={}, transport=httpx.MockTransport(handler), observer=seen)
+        return boot(api_key=KEY, env={}, transport=httpx2.MockTransport(handler), observer=seen)
     return boot(
         oauth_token=TOKEN,
         tpx_base_url=TPX_URL,
         env={},
-        transport=httpx.MockTransport(handler),
+        transport=httpx2.MockTransport(handler),
         observer=seen,
     )
 
@@ -630,11 +630,15 @@ def test_stream_is_observed_as_caller_send_provider_reply_deliver(provider: str)
 async def test_async_stream_is_observed(provider: str) -> None:
     seen = Seen()
     reply, _ = streamed(good_stream(provider), size=9)
-    failing, _ = streamed(b"", error=httpx.ReadError("reset"))
+    failing, _ = streamed(b"", error=httpx2.ReadError("reset"))
     handler = Provider_(reply, failing)
     creds: dict[str, Any] = {"api_key": KEY} if provider == "anthropic" else {"oauth_token": TOKEN}
     async with aboot(
-        **creds, tpx_base_url=TPX_URL, env={}, transport=httpx.MockTransport(handler), observer=seen
+        **creds,
+        tpx_base_url=TPX_URL,
+        env={},
+        transport=httpx2.MockTransport(handler),
+        observer=seen,
     ) as t:
         await drain(t.stream(REQUEST), seen.got)
         assert seen.actions == ["CallerSend", "ProviderReply", "Deliver"]
@@ -648,14 +652,14 @@ async def test_async_stream_is_observed(provider: str) -> None:
     ("make", "error"),
     [
         (
-            lambda: streamed(text_chat("a long answer")[:400], error=httpx.ReadError("reset"))[0],
+            lambda: streamed(text_chat("a long answer")[:400], error=httpx2.ReadError("reset"))[0],
             errors.NetworkError,
         ),
         (lambda: streamed(text_chat(done=False))[0], errors.ProtocolError),
         (lambda: streamed(b"data: {not json\n\n")[0], errors.ProtocolError),
-        (lambda: streamed(b"", error=httpx.ReadError("reset"))[0], errors.NetworkError),
-        (lambda: httpx.Response(529, json={"error": {"message": "busy"}}), errors.ModelError),
-        (lambda: httpx.Response(200, json={"id": "x"}), errors.ProtocolError),
+        (lambda: streamed(b"", error=httpx2.ReadError("reset"))[0], errors.NetworkError),
+        (lambda: httpx2.Response(529, json={"error": {"message": "busy"}}), errors.ModelError),
+        (lambda: httpx2.Response(200, json={"id": "x"}), errors.ProtocolError),
     ],
 )
 def test_failed_stream_is_observed_as_caller_send_provider_fail(
@@ -682,7 +686,7 @@ def test_closing_a_stream_early_is_observed_as_provider_fail() -> None:
 
 def test_no_provider_stream_is_observed_without_network() -> None:
     seen = Seen()
-    with boot(env={}, transport=httpx.MockTransport(Provider_()), observer=seen) as t:
+    with boot(env={}, transport=httpx2.MockTransport(Provider_()), observer=seen) as t:
         with pytest.raises(errors.UnauthorizedError):
             next(t.stream(REQUEST))
         with pytest.raises(errors.UnauthorizedError):
@@ -728,7 +732,7 @@ def test_observer_raising_at_provider_reply_mid_stream_keeps_the_reply() -> None
 
 def test_observer_exception_at_a_mid_stream_failure_is_not_chained_to_the_httpx_error() -> None:
     seen = Seen(raise_at="ProviderFail")
-    reply, _ = streamed(text_chat("answer")[:300], error=httpx.ReadError(f"reset {TOKEN}"))
+    reply, _ = streamed(text_chat("answer")[:300], error=httpx2.ReadError(f"reset {TOKEN}"))
     with observed_boot("tpx", reply, seen=seen) as t:
         with pytest.raises(Boom) as info:
             seen.got.extend(t.stream(REQUEST))
@@ -740,7 +744,7 @@ def test_observer_exception_at_a_mid_stream_failure_is_not_chained_to_the_httpx_
 def test_observer_raising_at_caller_send_of_a_stream_sends_nothing() -> None:
     seen = Seen(raise_at="CallerSend")
     handler = Provider_()
-    with boot(api_key=KEY, env={}, transport=httpx.MockTransport(handler), observer=seen) as t:
+    with boot(api_key=KEY, env={}, transport=httpx2.MockTransport(handler), observer=seen) as t:
         with pytest.raises(Boom):
             next(t.stream(REQUEST))
         assert handler.seen == []
@@ -835,7 +839,7 @@ async def test_async_closing_a_one_chunk_stream_before_message_stop_fails_the_ex
 
     def aboot_one_chunk(seen: Seen) -> tuple[Any, Chunks]:
         reply, body = streamed(data, size=len(data))
-        transport = httpx.MockTransport(Provider_(reply))
+        transport = httpx2.MockTransport(Provider_(reply))
         return aboot(
             **creds, tpx_base_url=TPX_URL, env={}, transport=transport, observer=seen
         ), body

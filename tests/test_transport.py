@@ -1,4 +1,4 @@
-"""The httpx shells: boot, one exchange per create(), error mapping, secrets."""
+"""The httpx2 shells: boot, one exchange per create(), error mapping, secrets."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import anyio
 import attrs
-import httpx
+import httpx2
 import orjson
 import pytest
 
@@ -27,7 +27,7 @@ KEY = "sk-ant-api03-KEY-SECRET-abcdef"
 TOKEN = "oauth-TOKEN-SECRET-123456"
 TPX_URL = "https://tpx.example.test"
 
-Handler = Callable[[httpx.Request], httpx.Response]
+Handler = Callable[[httpx2.Request], httpx2.Response]
 
 
 @pytest.fixture
@@ -86,17 +86,17 @@ REQUEST: dict[str, Any] = {
 class Recorder:
     """A MockTransport handler that records requests and replies with canned responses."""
 
-    replies: list[httpx.Response | Exception]
-    seen: list[httpx.Request] = attrs.field(factory=list)
+    replies: list[httpx2.Response | Exception]
+    seen: list[httpx2.Request] = attrs.field(factory=list)
 
-    def __call__(self, request: httpx.Request) -> httpx.Response:
+    def __call__(self, request: httpx2.Request) -> httpx2.Response:
         self.seen.append(request)
         reply = self.replies.pop(0)
         if isinstance(reply, Exception):
             raise reply
         return reply
 
-    async def handle_async(self, request: httpx.Request) -> httpx.Response:
+    async def handle_async(self, request: httpx2.Request) -> httpx2.Response:
         await request.aread()
         return self(request)
 
@@ -104,23 +104,23 @@ class Recorder:
         return orjson.loads(self.seen[index].content)
 
 
-def ok(body: dict[str, Any], status: int = 200, **headers: str) -> httpx.Response:
-    return httpx.Response(status, json=body, headers=headers)
+def ok(body: dict[str, Any], status: int = 200, **headers: str) -> httpx2.Response:
+    return httpx2.Response(status, json=body, headers=headers)
 
 
-def never_called(request: httpx.Request) -> httpx.Response:
+def never_called(request: httpx2.Request) -> httpx2.Response:
     raise AssertionError(f"the network was touched: {request.method} {request.url}")
 
 
-def anthropic(*replies: httpx.Response | Exception, **kw: Any) -> tuple[Transport, Recorder]:
+def anthropic(*replies: httpx2.Response | Exception, **kw: Any) -> tuple[Transport, Recorder]:
     rec = Recorder(list(replies))
-    return boot(api_key=KEY, env={}, transport=httpx.MockTransport(rec), **kw), rec
+    return boot(api_key=KEY, env={}, transport=httpx2.MockTransport(rec), **kw), rec
 
 
-def tpx_(*replies: httpx.Response | Exception, **kw: Any) -> tuple[Transport, Recorder]:
+def tpx_(*replies: httpx2.Response | Exception, **kw: Any) -> tuple[Transport, Recorder]:
     rec = Recorder(list(replies))
     t = boot(
-        oauth_token=TOKEN, tpx_base_url=TPX_URL, env={}, transport=httpx.MockTransport(rec), **kw
+        oauth_token=TOKEN, tpx_base_url=TPX_URL, env={}, transport=httpx2.MockTransport(rec), **kw
     )
     return t, rec
 
@@ -168,7 +168,7 @@ def test_env_defaults_to_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_credentials_are_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
     env = {"TPX_OAUTH_TOKEN": TOKEN, "TPX_BASE_URL": TPX_URL}
     rec = Recorder([ok(chat_body())])
-    with boot(env=env, transport=httpx.MockTransport(rec)) as t:
+    with boot(env=env, transport=httpx2.MockTransport(rec)) as t:
         env["ANTHROPIC_API_KEY"] = KEY  # too late: selection is fixed at boot
         monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
         t.create(REQUEST)
@@ -191,8 +191,8 @@ def test_bad_base_urls(url: str) -> None:
 
 
 def test_client_and_transport_together_is_an_error() -> None:
-    with httpx.Client() as client, pytest.raises(errors.ConfigurationError, match="not both"):
-        boot(api_key=KEY, env={}, client=client, transport=httpx.MockTransport(never_called))
+    with httpx2.Client() as client, pytest.raises(errors.ConfigurationError, match="not both"):
+        boot(api_key=KEY, env={}, client=client, transport=httpx2.MockTransport(never_called))
 
 
 def test_transport_is_frozen() -> None:
@@ -222,7 +222,7 @@ def test_exchange_provider_must_match() -> None:
 
 
 def test_no_credentials_fail_at_once_without_network() -> None:
-    with boot(env={}, transport=httpx.MockTransport(never_called)) as t:
+    with boot(env={}, transport=httpx2.MockTransport(never_called)) as t:
         assert t.provider is Provider.NONE
         for turn in (1, 2):
             with pytest.raises(errors.UnauthorizedError) as info:
@@ -233,7 +233,7 @@ def test_no_credentials_fail_at_once_without_network() -> None:
 
 @pytest.mark.anyio
 async def test_async_no_credentials_fail_without_network() -> None:
-    async with aboot(env={}, transport=httpx.MockTransport(never_called)) as t:
+    async with aboot(env={}, transport=httpx2.MockTransport(never_called)) as t:
         with pytest.raises(errors.UnauthorizedError):
             await t.create(REQUEST)
         assert t.exchange.turn == 1
@@ -275,7 +275,7 @@ def test_tpx_exchange_and_headers() -> None:
 def test_the_other_providers_credential_header_is_stripped_from_injected_clients() -> None:
     rec = Recorder([ok(messages_body()), ok(chat_body())])
     defaults = {"Authorization": "Bearer other", "x-api-key": "other-key"}
-    with httpx.Client(transport=httpx.MockTransport(rec), headers=defaults) as client:
+    with httpx2.Client(transport=httpx2.MockTransport(rec), headers=defaults) as client:
         with boot(api_key=KEY, env={}, client=client) as t:
             t.create(REQUEST)
         with boot(oauth_token=TOKEN, tpx_base_url=TPX_URL, env={}, client=client) as t:
@@ -340,7 +340,7 @@ def test_timeout_is_passed_per_request() -> None:
 
 def test_injected_client_timeout_is_kept_unless_given() -> None:
     rec = Recorder([ok(messages_body())] * 2)
-    with httpx.Client(transport=httpx.MockTransport(rec), timeout=3.0) as client:
+    with httpx2.Client(transport=httpx2.MockTransport(rec), timeout=3.0) as client:
         boot(api_key=KEY, env={}, client=client).create(REQUEST)
         boot(api_key=KEY, env={}, client=client, timeout=9.0).create(REQUEST)
     assert [r.extensions["timeout"]["read"] for r in rec.seen] == [3.0, 9.0]
@@ -383,21 +383,21 @@ def test_http_errors_in_either_shape(
 @pytest.mark.parametrize(
     ("exc", "cls"),
     [
-        (httpx.ConnectTimeout("slow connect"), errors.TimeoutError),
-        (httpx.ReadTimeout("slow read"), errors.TimeoutError),
-        (httpx.WriteTimeout("slow write"), errors.TimeoutError),
-        (httpx.PoolTimeout("no connection"), errors.TimeoutError),
-        (httpx.ConnectError("refused"), errors.NetworkError),
-        (httpx.ReadError("reset"), errors.NetworkError),
-        (httpx.WriteError("broken pipe"), errors.NetworkError),
-        (httpx.RemoteProtocolError("server disconnected"), errors.NetworkError),
+        (httpx2.ConnectTimeout("slow connect"), errors.TimeoutError),
+        (httpx2.ReadTimeout("slow read"), errors.TimeoutError),
+        (httpx2.WriteTimeout("slow write"), errors.TimeoutError),
+        (httpx2.PoolTimeout("no connection"), errors.TimeoutError),
+        (httpx2.ConnectError("refused"), errors.NetworkError),
+        (httpx2.ReadError("reset"), errors.NetworkError),
+        (httpx2.WriteError("broken pipe"), errors.NetworkError),
+        (httpx2.RemoteProtocolError("server disconnected"), errors.NetworkError),
     ],
 )
 def test_httpx_failures_map(exc: Exception, cls: type[errors.ModelError]) -> None:
     t, _ = anthropic(exc)
     with t, pytest.raises(cls) as info:
         t.create(REQUEST)
-    # Not chained to the httpx exception (it may hold the credential): the class name
+    # Not chained to the httpx2 exception (it may hold the credential): the class name
     # and the redacted message are kept in the ModelError's own message.
     assert info.value.__cause__ is None
     assert info.value.__context__ is None
@@ -410,7 +410,7 @@ def test_simulated_tls_failure() -> None:
     try:
         raise ssl.SSLCertVerificationError(1, "[SSL: CERTIFICATE_VERIFY_FAILED] self-signed")
     except ssl.SSLError as cause:
-        exc = httpx.ConnectError("handshake")
+        exc = httpx2.ConnectError("handshake")
         exc.__cause__ = cause
     t, _ = tpx_(exc)
     with t, pytest.raises(errors.TLSError, match="CERTIFICATE_VERIFY_FAILED"):
@@ -462,14 +462,14 @@ def test_real_tls_handshake_failure(plaintext_port: int) -> None:
 
 
 def test_bad_body_is_protocol_error() -> None:
-    t, _ = anthropic(httpx.Response(200, content=b"<html>gateway</html>"))
+    t, _ = anthropic(httpx2.Response(200, content=b"<html>gateway</html>"))
     with t, pytest.raises(errors.ProtocolError):
         t.create(REQUEST)
 
 
 def test_redirect_is_not_followed() -> None:
     t, rec = anthropic(
-        httpx.Response(307, headers={"location": "https://evil.example.test/v1/messages"}),
+        httpx2.Response(307, headers={"location": "https://evil.example.test/v1/messages"}),
         ok(messages_body()),
     )
     with t, pytest.raises(errors.HTTPStatusError) as info:
@@ -502,7 +502,7 @@ def test_exchange_can_be_driven_step_by_step() -> None:
 def test_secrets_absent_from_repr_str_errors_and_logs(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     echo = {"type": "error", "error": {"type": "authentication_error", "message": f"bad {KEY}"}}
-    t, _ = anthropic(ok(messages_body()), ok(echo, 401), httpx.ReadError(f"reset {KEY}"))
+    t, _ = anthropic(ok(messages_body()), ok(echo, 401), httpx2.ReadError(f"reset {KEY}"))
     u, _ = tpx_(ok({"error": {"message": f"token {TOKEN} expired"}}, 401))
     raised: list[errors.ModelError] = []
     with t, u:
@@ -534,7 +534,7 @@ def test_config_objects_do_not_render_secrets() -> None:
 @pytest.mark.anyio
 async def test_async_anthropic_exchange() -> None:
     rec = Recorder([ok(messages_body("toolu_9"))])
-    async with aboot(api_key=KEY, env={}, transport=httpx.MockTransport(rec.handle_async)) as t:
+    async with aboot(api_key=KEY, env={}, transport=httpx2.MockTransport(rec.handle_async)) as t:
         assert isinstance(t, AsyncTransport)
         reply = await t.create(REQUEST)
     assert reply["content"][1]["id"] == "toolu_9"
@@ -549,14 +549,14 @@ async def test_async_tpx_exchange_and_errors() -> None:
         [
             ok(chat_body("c1")),
             ok({"error": {"message": "busy"}}, 529, **{"retry-after": "1"}),
-            httpx.ReadTimeout("slow"),
+            httpx2.ReadTimeout("slow"),
         ]
     )
     async with aboot(
         oauth_token=TOKEN,
         tpx_base_url=TPX_URL,
         env={},
-        transport=httpx.MockTransport(rec.handle_async),
+        transport=httpx2.MockTransport(rec.handle_async),
     ) as t:
         first = await t.create(REQUEST)
         tool_id = first["content"][0]["id"]
@@ -577,7 +577,7 @@ async def test_async_tpx_exchange_and_errors() -> None:
 @pytest.mark.anyio
 async def test_async_injected_client_is_used_and_not_closed() -> None:
     rec = Recorder([ok(messages_body())])
-    async with httpx.AsyncClient(transport=httpx.MockTransport(rec.handle_async)) as client:
+    async with httpx2.AsyncClient(transport=httpx2.MockTransport(rec.handle_async)) as client:
         t = aboot(api_key=KEY, env={}, client=client)
         await t.create(REQUEST)
         await t.aclose()
@@ -589,12 +589,12 @@ async def test_async_injected_client_is_used_and_not_closed() -> None:
 async def test_cancellation_mid_request_returns_the_exchange_to_idle() -> None:
     started = anyio.Event()
 
-    async def hang(request: httpx.Request) -> httpx.Response:
+    async def hang(request: httpx2.Request) -> httpx2.Response:
         started.set()
         await anyio.sleep_forever()
         raise AssertionError("unreachable")
 
-    async with aboot(api_key=KEY, env={}, transport=httpx.MockTransport(hang)) as t:
+    async with aboot(api_key=KEY, env={}, transport=httpx2.MockTransport(hang)) as t:
         async with anyio.create_task_group() as tg:
             tg.start_soon(t.create, REQUEST)
             await started.wait()
@@ -622,7 +622,7 @@ def test_steps_are_the_spec_actions_one_at_a_time() -> None:
         http_request = t.begin(REQUEST)  # CallerSend: built, not sent
         assert rec.seen == []
         assert t.exchange.phase == "req"
-        assert http_request.url == httpx.URL(TPX_URL + "/v1/chat/completions")
+        assert http_request.url == httpx2.URL(TPX_URL + "/v1/chat/completions")
         assert http_request.headers["authorization"] == f"Bearer {TOKEN}"
         assert "x-api-key" not in http_request.headers
         assert t.exchange.enabled_actions() == {"ProviderReply", "ProviderFail"}
@@ -638,7 +638,7 @@ def test_steps_are_the_spec_actions_one_at_a_time() -> None:
 
 
 def test_begin_without_provider_is_no_provider_and_touches_nothing() -> None:
-    with boot(env={}, transport=httpx.MockTransport(never_called)) as t:
+    with boot(env={}, transport=httpx2.MockTransport(never_called)) as t:
         with pytest.raises(errors.UnauthorizedError):
             t.begin(REQUEST)
         assert (t.exchange.turn, t.exchange.last_outcome) == (1, "err")
@@ -658,13 +658,13 @@ def test_begin_with_unanswered_tool_use_aborts_and_builds_nothing() -> None:
     ("reply", "error"),
     [
         (ok({"error": {"message": "slow down"}}, status=429), errors.RateLimitedError),
-        (httpx.ConnectError("refused"), errors.NetworkError),
-        (httpx.ReadTimeout("slow"), errors.TimeoutError),
-        (httpx.Response(200, content=b"<html>"), errors.ProtocolError),
+        (httpx2.ConnectError("refused"), errors.NetworkError),
+        (httpx2.ReadTimeout("slow"), errors.TimeoutError),
+        (httpx2.Response(200, content=b"<html>"), errors.ProtocolError),
     ],
 )
 def test_roundtrip_failure_is_provider_fail(
-    reply: httpx.Response | Exception, error: type[errors.ModelError]
+    reply: httpx2.Response | Exception, error: type[errors.ModelError]
 ) -> None:
     t, _ = anthropic(reply)
     with t:
@@ -734,7 +734,7 @@ class Boom(Exception):
 
 
 def observed(
-    provider: str, *replies: httpx.Response | Exception, **kw: Any
+    provider: str, *replies: httpx2.Response | Exception, **kw: Any
 ) -> tuple[Transport, Recorder, Seen]:
     rec = Recorder(list(replies))
     seen = Seen(rec)
@@ -743,14 +743,14 @@ def observed(
         **creds,
         tpx_base_url=TPX_URL,
         env={},
-        transport=httpx.MockTransport(rec),
+        transport=httpx2.MockTransport(rec),
         observer=seen,
         **kw,
     )
     return t, rec, seen
 
 
-def reply_for(provider: str, *ids: str, status: int = 200) -> httpx.Response:
+def reply_for(provider: str, *ids: str, status: int = 200) -> httpx2.Response:
     return ok(messages_body(*ids) if provider == "anthropic" else chat_body(*ids), status=status)
 
 
@@ -771,15 +771,15 @@ def test_create_is_observed_as_caller_send_provider_reply_deliver(provider: str)
     "reply",
     [
         ok({"error": {"message": "down"}}, status=500),
-        httpx.ConnectError("refused"),
-        httpx.ReadTimeout("slow"),
-        httpx.Response(200, content=b"<html>"),
+        httpx2.ConnectError("refused"),
+        httpx2.ReadTimeout("slow"),
+        httpx2.Response(200, content=b"<html>"),
         RuntimeError("handler bug"),
     ],
 )
 @pytest.mark.parametrize("provider", ["anthropic", "tpx"])
 def test_failed_create_is_observed_as_caller_send_provider_fail(
-    provider: str, reply: httpx.Response | Exception
+    provider: str, reply: httpx2.Response | Exception
 ) -> None:
     t, _, seen = observed(provider, reply)
     with t, pytest.raises((errors.ModelError, RuntimeError)):
@@ -790,7 +790,7 @@ def test_failed_create_is_observed_as_caller_send_provider_fail(
 
 def test_no_provider_and_caller_abort_are_observed_without_network() -> None:
     seen = Seen()
-    t = boot(env={}, transport=httpx.MockTransport(never_called), observer=seen)
+    t = boot(env={}, transport=httpx2.MockTransport(never_called), observer=seen)
     with t, pytest.raises(errors.UnauthorizedError):
         t.create(REQUEST)
     assert seen.actions == ["NoProvider"]
@@ -831,7 +831,7 @@ async def test_async_create_is_observed(provider: str) -> None:
     rec = Recorder([reply_for(provider, "id_1"), ok({"error": {"message": "x"}}, status=503)])
     creds: dict[str, Any] = {"api_key": KEY} if provider == "anthropic" else {"oauth_token": TOKEN}
     async with aboot(
-        **creds, tpx_base_url=TPX_URL, env={}, transport=httpx.MockTransport(rec), observer=seen
+        **creds, tpx_base_url=TPX_URL, env={}, transport=httpx2.MockTransport(rec), observer=seen
     ) as t:
         await t.create(REQUEST)
         assert seen.actions == ["CallerSend", "ProviderReply", "Deliver"]
@@ -885,7 +885,7 @@ def test_observer_exception_at_provider_fail_is_not_chained_to_the_httpx_error(
     provider: str,
 ) -> None:
     secret = KEY if provider == "anthropic" else TOKEN
-    t, _, seen = observed(provider, httpx.ConnectError(f"refused, credential {secret}"))
+    t, _, seen = observed(provider, httpx2.ConnectError(f"refused, credential {secret}"))
     seen.raise_at = "ProviderFail"
     with t, pytest.raises(Boom) as info:
         t.create(REQUEST)

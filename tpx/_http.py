@@ -1,21 +1,21 @@
-"""httpx exceptions -> :class:`~tpx.errors.ModelError` (the only httpx-aware error code)."""
+"""httpx2 exceptions -> :class:`~tpx.errors.ModelError` (the only httpx2-aware error code)."""
 
 from __future__ import annotations
 
 import ssl
 from collections.abc import Iterable
 
-import httpx
+import httpx2
 
 from tpx.errors import ModelError, NetworkError, ProtocolError, TimeoutError, TLSError, redact
 
 __all__ = ["error_from_httpx", "ssl_cause"]
 
-_TIMEOUT_KIND: dict[type[httpx.TimeoutException], str] = {
-    httpx.ConnectTimeout: "connect",
-    httpx.ReadTimeout: "read",
-    httpx.WriteTimeout: "write",
-    httpx.PoolTimeout: "pool",
+_TIMEOUT_KIND: dict[type[httpx2.TimeoutException], str] = {
+    httpx2.ConnectTimeout: "connect",
+    httpx2.ReadTimeout: "read",
+    httpx2.WriteTimeout: "write",
+    httpx2.PoolTimeout: "pool",
 }
 
 
@@ -32,9 +32,9 @@ def ssl_cause(exc: BaseException) -> ssl.SSLError | None:
 
 
 def error_from_httpx(
-    exc: httpx.HTTPError, *, provider: str, secrets: Iterable[str | None] = ()
+    exc: httpx2.HTTPError, *, provider: str, secrets: Iterable[str | None] = ()
 ) -> ModelError:
-    """Map an httpx failure to the ModelError the exchange fails with.
+    """Map an httpx2 failure to the ModelError the exchange fails with.
 
     ``TimeoutException`` -> :class:`TimeoutError`; an :class:`ssl.SSLError` anywhere in
     the cause chain -> :class:`TLSError`; ``DecodingError`` (undecodable body) ->
@@ -47,14 +47,14 @@ def error_from_httpx(
     secrets = tuple(secrets)
     name = type(exc).__name__
     detail = redact(str(exc) or name, secrets)
-    if isinstance(exc, httpx.TimeoutException):
+    if isinstance(exc, httpx2.TimeoutException):
         kind = _TIMEOUT_KIND.get(type(exc), "request")
         return TimeoutError(f"{provider}: {kind} timeout ({name}): {detail}", provider=provider)
     tls = ssl_cause(exc)
     if tls is not None:
         reason = redact(getattr(tls, "reason", None) or str(tls), secrets)
         return TLSError(f"{provider}: TLS failure ({name}): {reason}", provider=provider)
-    if isinstance(exc, httpx.DecodingError):
+    if isinstance(exc, httpx2.DecodingError):
         return ProtocolError(
             f"{provider}: undecodable response body ({name}): {detail}", provider=provider
         )

@@ -252,7 +252,7 @@ class TLCTimeoutError(TLCError, builtins.TimeoutError):
 
 # --------------------------------------------------------------------------
 # Additions: configuration errors and the HTTP-status -> ModelError mapping.
-# Pure functions (no httpx) so the sans-I/O exchange can use them.
+# Pure functions (no httpx2) so the sans-I/O exchange can use them.
 # --------------------------------------------------------------------------
 
 _MAX_PROVIDER_MESSAGE = 500

@@ -1,6 +1,6 @@
 """The exchange state machine: a sans-I/O mirror of ``spec/TpxTransport.tla``.
 
-No sockets, no httpx: dicts and bytes go in, dicts and bytes come out, and the
+No sockets, no httpx2: dicts and bytes go in, dicts and bytes come out, and the
 I/O shells in :mod:`tpx.transport` move the bytes. Each step is one action of
 the spec and is refused (:class:`~tpx.errors.ExchangeStateError`, nothing
 changes) when the spec's guard does not hold.

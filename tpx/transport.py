@@ -1,21 +1,21 @@
-"""httpx shells around the sans-I/O :class:`~tpx.exchange.Exchange`.
+"""httpx2 shells around the sans-I/O :class:`~tpx.exchange.Exchange`.
 
 :func:`boot` reads the credentials once and picks the provider for good (key
 wins, then token, else none); :meth:`Transport.create` runs one exchange:
 ``send`` -> HTTP POST -> ``receive`` / ``fail`` -> ``deliver``. Errors are
 :class:`~tpx.errors.ModelError` subclasses whose ``.body()`` is a Messages
 error body. :func:`aboot` / :class:`AsyncTransport` do the same with
-``httpx.AsyncClient``.
+``httpx2.AsyncClient``.
 
-Usage (runnable; ``httpx.MockTransport`` stands in for the network)::
+Usage (runnable; ``httpx2.MockTransport`` stands in for the network)::
 
-    import httpx
+    import httpx2
     import tpx.transport
 
-    def provider(request: httpx.Request) -> httpx.Response:
+    def provider(request: httpx2.Request) -> httpx2.Response:
         assert request.url.path == "/v1/messages"
         assert request.headers["x-api-key"] == "sk-test"
-        return httpx.Response(200, json={
+        return httpx2.Response(200, json={
             "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x",
             "content": [{"type": "text", "text": "hello"}],
             "stop_reason": "end_turn", "stop_sequence": None,
@@ -23,7 +23,7 @@ Usage (runnable; ``httpx.MockTransport`` stands in for the network)::
         })
 
     with tpx.transport.boot(
-        api_key="sk-test", env={}, transport=httpx.MockTransport(provider)
+        api_key="sk-test", env={}, transport=httpx2.MockTransport(provider)
     ) as t:
         reply = t.create({
             "model": "claude-x", "max_tokens": 64,
@@ -41,16 +41,16 @@ A credential must be printable ASCII without whitespace (API keys and bearer tok
 are token68-like): anything else is refused at boot with a
 :class:`~tpx.errors.ConfigurationError` naming the variable or argument, never the
 value. A :class:`~tpx.errors.ModelError` raised for a transport failure is not
-chained to the httpx exception (whose message and ``.request.headers`` may hold the
+chained to the httpx2 exception (whose message and ``.request.headers`` may hold the
 credential): ``__cause__`` and ``__context__`` are ``None`` and the message keeps the
-httpx exception's class name and redacted text.
+httpx2 exception's class name and redacted text.
 
 ``boot(..., observer=f)`` / ``aboot(..., observer=f)`` hand *f* to the exchange
 (:class:`~tpx.exchange.Exchange`): ``f(action, snapshot)`` runs after every spec action
 (``CallerSend``, ``ProviderReply``, ``Deliver``, ``ProviderFail``, ``NoProvider``,
 ``CallerAbort``) as :meth:`Transport.create` / :meth:`Transport.stream` take it. An
 exception raised by *f* propagates from the transport method once the action is complete
-(not chained to the httpx exception of a failed request: it may hold the credential).
+(not chained to the httpx2 exception of a failed request: it may hold the credential).
 The transport then takes no further step, except that
 it never leaves an exchange in ``req``: after ``CallerSend`` it takes ``ProviderFail``
 (nothing is sent; *f* sees it too). After ``ProviderReply`` the reply waits in ``resp``:
@@ -67,7 +67,7 @@ from types import TracebackType
 from typing import Any, Self
 
 import attrs
-import httpx
+import httpx2
 
 from tpx._http import error_from_httpx
 from tpx.errors import (
@@ -99,10 +99,10 @@ __all__ = [
 logger = logging.getLogger("tpx.transport")
 
 DEFAULT_ANTHROPIC_BASE_URL = "https://api.anthropic.com"
-DEFAULT_TIMEOUT = httpx.Timeout(600.0, connect=10.0)
+DEFAULT_TIMEOUT = httpx2.Timeout(600.0, connect=10.0)
 
 _CREDENTIAL_HEADERS = ("authorization", "x-api-key")
-# A host as httpx encodes it (IDNA applied, IPv6 without brackets).
+# A host as httpx2 encodes it (IDNA applied, IPv6 without brackets).
 _HOST = re.compile(rb"[A-Za-z0-9._-]+|[0-9A-Fa-f:.]+").fullmatch
 
 
@@ -196,12 +196,12 @@ def _base_url(raw: str, name: str) -> str:
     if any(c.isspace() or not c.isprintable() for c in raw):
         raise ConfigurationError(f"{name} is not a valid URL: it contains whitespace")
     try:
-        url = httpx.URL(raw)
-    except (httpx.InvalidURL, TypeError) as exc:
+        url = httpx2.URL(raw)
+    except (httpx2.InvalidURL, TypeError) as exc:
         raise ConfigurationError(f"{name} is not a valid URL") from exc
     if url.scheme not in ("http", "https") or not url.host:
         raise ConfigurationError(f"{name} must be an http(s) URL with a host")
-    if _HOST(url.raw_host) is None:  # httpx percent-encodes what a host may not hold
+    if _HOST(url.raw_host) is None:  # httpx2 percent-encodes what a host may not hold
         raise ConfigurationError(
             f"{name} is not a valid URL: its host is neither a DNS name nor an IP address"
         )
@@ -257,7 +257,7 @@ class _Core:
     model: str | None
     exchange: Exchange
     _secret: _Secret | None
-    _timeout: httpx.Timeout | None
+    _timeout: httpx2.Timeout | None
     _owns_client: bool
 
     def __attrs_post_init__(self) -> None:
@@ -290,7 +290,7 @@ class _Core:
             return {"x-api-key": self._secret.value}
         return {"authorization": f"Bearer {self._secret.value}"}
 
-    def _build(self, client: httpx.Client | httpx.AsyncClient, out: OutboundRequest) -> Any:
+    def _build(self, client: httpx2.Client | httpx2.AsyncClient, out: OutboundRequest) -> Any:
         assert self.base_url is not None
         headers = {**out.header_dict(), **self._auth_headers()}
         request = client.build_request(
@@ -298,7 +298,7 @@ class _Core:
             self.base_url + out.path,
             headers=headers,
             content=out.body,
-            timeout=self._timeout if self._timeout is not None else httpx.USE_CLIENT_DEFAULT,
+            timeout=self._timeout if self._timeout is not None else httpx2.USE_CLIENT_DEFAULT,
         )
         # Only this provider's credential travels, whatever the client's defaults hold.
         own = next(iter(self._auth_headers()))
@@ -323,11 +323,11 @@ class _Core:
                 self._interrupted()
             raise
 
-    def _open(self, client: httpx.Client | httpx.AsyncClient, request: Mapping[str, Any]) -> Any:
+    def _open(self, client: httpx2.Client | httpx2.AsyncClient, request: Mapping[str, Any]) -> Any:
         """``CallerSend`` and the HTTP request built from it.
 
         Once the exchange is in ``req`` nothing may leave it there: a failure while
-        building (a header httpx refuses, a bug) is ``ProviderFail``. An ``Exception`` is
+        building (a header httpx2 refuses, a bug) is ``ProviderFail``. An ``Exception`` is
         replaced by a :class:`NetworkError` raised outside the handler (no ``__cause__`` /
         ``__context__``: the original may hold the credential being put into a header);
         cancellation and other ``BaseException`` are re-raised as they are.
@@ -345,7 +345,7 @@ class _Core:
 
     def _local_failure(self, exc: Exception, what: str) -> ModelError:
         """``ProviderFail`` for *exc*, an error raised on this side of the wire."""
-        if isinstance(exc, httpx.HTTPError):
+        if isinstance(exc, httpx2.HTTPError):
             return self._transport_failed(exc)
         secrets = self._secrets()
         detail = redact(str(exc), secrets)
@@ -359,11 +359,11 @@ class _Core:
         logger.info("tpx exchange failed: %s: %s", error.code, error.message)
         return error
 
-    def _transport_failed(self, exc: httpx.HTTPError) -> ModelError:
-        """``ProviderFail`` for an httpx failure: the redacted, *unchained* error to raise.
+    def _transport_failed(self, exc: httpx2.HTTPError) -> ModelError:
+        """``ProviderFail`` for an httpx2 failure: the redacted, *unchained* error to raise.
 
         The caller calls this and raises the result outside its ``except`` block, so the
-        httpx exception (whose message and ``.request.headers`` may carry the credential)
+        httpx2 exception (whose message and ``.request.headers`` may carry the credential)
         is neither the ``__cause__`` nor the ``__context__`` of what the caller sees, be it
         this error or one the observer raised at ``ProviderFail``.
         """
@@ -377,7 +377,7 @@ class _Core:
     def _interrupted(self) -> None:
         self.exchange.fail(NetworkError("the exchange was interrupted before the provider replied"))
 
-    def _receive(self, response: httpx.Response) -> None:
+    def _receive(self, response: httpx2.Response) -> None:
         logger.debug(
             "tpx %s turn %d: HTTP %d", self.provider.name, self.exchange.turn, response.status_code
         )
@@ -407,7 +407,7 @@ class _Core:
             raise TypeError(f"request must be a mapping, got {type(request).__name__}")
         return request if request.get("stream") is True else {**request, "stream": True}
 
-    def _stream_start(self, response: httpx.Response, body: bytes) -> None:
+    def _stream_start(self, response: httpx2.Response, body: bytes) -> None:
         logger.debug(
             "tpx %s turn %d: HTTP %d (stream)",
             self.provider.name,
@@ -473,7 +473,9 @@ class _Core:
             out.started = True
             yield data
 
-    def _stream_broken(self, exc: httpx.HTTPError, started: bool) -> tuple[list[bytes], ModelError]:
+    def _stream_broken(
+        self, exc: httpx2.HTTPError, started: bool
+    ) -> tuple[list[bytes], ModelError]:
         """The bytes still to yield and the error to raise when the body read failed."""
         in_flight = self.exchange.phase == "req"
         error = self._transport_failed(exc)
@@ -486,7 +488,7 @@ class _Core:
             )
             logger.info("tpx exchange failed: %s: %s", error.code, error.message)
 
-    def _finish(self, response: httpx.Response) -> dict[str, Any]:
+    def _finish(self, response: httpx2.Response) -> dict[str, Any]:
         self._receive(response)
         return self.exchange.deliver()
 
@@ -504,17 +506,17 @@ def _exchange_for(
     )
 
 
-def _timeout(timeout: float | httpx.Timeout | None) -> httpx.Timeout | None:
-    if timeout is None or isinstance(timeout, httpx.Timeout):
+def _timeout(timeout: float | httpx2.Timeout | None) -> httpx2.Timeout | None:
+    if timeout is None or isinstance(timeout, httpx2.Timeout):
         return timeout
-    return httpx.Timeout(timeout)
+    return httpx2.Timeout(timeout)
 
 
 @attrs.frozen(repr=False)
 class Transport(_Core):
     """Synchronous transport: one provider, fixed at :func:`boot`."""
 
-    client: httpx.Client = attrs.field(kw_only=True)
+    client: httpx2.Client = attrs.field(kw_only=True)
 
     def create(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """Run one exchange; return the Messages response body or raise a ModelError.
@@ -527,7 +529,7 @@ class Transport(_Core):
 
     # -- the exchange one spec action at a time ------------------------------------
 
-    def begin(self, request: Mapping[str, Any]) -> httpx.Request:
+    def begin(self, request: Mapping[str, Any]) -> httpx2.Request:
         """``CallerSend``: frame or translate *request* and build the HTTP request (unsent).
 
         ``NoProvider`` when no provider was selected at boot (raises
@@ -536,10 +538,10 @@ class Transport(_Core):
         :class:`~tpx.errors.PairingError`, nothing built).
         """
         http_request = self._open(self.client, request)
-        assert isinstance(http_request, httpx.Request)
+        assert isinstance(http_request, httpx2.Request)
         return http_request
 
-    def roundtrip(self, http_request: httpx.Request) -> None:
+    def roundtrip(self, http_request: httpx2.Request) -> None:
         """Send *http_request* (made by :meth:`begin`) and read the reply.
 
         ``ProviderReply`` on a 2xx well-formed native reply (the exchange is then
@@ -552,7 +554,7 @@ class Transport(_Core):
             )
         try:
             response = self.client.send(http_request, follow_redirects=False)
-        except httpx.HTTPError as exc:
+        except httpx2.HTTPError as exc:
             failure = exc
         except BaseException:
             self._interrupted()
@@ -591,13 +593,13 @@ class Transport(_Core):
         """
         http_request = self.begin(self._stream_request(request))
         out = _Handover()
-        # httpx failures are kept by the handlers and mapped (ProviderFail) outside them,
-        # so nothing raised is chained to the httpx exception (see _transport_failed).
-        failure: httpx.HTTPError | None = None
+        # httpx2 failures are kept by the handlers and mapped (ProviderFail) outside them,
+        # so nothing raised is chained to the httpx2 exception (see _transport_failed).
+        failure: httpx2.HTTPError | None = None
         try:
             try:
                 response = self.client.send(http_request, stream=True, follow_redirects=False)
-            except httpx.HTTPError as exc:
+            except httpx2.HTTPError as exc:
                 failure = exc
             if failure is not None:
                 raise self._transport_failed(failure)
@@ -606,7 +608,7 @@ class Transport(_Core):
                 body = b""
                 try:
                     body = b"" if ok else response.read()
-                except httpx.HTTPError as exc:
+                except httpx2.HTTPError as exc:
                     failure = exc
                 if failure is not None:
                     raise self._transport_failed(failure)
@@ -619,7 +621,7 @@ class Transport(_Core):
                             break
                     if not out.done:
                         yield from self._hand_over(out, [], ended=True)
-                except httpx.HTTPError as exc:
+                except httpx2.HTTPError as exc:
                     failure = exc
                 if failure is not None:
                     tail, out.error = self._stream_broken(failure, out.started)
@@ -653,14 +655,14 @@ class Transport(_Core):
 class AsyncTransport(_Core):
     """Asynchronous transport: one provider, fixed at :func:`aboot`."""
 
-    client: httpx.AsyncClient = attrs.field(kw_only=True)
+    client: httpx2.AsyncClient = attrs.field(kw_only=True)
 
     async def create(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """Run one exchange; return the Messages response body or raise a ModelError."""
         http_request = self._open(self.client, request)
         try:
             response = await self.client.send(http_request, follow_redirects=False)
-        except httpx.HTTPError as exc:
+        except httpx2.HTTPError as exc:
             failure = exc
         except BaseException:  # cancellation included: the exchange must not stay in "req"
             self._interrupted()
@@ -670,17 +672,17 @@ class AsyncTransport(_Core):
         raise self._transport_failed(failure)  # outside the handler: not chained to it
 
     async def stream(self, request: Mapping[str, Any]) -> AsyncIterator[bytes]:
-        """:meth:`Transport.stream` over ``httpx.AsyncClient`` (same failure rules;
+        """:meth:`Transport.stream` over ``httpx2.AsyncClient`` (same failure rules;
         cancellation and ``aclose()`` of the iterator are ``ProviderFail``)."""
         http_request = self._open(self.client, self._stream_request(request))
         out = _Handover()
-        # httpx failures are kept by the handlers and mapped (ProviderFail) outside them,
-        # so nothing raised is chained to the httpx exception (see _transport_failed).
-        failure: httpx.HTTPError | None = None
+        # httpx2 failures are kept by the handlers and mapped (ProviderFail) outside them,
+        # so nothing raised is chained to the httpx2 exception (see _transport_failed).
+        failure: httpx2.HTTPError | None = None
         try:
             try:
                 response = await self.client.send(http_request, stream=True, follow_redirects=False)
-            except httpx.HTTPError as exc:
+            except httpx2.HTTPError as exc:
                 failure = exc
             if failure is not None:
                 raise self._transport_failed(failure)
@@ -689,7 +691,7 @@ class AsyncTransport(_Core):
                 body = b""
                 try:
                     body = b"" if ok else await response.aread()
-                except httpx.HTTPError as exc:
+                except httpx2.HTTPError as exc:
                     failure = exc
                 if failure is not None:
                     raise self._transport_failed(failure)
@@ -704,7 +706,7 @@ class AsyncTransport(_Core):
                     if not out.done:
                         for data in self._hand_over(out, [], ended=True):
                             yield data
-                except httpx.HTTPError as exc:
+                except httpx2.HTTPError as exc:
                     failure = exc
                 if failure is not None:
                     tail, out.error = self._stream_broken(failure, out.started)
@@ -742,9 +744,9 @@ def boot(
     anthropic_base_url: str | None = None,
     tpx_base_url: str | None = None,
     env: Mapping[str, str] | None = None,
-    client: httpx.Client | None = None,
-    transport: httpx.BaseTransport | None = None,
-    timeout: float | httpx.Timeout | None = None,
+    client: httpx2.Client | None = None,
+    transport: httpx2.BaseTransport | None = None,
+    timeout: float | httpx2.Timeout | None = None,
     model: str | None = None,
     max_turns: int | None = None,
     observer: ExchangeObserver | None = None,
@@ -775,7 +777,7 @@ def boot(
     )
     owns = client is None
     if client is None:
-        client = httpx.Client(transport=transport, timeout=_timeout(timeout) or DEFAULT_TIMEOUT)
+        client = httpx2.Client(transport=transport, timeout=_timeout(timeout) or DEFAULT_TIMEOUT)
     return Transport(
         config.provider,
         config.base_url,
@@ -795,14 +797,14 @@ def aboot(
     anthropic_base_url: str | None = None,
     tpx_base_url: str | None = None,
     env: Mapping[str, str] | None = None,
-    client: httpx.AsyncClient | None = None,
-    transport: httpx.AsyncBaseTransport | None = None,
-    timeout: float | httpx.Timeout | None = None,
+    client: httpx2.AsyncClient | None = None,
+    transport: httpx2.AsyncBaseTransport | None = None,
+    timeout: float | httpx2.Timeout | None = None,
     model: str | None = None,
     max_turns: int | None = None,
     observer: ExchangeObserver | None = None,
 ) -> AsyncTransport:
-    """:func:`boot` for ``httpx.AsyncClient`` (a plain function: booting does no I/O)."""
+    """:func:`boot` for ``httpx2.AsyncClient`` (a plain function: booting does no I/O)."""
     if client is not None and transport is not None:
         raise ConfigurationError("pass client= or transport=, not both")
     config = _configure(
@@ -815,7 +817,7 @@ def aboot(
     )
     owns = client is None
     if client is None:
-        client = httpx.AsyncClient(
+        client = httpx2.AsyncClient(
             transport=transport, timeout=_timeout(timeout) or DEFAULT_TIMEOUT
         )
     return AsyncTransport(

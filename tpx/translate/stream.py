@@ -1,6 +1,6 @@
 """Streaming: SSE parsing, Chat Completions chunks -> Messages stream events, accumulation.
 
-Sans-I/O (no httpx): bytes in any chunking go in, Messages stream events (dicts) come out.
+Sans-I/O (no httpx2): bytes in any chunking go in, Messages stream events (dicts) come out.
 
 Pieces
 ------
