@@ -54,7 +54,7 @@ import attrs
 from tpx.itf import TraceFormatError, decode_value, from_itf
 from tpx.model import INVARIANTS, VARS, Config, Init, Next, SelectionStable, State, TypeOK
 from tpx.model.state import Outcomes, Phases, Shapes
-from tpx.tlc.runner import STUTTER_LABELS
+from tpx.tlc.traces import STUTTER_LABELS
 from tpx.values import ModelValue
 
 __all__ = [

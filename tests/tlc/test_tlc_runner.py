@@ -28,12 +28,14 @@ from tpx.tlc import (
     find_jar,
     find_java,
     load_cfg,
+    process,
     render_cfg,
     run_tlc,
-    runner,
     simulate,
+    traces,
     with_constants,
 )
+from tpx.tlc import java as tlc_java
 from tpx.values import ModelValue, Record, TLAValue
 
 from .conftest import ROOT, SEED, SEED_CFG
@@ -254,7 +256,7 @@ def test_trace_values_tla_cannot_express_are_a_format_error(
     def no_tlc(*args: object, **kwargs: object) -> None:
         raise AssertionError("TLC must not run")
 
-    monkeypatch.setattr(runner, "run_model", no_tlc)
+    monkeypatch.setattr(traces, "run_model", no_tlc)
     good = Record(x=1, ids=frozenset({ModelValue("t1")}))
     bad = Record(x=1, ids=frozenset({ModelValue("?tpxb0-e066_Y2Fs")}))
     with pytest.raises(TraceFormatError, match=r"trace 2, state 2 .*'\?tpxb0-e066_Y2Fs'") as info:
@@ -366,8 +368,8 @@ def test_java_without_version(tmp_path: Path) -> None:
 
 
 def test_real_java_is_recent(real_java: str) -> None:
-    major, text = runner._java_version(real_java)
-    assert major >= runner.MIN_JAVA == 11, text
+    major, text = tlc_java._java_version(real_java)
+    assert major >= tlc_java.MIN_JAVA == 11, text
     assert text.startswith('version "')
     assert find_java(real_java) == real_java  # passes the runner's own check
 
@@ -377,7 +379,7 @@ def test_timeout_kills_the_jvm(
     tmp_path: Path, real_java: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     java, pidfile = pid_recording_java(tmp_path, real_java)
-    monkeypatch.setattr(runner, "time", ClockArmedByJVM(pidfile))
+    monkeypatch.setattr(process, "time", ClockArmedByJVM(pidfile))
     with pytest.raises(TLCTimeoutError, match="timeout"):
         run_tlc(SEED, big_cfg(tmp_path), timeout=1.0, java=str(java))
     assert_gone(pidfile)

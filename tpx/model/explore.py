@@ -27,7 +27,7 @@ import attrs
 from tpx.model.actions import Init, Next
 from tpx.model.invariants import INVARIANTS, Invariant, SelectionStable
 from tpx.model.state import Config, State
-from tpx.tlc.runner import TraceStep, Verdict
+from tpx.tlc.verdict import TraceStep, Verdict
 from tpx.values import Record
 
 __all__ = ["ExploreResult", "Graph", "Verdict", "explore"]
