@@ -20,6 +20,7 @@ CFG = ROOT / "spec" / "TpxTransport.cfg"
 TINY_CFG = (
     "SPECIFICATION Spec\nCONSTANTS\n  MaxTurns = 1\n  ToolIds = {t1}\n"
     "  ANTHROPIC = ANTHROPIC\n  TPX = TPX\n  NONE = NONE\n"
+    "INVARIANTS TypeOK ShapeInv PairingInv SelectionInv BoundedInv\nPROPERTY SelectionStable\n"
 )
 TINY = Config.of(1, 1)
 
@@ -103,9 +104,8 @@ def test_tool_ids_that_are_no_set(
     cfg = tmp_path / "three.cfg"
     cfg.write_text(TINY_CFG.replace("{t1}", "3"))
     assert main(command(name, cfg, tmp_path)) == 2
-    assert "tpx: error: ToolIds must be a set of model values such as {t1, t2}, got 3" in err_of(
-        capsys
-    )
+    want = f"tpx: error: {cfg}: ToolIds must be a set of model values such as {{t1, t2}}, got 3"
+    assert want in err_of(capsys)
 
 
 @pytest.mark.parametrize("name", [*COMMANDS, "tlc"])
@@ -123,7 +123,7 @@ def test_a_cfg_that_is_not_utf8(
 
 def test_explore_a_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["explore", str(tmp_path), "--config", str(CFG)]) == 2
-    assert f"tpx: error: cannot read the spec {tmp_path}: Is a directory" in err_of(capsys)
+    assert f"tpx: error: {tmp_path}: is not a file (a spec file is needed)" in err_of(capsys)
 
 
 def test_graph_into_a_missing_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -210,7 +210,7 @@ def test_graph_counts_only_accepted_traces(
     illegal[3] = Record({**illegal[3], "gotShape": "openai"})  # an OpenAI body handed back
     bad = write(tmp_path / "openai.jsonl", illegal)
     out = tmp_path / "g.dot"
-    base = ["graph", "--config", str(cfg), "-o", str(out)]
+    base = ["graph", "--config", str(cfg), "-o", str(out), "--force"]
     assert main([*base, "--covered", str(legal)]) == 0
     alone = capsys.readouterr().out
     assert main([*base, "--covered", str(legal), str(bad)]) == 1

@@ -1,37 +1,88 @@
-"""The ``tpx`` command line.
+"""tpx: check the TLA+ spec with TLC or with its Python mirror, and validate traces.
 
-``tpx tlc [SPEC] [--config CFG] [--workers N] [--dump-graph FILE]`` model-checks
-with TLC; ``tpx explore [SPEC] [--config CFG]`` explores the same model with the
-Python mirror. Both print the same one-screen summary so they can be compared
-side by side, and both exit non-zero on any violation or error.
+  tpx tlc [SPEC] [--config CFG]         model-check any spec with TLC
+  tpx explore [SPEC] [--config CFG]     explore the mirrored spec with the Python mirror
+  tpx check-trace FILE... [--tlc]       validate recorded traces against the spec
+  tpx graph [SPEC] -o OUT.svg           draw the state graph, covered part highlighted
 
-``tpx check-trace FILE... [--config CFG] [--tlc]`` validates recorded traces (ITF or
-JSON lines, see :mod:`tpx.tracecheck`) against the spec, one verdict (or ERROR) line
-per file; ``tpx graph [SPEC] [--config CFG] [--covered FILE...] -o OUT.svg`` draws the
-state graph with the part the (accepted) traces cover highlighted (see
-:mod:`tpx.graphviz`).
-
-Bad input (unreadable or non-UTF-8 files, a cfg TLC or the mirror cannot use, bad
-numbers) ends with one ``tpx: error: ...`` line and exit code 2, never a traceback.
+SPEC defaults to the TpxTransport spec shipped inside the package, CFG to the .cfg
+beside SPEC. tlc and explore print the same one-screen summary so they can be
+compared side by side; both exit non-zero on any violation. The mirror refuses a
+spec that differs from the one it mirrors (use tpx tlc for it). Bad input ends
+with one `tpx: error: ...` line and exit code 2; SIGINT exits 130, SIGTERM 143,
+after the JVM and the work folder are gone.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
+import contextlib
+import signal
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any, TextIO
 
 from tpx.errors import TpxError
 from tpx.tlc.values import format_value
 
-DEFAULT_SPEC = Path("spec/TpxTransport.tla")
+#: Exit codes of a run stopped by a signal (128 + the signal number).
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143
+
+
+class Terminated(BaseException):
+    """Raised in the main thread by SIGTERM, so every ``finally`` (JVM, work folder) runs."""
+
+
+def default_spec() -> Path:
+    """The TpxTransport spec shipped inside the package (a copy of the repo's spec/)."""
+    from tpx.model import TRANSPORT
+
+    return TRANSPORT.spec_path
+
+
+def _spec_of(args: argparse.Namespace) -> Path:
+    spec: Path | None = args.spec
+    return default_spec() if spec is None else spec
 
 
 def _cfg_for(spec: Path, cfg: Path | None) -> Path:
     return cfg if cfg is not None else spec.with_suffix(".cfg")
+
+
+def _require_file(path: Path, what: str) -> None:
+    if not path.exists():
+        raise TpxError(f"{path}: no such {what} file")
+    if not path.is_file():
+        raise TpxError(f"{path}: is not a file (a {what} file is needed)")
+
+
+def _fresh_output(path: Path, force: bool) -> None:
+    """Refuse to overwrite an existing file silently."""
+    if path.exists() and not force:
+        raise TpxError(f"{path} exists; pass --force to overwrite it")
+
+
+class _Throttle:
+    """Lets a progress line through at most every *every* seconds (the first one too)."""
+
+    def __init__(self, every: float) -> None:
+        self.every = every
+        self.started = time.monotonic()
+        self.last = self.started
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now - self.last < self.every:
+            return False
+        self.last = now
+        return True
+
+    def elapsed(self) -> float:
+        return max(time.monotonic() - self.started, 1e-9)
 
 
 def summary(
@@ -46,8 +97,11 @@ def summary(
     duration_s: float,
     trace: Sequence[tuple[str, Any]] = (),
     out: TextIO = sys.stdout,
+    *,
+    full: bool = False,
 ) -> None:
-    """Print the one-screen summary both commands share."""
+    """Print the one-screen summary both commands share. A counterexample shows its first
+    state whole and then, per step, only the variables that changed (all with *full*)."""
 
     def fig(v: int | None) -> str:
         return "-" if v is None else f"{v:,}"
@@ -60,23 +114,36 @@ def summary(
     print(f"  depth      {fig(depth)}", file=out)
     print(f"  time       {duration_s:.2f} s", file=out)
     if trace:
-        print("  counterexample:", file=out)
+        how = "full states" if full else "first state, then what changed"
+        print(f"  counterexample ({how}):", file=out)
+        before: Any = None
         for i, (action, state) in enumerate(trace, 1):
-            print(f"    {i}: {action}", file=out)
-            for name in sorted(state):
+            names = [
+                n
+                for n in sorted(state)
+                if full or before is None or n not in before or before[n] != state[n]
+            ]
+            note = "" if names or full else "  (nothing changed)"
+            print(f"    {i}: {action}{note}", file=out)
+            for name in names:
                 print(f"         /\\ {name} = {format_value(state[name])}", file=out)
+            before = state
 
 
 def _cmd_tlc(args: argparse.Namespace) -> int:
     from tpx.tlc import run_tlc
 
-    spec: Path = args.spec
+    spec = _spec_of(args)
     cfg = _cfg_for(spec, args.config)
+    _require_file(spec, "spec")
+    _require_file(cfg, "cfg")
+    if args.dump_graph is not None:
+        _fresh_output(args.dump_graph, args.force)
 
     def progress(p: Any) -> None:
         print(
-            f"  ... depth {p.depth}: {p.generated} generated, {p.distinct} distinct, "
-            f"{p.left} left on queue",
+            f"tlc: depth {p.depth}: {p.generated:,} generated, {p.distinct:,} distinct, "
+            f"{p.left:,} left on queue",
             file=sys.stderr,
             flush=True,
         )
@@ -89,6 +156,12 @@ def _cmd_tlc(args: argparse.Namespace) -> int:
         dump_dot=args.dump_graph,
         on_progress=progress,
     )
+    if result.verdict.kind == "error":
+        first = _tlc_reason(result.verdict.message or "")
+        raise TpxError(
+            f"{cfg}: TLC could not evaluate the model (TLC exit {result.exit_code}); "
+            f"check the constants' values\nTLC said: {first}"
+        )
     trace = [(step.action, step.state) for step in result.trace]
     summary(
         "tlc",
@@ -101,38 +174,75 @@ def _cmd_tlc(args: argparse.Namespace) -> int:
         result.depth,
         result.duration_s,
         trace,
+        full=args.full,
     )
     return 0 if result.verdict.kind == "ok" else (result.exit_code or 1)
 
 
-def _read_spec(spec: Path) -> str:
+def _tlc_reason(message: str) -> str:
+    """The line of TLC's error text that says what went wrong (its ``Reason:``, else the
+    exception's own line, else the first line), without Java's preamble."""
+    lines = [ln.strip().lstrip(": ").strip() for ln in message.splitlines() if ln.strip()]
+    if "Reason:" in lines and lines.index("Reason:") + 1 < len(lines):
+        return lines[lines.index("Reason:") + 1]
+    for ln in lines:
+        if ln.startswith("Attempted") or "Error" in ln or "error" in ln:
+            return ln
+    return lines[0] if lines else "no message"
+
+
+def _mirror_checks(spec: Path, cfg: Path) -> tuple[Any, Any]:
+    """The mirror's Config for *spec* / *cfg* and what the cfg asks to check (refusing a
+    spec that is not the mirrored one, or a cfg naming what the mirror does not define)."""
+    from tpx.model import Config
+    from tpx.model.registry import check_mirrored
+
+    _require_file(spec, "spec")
+    _require_file(cfg, "cfg")
+    checked = check_mirrored(spec, cfg)
     try:
-        return spec.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise TpxError(f"{spec} is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
-    except OSError as exc:
-        raise TpxError(f"cannot read the spec {spec}: {exc.strerror or exc}") from None
+        config = Config.from_constants(dict(checked.model.constants))
+    except TpxError as exc:
+        raise TpxError(f"{cfg}: {exc}") from None
+    return config, checked
 
 
 def _cmd_explore(args: argparse.Namespace) -> int:
-    from tpx.model import Config
-    from tpx.model.explore import explore
+    from tpx.model import INVARIANTS, SelectionStable
+    from tpx.model.explore import Progress, explore
     from tpx.model.packed import explore_packed
-    from tpx.tlc.cfg import load_cfg
 
-    spec: Path = args.spec
+    spec = _spec_of(args)
     cfg_path = _cfg_for(spec, args.config)
-    module = re.search(r"MODULE\s+(\w+)", _read_spec(spec))
-    if module is None or module.group(1) != "TpxTransport":
-        raise TpxError(
-            f"{spec}: the mirror models module TpxTransport only "
-            f"(found {module.group(1) if module else 'no module'}); use `tpx tlc` for other specs"
+    config, checked = _mirror_checks(spec, cfg_path)
+    model = checked.model
+    check_deadlock = True if model.check_deadlock is None else model.check_deadlock
+    throttle = _Throttle(args.progress)
+
+    def progress(p: Progress) -> None:
+        if throttle.due():
+            rate = p.generated / throttle.elapsed()
+            print(
+                f"explore: depth {p.depth}: {p.generated:,} generated, {p.distinct:,} "
+                f"distinct, {p.queue:,} on queue, {rate:,.0f} states/s",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    invariants = [(n, f) for n, f in INVARIANTS if n in checked.invariants]
+    everything = len(invariants) == len(INVARIANTS) and "SelectionStable" in checked.properties
+    if args.readable or not everything:
+        result = explore(
+            config,
+            check_deadlock=check_deadlock,
+            invariants=invariants,
+            properties=[("SelectionStable", SelectionStable)]
+            if "SelectionStable" in checked.properties
+            else [],
+            on_progress=progress,
         )
-    cfg = load_cfg(cfg_path)
-    config = Config.from_constants(dict(cfg.constants))
-    check_deadlock = True if cfg.check_deadlock is None else cfg.check_deadlock
-    run = explore if args.readable else explore_packed
-    result = run(config, check_deadlock=check_deadlock)
+    else:
+        result = explore_packed(config, check_deadlock=check_deadlock, on_progress=progress)
     summary(
         "explore",
         spec,
@@ -144,6 +254,7 @@ def _cmd_explore(args: argparse.Namespace) -> int:
         result.depth,
         result.duration_s,
         result.trace,
+        full=args.full,
     )
     return result.exit_code
 
@@ -159,9 +270,17 @@ def _cmd_check_trace(args: argparse.Namespace) -> int:
         validate_trace,
     )
 
-    spec: Path = args.spec
+    spec = _spec_of(args)
     cfg_path = _cfg_for(spec, args.config)
-    config = Config.from_cfg(cfg_path)
+    if args.tlc:
+        _require_file(spec, "spec")
+        _require_file(cfg_path, "cfg")
+        config = Config.from_cfg(cfg_path)
+        invariants: tuple[str, ...] = ()
+        properties: tuple[str, ...] = ()
+    else:
+        config, checked = _mirror_checks(spec, cfg_path)
+        invariants, properties = checked.invariants, checked.properties
     # one line per file, in the order given: a verdict, or why the file is no trace
     outcome: dict[int, str] = {}
     loaded: list[tuple[int, list[Any], list[str | None]]] = []
@@ -170,7 +289,13 @@ def _cmd_check_trace(args: argparse.Namespace) -> int:
         try:
             states, actions = load_trace(path)
             validate_trace(states)
-            report = None if args.tlc else check_trace(states, config, actions=actions)
+            report = (
+                None
+                if args.tlc
+                else check_trace(
+                    states, config, actions=actions, invariants=invariants, properties=properties
+                )
+            )
         except TraceFormatError as exc:
             outcome[n] = f"ERROR: {exc}"
             errors += 1
@@ -199,12 +324,13 @@ def _cmd_check_trace(args: argparse.Namespace) -> int:
 
 def _cmd_graph(args: argparse.Namespace) -> int:
     from tpx.graphviz import coverage_summary, read_covered, render_coverage
-    from tpx.model import Config
     from tpx.model.explore import explore
 
-    spec: Path = args.spec
+    spec = _spec_of(args)
     cfg_path = _cfg_for(spec, args.config)
-    config = Config.from_cfg(cfg_path)
+    config, _ = _mirror_checks(spec, cfg_path)
+    out: Path = args.output
+    _fresh_output(out, args.force)
     graph = explore(config, check_deadlock=False, keep_graph=True).graph
     assert graph is not None
     covered = read_covered(args.covered, config)
@@ -212,7 +338,6 @@ def _cmd_graph(args: argparse.Namespace) -> int:
         print(f"tpx: warning: {path}: {verdict}; not counted as covered", file=sys.stderr)
     for path, why in covered.unreadable:
         print(f"tpx: warning: {path}: ERROR: {why}; not counted as covered", file=sys.stderr)
-    out: Path = args.output
     fmt = args.format or (out.suffix.lstrip(".") or "svg")
     render_coverage(graph, covered.states, covered.edges, out, fmt=fmt)
     print(f"{out}: {coverage_summary(graph, covered.states, covered.edges)}")
@@ -239,74 +364,179 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tpx", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
 
-    tlc = sub.add_parser("tlc", help="model-check a spec with TLC")
-    tlc.add_argument("spec", nargs="?", type=Path, default=DEFAULT_SPEC)
-    tlc.add_argument("--config", type=Path, default=None, help="cfg file (default: SPEC.cfg)")
-    tlc.add_argument("--workers", type=_positive_int, default=1, help="TLC worker threads (>= 1)")
-    tlc.add_argument(
-        "--timeout", type=_positive_seconds, default=None, help="seconds before TLC is killed"
+    try:
+        return version("tpx")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+SPEC_HELP = "the .tla spec (default: the TpxTransport spec shipped with tpx)"
+CFG_HELP = "the TLC model configuration (default: SPEC with suffix .cfg)"
+FULL_HELP = "print every state of a counterexample whole (default: only what changed)"
+
+
+def _add_tlc(sub: Any) -> None:
+    tlc = sub.add_parser(
+        "tlc",
+        help="model-check a spec with TLC",
+        description="Model-check SPEC with TLC 2.15 under CFG and print the summary. Any "
+        "spec and any cfg keyword TLC knows (CONSTANT(S), INIT/NEXT, SPECIFICATION, "
+        "INVARIANT(S), PROPERTY(IES), CONSTRAINT(S), ACTION_CONSTRAINT(S), SYMMETRY, VIEW, "
+        "ALIAS, `<-` substitutions; CHECK_DEADLOCK becomes -deadlock). Exit 0 when no "
+        "error is found, TLC's exit code on a violation (11 deadlock, 12 invariant, 13 "
+        "property), 2 on bad input.",
     )
-    tlc.add_argument("--dump-graph", type=Path, default=None, help="write the state graph (dot)")
+    tlc.add_argument("spec", nargs="?", type=Path, default=None, help=SPEC_HELP)
+    tlc.add_argument("--config", type=Path, default=None, help=CFG_HELP)
+    tlc.add_argument(
+        "--workers", type=_positive_int, default=1, help="TLC worker threads (default: 1)"
+    )
+    tlc.add_argument(
+        "--timeout",
+        type=_positive_seconds,
+        default=None,
+        help="seconds before TLC is killed (default: no limit)",
+    )
+    tlc.add_argument(
+        "--dump-graph",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="also write TLC's state graph (dot source) to exactly FILE (default: none)",
+    )
+    tlc.add_argument("--force", action="store_true", help="overwrite an existing --dump-graph")
+    tlc.add_argument("--full", action="store_true", help=FULL_HELP)
     tlc.set_defaults(func=_cmd_tlc)
 
-    exp = sub.add_parser("explore", help="explore the spec with the Python mirror")
-    exp.add_argument("spec", nargs="?", type=Path, default=DEFAULT_SPEC)
-    exp.add_argument("--config", type=Path, default=None, help="cfg file (default: SPEC.cfg)")
+
+def _add_explore(sub: Any) -> None:
+    exp = sub.add_parser(
+        "explore",
+        help="explore the mirrored spec with the Python mirror",
+        description="Explore SPEC under CFG with the Python mirror, breadth first, checking "
+        "exactly the cfg's INVARIANT(S) and PROPERTY(IES), and print the same summary as "
+        "`tpx tlc`. SPEC must be, token for token (comments and layout aside), the spec the "
+        "mirror implements; any other spec is refused: check it with `tpx tlc`. A progress "
+        "line goes to stderr every few seconds.",
+    )
+    exp.add_argument("spec", nargs="?", type=Path, default=None, help=SPEC_HELP)
+    exp.add_argument("--config", type=Path, default=None, help=CFG_HELP)
     exp.add_argument(
-        "--readable", action="store_true", help="use the readable explorer, not the packed one"
+        "--readable",
+        action="store_true",
+        help="use the readable explorer, not the packed one (default: packed)",
+    )
+    exp.add_argument("--full", action="store_true", help=FULL_HELP)
+    exp.add_argument(
+        "--progress",
+        type=_positive_seconds,
+        default=5.0,
+        metavar="SECONDS",
+        help="seconds between progress lines on stderr (default: 5)",
     )
     exp.set_defaults(func=_cmd_explore)
 
+
+def _add_check_trace(sub: Any) -> None:
     chk = sub.add_parser(
         "check-trace",
         help="validate recorded traces (ITF or JSON lines) against the spec",
-        description="Prints FILE: ACCEPTED, FILE: REJECTED at step N (property): reason, or "
-        "FILE: ERROR: why (not a trace) per file, in order. Exit 0 if all are accepted, "
-        "1 if any is rejected, 2 if any is no trace.",
+        description="Prints `FILE: ACCEPTED`, `FILE: REJECTED at step N (property): reason` or "
+        "`FILE: ERROR: why` (not a trace) per file, in order. The mirror (default) refuses a "
+        "spec it does not mirror; --tlc checks any spec. Exit 0 if all are accepted, 1 if "
+        "any is rejected, 2 if any is no trace.",
     )
-    chk.add_argument("files", nargs="+", type=Path, metavar="FILE")
-    chk.add_argument("--spec", type=Path, default=DEFAULT_SPEC)
-    chk.add_argument("--config", type=Path, default=None, help="cfg file (default: SPEC.cfg)")
-    chk.add_argument("--tlc", action="store_true", help="check with TLC (one run for all files)")
+    chk.add_argument("files", nargs="+", type=Path, metavar="FILE", help="trace files")
+    chk.add_argument("--spec", type=Path, default=None, help=SPEC_HELP)
+    chk.add_argument("--config", type=Path, default=None, help=CFG_HELP)
     chk.add_argument(
-        "--timeout", type=_positive_seconds, default=None, help="seconds before TLC is killed"
+        "--tlc", action="store_true", help="check with TLC, one run for all files (default: mirror)"
+    )
+    chk.add_argument(
+        "--timeout",
+        type=_positive_seconds,
+        default=None,
+        help="seconds before TLC is killed (default: no limit)",
     )
     chk.set_defaults(func=_cmd_check_trace)
 
+
+def _add_graph(sub: Any) -> None:
     gra = sub.add_parser(
         "graph",
         help="draw the state graph, covered states/edges highlighted",
         description="Draws every reachable state and step of the mirror's graph; states and "
         "steps seen in the --covered traces are green, the rest grey. Without --covered "
-        "nothing is covered (the picture shows the whole graph, uncovered). Each covered "
-        "trace is checked with the mirror first: a rejected or unreadable one counts for "
-        "nothing and gets a warning; the picture is still drawn, and the exit code is 1 "
-        "if any trace was rejected, 2 if any file is no trace.",
+        "nothing is covered. Each covered trace is checked with the mirror first: a rejected "
+        "or unreadable one counts for nothing and gets a warning; the picture is still drawn, "
+        "and the exit code is 1 if any trace was rejected, 2 if any file is no trace. Writes "
+        "exactly OUT (never a .dot beside it) and never overwrites a file without --force.",
     )
-    gra.add_argument("spec", nargs="?", type=Path, default=DEFAULT_SPEC)
-    gra.add_argument("--config", type=Path, default=None, help="cfg file (default: SPEC.cfg)")
+    gra.add_argument("spec", nargs="?", type=Path, default=None, help=SPEC_HELP)
+    gra.add_argument("--config", type=Path, default=None, help=CFG_HELP)
     gra.add_argument(
         "--covered",
         type=Path,
         nargs="*",
         default=[],
         metavar="FILE",
-        help="traces (ITF or JSON lines) whose states and steps count as covered",
+        help="traces (ITF or JSON lines) whose states and steps count as covered (default: none)",
     )
-    gra.add_argument("-o", "--output", type=Path, required=True, help="output file (.svg, .dot)")
-    gra.add_argument("--format", default=None, help="dot output format (default: from -o suffix)")
+    gra.add_argument(
+        "-o", "--output", type=Path, required=True, metavar="OUT", help="output file (.svg, .dot)"
+    )
+    gra.add_argument(
+        "--format", default=None, help="dot output format (default: OUT's suffix, else svg)"
+    )
+    gra.add_argument("--force", action="store_true", help="overwrite an existing OUT")
     gra.set_defaults(func=_cmd_graph)
+
+
+#: Subcommands: each adds its parser. Other packages append theirs here
+#: (e.g. ``tpx serve``): a callable taking the subparsers object.
+SUBCOMMANDS: list[Callable[[Any], None]] = [_add_tlc, _add_explore, _add_check_trace, _add_graph]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tpx",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"tpx {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in SUBCOMMANDS:
+        add(sub)
     return parser
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise Terminated
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """In the main thread: SIGTERM raises :class:`Terminated` (cleanup runs) instead of
+    killing the interpreter on the spot."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        code: int = args.func(args)
+        with _sigterm_raises():
+            code: int = args.func(args)
     except TpxError as exc:
         print(f"tpx: error: {exc}", file=sys.stderr)
         return 2
@@ -314,8 +544,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"tpx: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("tpx: interrupted", file=sys.stderr)
-        return 130
+        print("tpx: interrupted (SIGINT)", file=sys.stderr)
+        return EXIT_SIGINT
+    except Terminated:
+        print("tpx: terminated (SIGTERM)", file=sys.stderr)
+        return EXIT_SIGTERM
     return code
 
 

@@ -4,8 +4,8 @@
 ``dot`` source: covered states filled green and covered steps drawn green and
 bold, everything else grey (initial states get a double border). Node labels are
 compact: ``provider credentials turn phase lastOutcome`` and the pending ids, e.g.
-``TPX -T 1 idle ok`` / ``p={t1}``. :func:`render_coverage` writes the source next to
-the output and runs graphviz's ``dot`` binary on it; :func:`coverage_summary`
+``TPX -T 1 idle ok`` / ``p={t1}``. :func:`render_coverage` pipes the source into
+graphviz's ``dot`` binary, which writes exactly the output file; :func:`coverage_summary`
 counts what is covered.
 
 Coverage comes from recorded traces (:func:`covered_by`, :func:`load_covered`):
@@ -148,7 +148,7 @@ def render_coverage(
     dot: str | None = None,
 ) -> Path:
     """Write the coverage picture to *out* in *fmt* (any ``dot -T`` format; ``"dot"``
-    writes only the source). The dot source is also kept at *out* with suffix ``.dot``.
+    writes only the source). Only *out* is written (the source goes to ``dot`` on stdin).
 
     Raises :class:`GraphvizNotFoundError` when the ``dot`` binary is missing.
     """
@@ -163,11 +163,10 @@ def render_coverage(
             "graphviz's `dot` binary is not on PATH; install graphviz "
             "(`apt-get install graphviz`, or `make graphviz`) to draw coverage pictures"
         )
-    src = out.with_suffix(".dot")
-    src.write_text(source, encoding="utf-8")
     try:
         proc = subprocess.run(
-            [exe, f"-T{fmt}", "-o", str(out), str(src)],
+            [exe, f"-T{fmt}", "-o", str(out)],
+            input=source,
             capture_output=True,
             text=True,
             check=False,

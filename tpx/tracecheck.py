@@ -52,8 +52,19 @@ from typing import Any
 import attrs
 
 from tpx.itf import TraceFormatError, decode_value, from_itf
-from tpx.model import INVARIANTS, VARS, Config, Init, Next, SelectionStable, State, TypeOK
+from tpx.model import (
+    INVARIANTS,
+    TRANSPORT,
+    VARS,
+    Config,
+    Init,
+    Next,
+    SelectionStable,
+    State,
+    TypeOK,
+)
 from tpx.model.state import Outcomes, Phases, Shapes
+from tpx.tlc.cfg import StrPath
 from tpx.tlc.traces import STUTTER_LABELS
 from tpx.values import ModelValue
 
@@ -70,8 +81,9 @@ __all__ = [
     "validate_trace",
 ]
 
-DEFAULT_SPEC = Path("spec/TpxTransport.tla")
-DEFAULT_CFG = Path("spec/TpxTransport.cfg")
+#: The spec shipped inside the package (the repo's spec/ copy), wherever tpx runs.
+DEFAULT_SPEC = TRANSPORT.spec_path
+DEFAULT_CFG = TRANSPORT.cfg_path
 
 _BOOL_VARS = frozenset({"hasKey", "hasToken"})
 _INT_VARS = frozenset({"turn"})
@@ -279,8 +291,15 @@ def check_trace(
     config: Config,
     *,
     actions: Sequence[str | None] | None = None,
+    invariants: Sequence[str] | None = None,
+    properties: Sequence[str] | None = None,
 ) -> TraceReport:
     """Check a recorded trace against the spec with the Python mirror.
+
+    *invariants* / *properties* name the checks to run (a cfg's INVARIANT and PROPERTY
+    lists; default: all the spec's, i.e. :data:`tpx.model.INVARIANTS` and
+    ``SelectionStable``); a trace that breaks only an unnamed one is accepted, as TLC
+    would accept it.
 
     *states* are mappings of the 12 variables (a :class:`~tpx.values.Record` from
     ITF, or a parsed JSON line). *actions*, if given, holds the implementation's
@@ -296,6 +315,8 @@ def check_trace(
         raise ValueError(f"{len(actions)} action claims for {len(states)} states")
     steps: list[str] = []
     prev: State | None = None
+    checked = [(n, f) for n, f in INVARIANTS if invariants is None or n in invariants]
+    stable = properties is None or "SelectionStable" in properties
 
     def reject(i: int, prop: str, message: str) -> TraceReport:
         return TraceReport(False, steps, i, prop, message)
@@ -304,7 +325,7 @@ def check_trace(
         state, problem = coerce_state(raw, config, i)
         if problem is not None:
             return reject(i, "TypeOK", f"state {i}: {problem}")
-        for name, inv in INVARIANTS:
+        for name, inv in checked:
             if not inv(state, config):
                 if name == "TypeOK":
                     return reject(
@@ -334,7 +355,7 @@ def check_trace(
                 )
             steps.append("Init")
         else:
-            if not SelectionStable(prev, state):
+            if stable and not SelectionStable(prev, state):
                 changed = [
                     f"{n}: {_show(getattr(prev, n))} -> {_show(getattr(state, n))}"
                     for n in ("hasKey", "hasToken", "provider")
@@ -388,8 +409,8 @@ def check_traces_tlc(
     config: Config | None = None,
     *,
     actions: Sequence[Sequence[str | None] | None] | None = None,
-    spec: Path = DEFAULT_SPEC,
-    cfg: Path = DEFAULT_CFG,
+    spec: StrPath = DEFAULT_SPEC,
+    cfg: StrPath = DEFAULT_CFG,
     timeout: float | None = None,
 ) -> list[TraceReport]:
     """Check many traces with TLC in one run (:func:`tpx.tlc.check_traces`).
@@ -410,7 +431,7 @@ def check_traces_tlc(
     """
     from tpx.tlc import check_traces
 
-    config = Config.from_cfg(cfg) if config is None else config
+    config = Config.from_cfg(Path(cfg)) if config is None else config
     if actions is not None and len(actions) != len(traces):
         raise ValueError(f"{len(actions)} action lists for {len(traces)} traces")
     claims: list[list[str | None]] = []
@@ -489,8 +510,8 @@ def check_trace_tlc(
     config: Config | None = None,
     *,
     actions: Sequence[str | None] | None = None,
-    spec: Path = DEFAULT_SPEC,
-    cfg: Path = DEFAULT_CFG,
+    spec: StrPath = DEFAULT_SPEC,
+    cfg: StrPath = DEFAULT_CFG,
     timeout: float | None = None,
 ) -> TraceReport:
     """One trace through TLC (see :func:`check_traces_tlc`)."""

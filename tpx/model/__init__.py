@@ -9,7 +9,10 @@ Read it side by side with the spec:
 * :mod:`tpx.model.invariants` -- ``TypeOK``, ``ShapeInv``, ``PairingInv``, ``SelectionInv``,
   ``BoundedInv`` (in :data:`INVARIANTS`) and ``SelectionStable`` on a step;
 * :mod:`tpx.model.explore`    -- BFS explorer reporting TLC's figures;
-* :mod:`tpx.model.packed`     -- the same exploration on bit-packed states (numpy), for speed.
+* :mod:`tpx.model.packed`     -- the same exploration on bit-packed states (numpy), for speed;
+* :mod:`tpx.model.fingerprint` / :mod:`tpx.model.registry` -- which spec the mirror mirrors
+  (:data:`TRANSPORT`, shipped as ``tpx/specs/TpxTransport.tla``) and the check that a
+  given spec and cfg are that one.
 """
 
 from tpx.model.actions import (
@@ -35,11 +38,22 @@ from tpx.model.invariants import (
     ShapeInv,
     TypeOK,
 )
+from tpx.model.registry import MirroredSpec, register
 from tpx.model.state import VARS, Config, State
+
+#: spec/TpxTransport.tla, as shipped in tpx/specs and implemented by this package.
+TRANSPORT = register(
+    MirroredSpec(
+        "TpxTransport",
+        invariants=tuple(name for name, _ in INVARIANTS),
+        properties=("SelectionStable",),
+    )
+)
 
 __all__ = [
     "ACTIONS",
     "INVARIANTS",
+    "TRANSPORT",
     "VARS",
     "BoundedInv",
     "CallerAbort",

@@ -30,7 +30,7 @@ from tpx.model.state import Config, State
 from tpx.tlc.verdict import TraceStep, Verdict
 from tpx.values import Record
 
-__all__ = ["ExploreResult", "Graph", "Verdict", "explore"]
+__all__ = ["ExploreResult", "Graph", "Progress", "ProgressFn", "Verdict", "explore"]
 
 #: TLC's exit codes for the same outcomes.
 EXIT_CODES: dict[str, int] = {"ok": 0, "deadlock": 11, "invariant": 12, "action_property": 13}
@@ -65,6 +65,22 @@ class ExploreResult:
         return EXIT_CODES[self.verdict.kind]
 
 
+@attrs.frozen
+class Progress:
+    """Where an exploration stands (TLC's progress line: depth, generated, distinct, queue)."""
+
+    depth: int
+    generated: int
+    distinct: int
+    queue: int
+
+
+ProgressFn = Callable[[Progress], None]
+"""Called now and then during an exploration (every few thousand states, or per level)."""
+
+#: States the readable explorer expands between two progress calls.
+PROGRESS_EVERY = 4096
+
 NextFn = Callable[[State, Config], Iterable[tuple[str, State]]]
 InitFn = Callable[[Config], Iterable[State]]
 StepProperty = Callable[[State, State], bool]
@@ -79,6 +95,7 @@ def explore(
     next: NextFn = Next,
     invariants: Iterable[tuple[str, Invariant]] = INVARIANTS,
     properties: Iterable[tuple[str, StepProperty]] = (("SelectionStable", SelectionStable),),
+    on_progress: ProgressFn | None = None,
 ) -> ExploreResult:
     """Explore every reachable state; stop at the first violation, as TLC does.
 
@@ -133,8 +150,12 @@ def explore(
             return finish(Verdict("invariant", name), s)
         queue.append(s)
 
+    expanded = 0
     while queue:
         s = queue.popleft()
+        expanded += 1
+        if on_progress is not None and expanded % PROGRESS_EVERY == 0:
+            on_progress(Progress(level[s], generated, len(parent), len(queue)))
         successors = 0
         for action, t in next(s, config):
             successors += 1

@@ -36,7 +36,7 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
-from tpx.model.explore import ExploreResult, Verdict, explore
+from tpx.model.explore import ExploreResult, Progress, ProgressFn, Verdict, explore
 from tpx.model.state import Config, State
 
 __all__ = ["MAX_TOOL_IDS", "Layout", "decode", "encode", "explore_packed"]
@@ -296,8 +296,12 @@ def _initial(c: Config) -> Arr:
     return np.array([encode(s, c) for s in Init(c)], dtype=np.uint64)
 
 
-def explore_packed(config: Config, *, check_deadlock: bool = True) -> ExploreResult:
+def explore_packed(
+    config: Config, *, check_deadlock: bool = True, on_progress: ProgressFn | None = None
+) -> ExploreResult:
     """Explore like :func:`~tpx.model.explore.explore`, on packed states.
+
+    *on_progress* is called once per BFS level (see :data:`~tpx.model.explore.ProgressFn`).
 
     Falls back to the readable explorer when ToolIds is too wide to pack, and
     hands any violation to it for the shortest counterexample.
@@ -305,7 +309,7 @@ def explore_packed(config: Config, *, check_deadlock: bool = True) -> ExploreRes
     n = len(config.ToolIds)
     turn_bits = max(1, (config.MaxTurns + 1).bit_length())
     if n > MAX_TOOL_IDS or 4 * n + 10 + turn_bits > 64:
-        return explore(config, check_deadlock=check_deadlock)
+        return explore(config, check_deadlock=check_deadlock, on_progress=on_progress)
     start = time.perf_counter()
     machine = _Machine(config)
     frontier = np.unique(_initial(config))
@@ -314,21 +318,23 @@ def explore_packed(config: Config, *, check_deadlock: bool = True) -> ExploreRes
     visited = frontier
     depth = 1
     if not machine.invariants_hold(frontier):
-        return explore(config, check_deadlock=check_deadlock)
+        return explore(config, check_deadlock=check_deadlock, on_progress=on_progress)
     while len(frontier):
         level = machine.step(frontier, check_deadlock)
         generated += level.generated
         if len(level.deadlocked) or level.unstable:
-            return explore(config, check_deadlock=check_deadlock)
+            return explore(config, check_deadlock=check_deadlock, on_progress=on_progress)
         new = np.unique(level.successors)
         new = new[~_sorted_isin(new, visited)]
         if not len(new):
             break
         if not machine.invariants_hold(new):
-            return explore(config, check_deadlock=check_deadlock)
+            return explore(config, check_deadlock=check_deadlock, on_progress=on_progress)
         depth += 1
         visited = np.union1d(visited, new)
         frontier = new
+        if on_progress is not None:
+            on_progress(Progress(depth, generated, len(visited), len(frontier)))
     return ExploreResult(
         verdict=Verdict("ok"),
         initial=initial,

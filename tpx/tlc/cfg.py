@@ -11,6 +11,7 @@ bare identifier is a model value, so ``X = X`` declares the model value
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,10 @@ from tpx.errors import SpecConfigError
 from tpx.tlc.values import TLAValueSyntaxError, _parse_tokens, format_value
 from tpx.values import TLAValue
 
-__all__ = ["ModelConfig", "load_cfg", "parse_cfg", "render_cfg", "with_constants"]
+#: A path argument: ``str`` or any ``os.PathLike`` (``pathlib.Path`` included).
+StrPath = str | os.PathLike[str]
+
+__all__ = ["ModelConfig", "StrPath", "load_cfg", "parse_cfg", "render_cfg", "with_constants"]
 
 
 @attrs.frozen
@@ -193,7 +197,11 @@ def parse_cfg(text: str, *, source: str = "<cfg>") -> ModelConfig:
                 try:
                     value, i = _parse_tokens(clean, tokens, i + 2)
                 except TLAValueSyntaxError as exc:
-                    raise fail(npos, f"bad value for constant {name}: {exc}") from exc
+                    # the value parser quotes the whole text it was given: keep only its reason
+                    why = re.sub(r" at offset \d+ in .*$", "", str(exc), flags=re.DOTALL)
+                    if why.startswith("expected '}'") or why.startswith("expected '>>'"):
+                        why += " (an unclosed set or tuple?)"
+                    raise fail(npos, f"bad value for constant {name}: {why}") from None
                 fields["constants"][name] = value
             if i == start:
                 raise fail(wpos, f"{word} needs at least one assignment")
@@ -213,7 +221,7 @@ def parse_cfg(text: str, *, source: str = "<cfg>") -> ModelConfig:
     )
 
 
-def load_cfg(path: Path | str) -> ModelConfig:
+def load_cfg(path: StrPath) -> ModelConfig:
     """Read a cfg file. Raises :class:`SpecConfigError` if missing or malformed."""
     p = Path(path)
     try:

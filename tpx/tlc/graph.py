@@ -15,7 +15,7 @@ import attrs
 from tpx.errors import (
     TLCCrashError,
 )
-from tpx.tlc.cfg import ModelConfig
+from tpx.tlc.cfg import ModelConfig, StrPath
 from tpx.tlc.runner import load_model, run_model
 from tpx.tlc.values import TLAValueSyntaxError, parse_state
 from tpx.values import Record
@@ -76,8 +76,8 @@ def _graph_model(model: ModelConfig) -> ModelConfig:
 
 
 def dump_graph(
-    spec: Path,
-    cfg: Path | None = None,
+    spec: StrPath,
+    cfg: StrPath | None = None,
     *,
     fp: int = 0,
     workers: int = 1,

@@ -56,10 +56,21 @@ def _checked_java(path: str, mtime_ns: int) -> str:
 
 
 def find_java(java: str | None = None) -> str:
-    """The path of a usable ``java`` (>= 11): *java* if given (name or path), else from PATH.
+    """The path of a usable ``java`` (>= 11): *java* if given (name or path), else
+    ``$JAVA_HOME/bin/java`` when ``JAVA_HOME`` is set, else ``java`` from PATH.
 
     Raises :class:`JavaNotFoundError` naming the fix.
     """
+    home = os.environ.get("JAVA_HOME")
+    if java is None and home:
+        name = str(Path(home) / "bin" / "java")
+        path = shutil.which(name)
+        if path is None:
+            raise JavaNotFoundError(
+                f"JAVA_HOME={home} has no bin/java; point JAVA_HOME at a Java 11+ "
+                f"installation or unset it to use java from PATH"
+            )
+        return _checked_java(path, os.stat(path).st_mtime_ns)
     name = java or "java"
     path = shutil.which(name)
     if path is None:

@@ -20,6 +20,7 @@ ever left behind.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -31,7 +32,7 @@ from tpx.errors import (
     TLCCancelledError,
     TLCConfigError,
 )
-from tpx.tlc.cfg import ModelConfig, load_cfg, render_cfg
+from tpx.tlc.cfg import ModelConfig, StrPath, load_cfg, render_cfg
 from tpx.tlc.java import find_jar, find_java
 from tpx.tlc.messages import (
     Progress,
@@ -68,10 +69,10 @@ __all__ = [
 ]
 
 
-def load_model(cfg: Path | ModelConfig | None, spec: Path) -> ModelConfig:
+def load_model(cfg: StrPath | ModelConfig | None, spec: StrPath) -> ModelConfig:
     if isinstance(cfg, ModelConfig):
         return cfg
-    path = spec.with_suffix(".cfg") if cfg is None else Path(cfg)
+    path = Path(spec).with_suffix(".cfg") if cfg is None else Path(cfg)
     try:
         return load_cfg(path)
     except SpecConfigError as exc:
@@ -79,19 +80,19 @@ def load_model(cfg: Path | ModelConfig | None, spec: Path) -> ModelConfig:
 
 
 def run_model(
-    spec: Path,
+    spec: StrPath,
     model: ModelConfig,
     *,
     workers: int = 1,
     timeout: float | None = None,
     check_deadlock: bool | None = None,
-    dump_dot: Path | None = None,
+    dump_dot: StrPath | None = None,
     fp: int | None = None,
     extra_args: Sequence[str] = (),
     on_progress: Callable[[Progress], None] | None = None,
     cancel: threading.Event | None = None,
     java: str | None = None,
-    jar: Path | None = None,
+    jar: StrPath | None = None,
     extra_modules: Mapping[str, str] = {},
 ) -> CheckResult:
     java_path = find_java(java)
@@ -129,29 +130,32 @@ def run_model(
         if fp is not None:
             cmd += ["-fp", str(fp)]
         if dump_dot is not None:
-            cmd += ["-dump", "dot,actionlabels", str(Path(dump_dot).resolve())]
+            cmd += ["-dump", "dot,actionlabels", str(work / "dump.dot")]
         cmd += [*extra_args, main.name]
         out, err, code, secs = execute(
             cmd, work, timeout=timeout, cancel=cancel, on_progress=on_progress
         )
         result = interpret_output(out, code, sources=sources, duration_s=secs, stderr=err)
+        if dump_dot is not None and (work / "dump.dot").is_file():
+            # exactly the path asked for (TLC itself would append .dot to other names)
+            shutil.copyfile(work / "dump.dot", dump_dot)
     return result
 
 
 def run_tlc(
-    spec: Path,
-    cfg: Path | None = None,
+    spec: StrPath,
+    cfg: StrPath | None = None,
     *,
     workers: int = 1,
     timeout: float | None = None,
     check_deadlock: bool | None = None,
-    dump_dot: Path | None = None,
+    dump_dot: StrPath | None = None,
     fp: int | None = None,
     extra_args: Sequence[str] = (),
     on_progress: Callable[[Progress], None] | None = None,
     cancel: threading.Event | None = None,
     java: str | None = None,
-    jar: Path | None = None,
+    jar: StrPath | None = None,
 ) -> CheckResult:
     """Model-check *spec* with *cfg* (default: the ``.cfg`` next to the spec).
 
@@ -159,6 +163,8 @@ def run_tlc(
     deadlock unless one of them says FALSE. Violations are verdicts; errors
     are :class:`TLCError` subclasses.
     """
+    if not Path(spec).is_file():
+        raise TLCConfigError(f"spec file not found: {spec}")
     model = load_model(cfg, Path(spec))
     result = run_model(
         Path(spec),

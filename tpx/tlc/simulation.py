@@ -9,6 +9,7 @@ from pathlib import Path
 from tpx.errors import (
     TLCCrashError,
 )
+from tpx.tlc.cfg import StrPath
 from tpx.tlc.graph import _graph_model
 from tpx.tlc.runner import load_model, run_model
 from tpx.tlc.values import parse_state
@@ -29,8 +30,8 @@ def _parse_sim_file(text: str) -> tuple[Record, ...]:
 
 
 def simulate(
-    spec: Path,
-    cfg: Path | None = None,
+    spec: StrPath,
+    cfg: StrPath | None = None,
     *,
     num: int,
     depth: int,

@@ -15,7 +15,7 @@ from tpx.errors import (
     TLCConfigError,
     TLCCrashError,
 )
-from tpx.tlc.cfg import ModelConfig, _strip_comments
+from tpx.tlc.cfg import ModelConfig, StrPath, _strip_comments
 from tpx.tlc.graph import parse_dot
 from tpx.tlc.modules import _STRING, module_name, read_module
 from tpx.tlc.runner import load_model, run_model
@@ -182,8 +182,8 @@ def _trace_module(
 
 
 def check_traces(
-    spec: Path,
-    cfg: Path,
+    spec: StrPath,
+    cfg: StrPath,
     traces: Sequence[Sequence[Mapping[str, TLAValue]]],
     *,
     actions: Sequence[Sequence[str | None] | None] | None = None,
