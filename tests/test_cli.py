@@ -228,3 +228,156 @@ def test_graph_counts_only_accepted_traces(
     assert captured.out == alone
     assert captured.err.startswith(f"tpx: warning: {latin}: ERROR: ")
     assert "not UTF-8 text" in captured.err
+
+
+# --------------------------------------------------------------------------- a new user's trial
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out == f"tpx {version('tpx')}\n"
+
+
+@pytest.mark.parametrize("cmd", [[], ["tlc"], ["explore"], ["check-trace"], ["graph"]])
+def test_help_is_plain_text_with_defaults(
+    cmd: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        main([*cmd, "--help"])
+    text = capsys.readouterr().out
+    assert "``" not in text
+    assert ":mod:" not in text
+    assert ":func:" not in text
+    if cmd:
+        assert "(default: " in text
+
+
+def test_a_missing_spec_is_blamed_not_its_cfg(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nope = tmp_path / "nope.tla"
+    for cmd in ("tlc", "explore"):
+        assert main([cmd, str(nope)]) == 2
+        (line,) = err_of(capsys).splitlines()
+        assert line == f"tpx: error: {nope}: no such spec file"
+
+
+def test_defaults_work_from_any_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["explore"]) == 0
+    out = capsys.readouterr().out
+    assert "verdict    ok" in out
+    assert "distinct   361" in out
+
+
+def test_explore_prints_progress(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explore", "--progress", "0.000001"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err
+    assert all(line.startswith("explore: depth ") for line in err)
+    assert "distinct" in err[-1]
+    assert "on queue" in err[-1]
+    assert err[-1].endswith("states/s")
+
+
+def test_counterexamples_show_what_changed() -> None:
+    import io
+
+    from tpx.cli import summary
+
+    a = Record(x=1, y=2)
+    b = Record(x=1, y=3)
+    short, full = io.StringIO(), io.StringIO()
+    for out, whole in ((short, False), (full, True)):
+        summary("t", SPEC, CFG, "v", 1, 2, 2, 2, 0.0, [("Init", a), ("Step", b), ("S", b)],
+                out=out, full=whole)  # fmt: skip
+    lines = short.getvalue().splitlines()
+    i = lines.index("    2: Step")
+    assert lines[i + 1].strip() == "/\\ y = 3"
+    assert lines[i + 2] == "    3: S  (nothing changed)"
+    assert "/\\ x = 1" in lines[i - 2]  # the first state is whole
+    assert full.getvalue().count("/\\ x = 1") == 3
+
+
+def test_a_cfg_with_a_missing_brace_says_so_briefly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = tmp_path / "brace.cfg"
+    cfg.write_text(CFG.read_text().replace("{t1, t2}", "{t1, t2"))
+    for cmd in ("tlc", "explore"):
+        assert main([cmd, str(SPEC), "--config", str(cfg)]) == 2
+        (line,) = err_of(capsys).splitlines()
+        assert f"{cfg}, line 5: bad value for constant ToolIds: expected '}}'" in line
+        assert "unclosed" in line
+        assert "SPECIFICATION" not in line  # the file is not echoed
+        assert len(line) < 160 + len(str(cfg))
+
+
+@pytest.mark.tlc
+@pytest.mark.parametrize(
+    ("old", "new", "reason"),
+    [
+        ("{t1, t2}", "t1", "Attempted to compute the number of elements in the model value t1"),
+        ("MaxTurns = 3", 'MaxTurns = "3"', "Attempted"),
+    ],
+)
+def test_tlc_runtime_errors_are_bad_input(
+    old: str, new: str, reason: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = tmp_path / "rt.cfg"
+    cfg.write_text(CFG.read_text().replace(old, new))
+    assert main(["tlc", str(SPEC), "--config", str(cfg)]) == 2
+    captured = capsys.readouterr()
+    lines = err_of_text(captured.err)
+    assert len(lines) == 2
+    assert lines[0].startswith(f"tpx: error: {cfg}: TLC could not evaluate the model")
+    assert lines[1].startswith("TLC said: ")
+    assert reason in lines[1]
+    assert "java.lang" not in captured.err
+    assert "verdict" not in captured.out
+
+
+def err_of_text(err: str) -> list[str]:
+    """stderr without TLC's progress lines."""
+    assert "Traceback" not in err
+    return [ln for ln in err.splitlines() if not ln.startswith("tlc: depth")]
+
+
+@pytest.mark.tlc
+def test_dump_graph_writes_exactly_the_path_asked_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "x.svg"
+    assert (
+        main(["tlc", str(SPEC), "--config", str(tiny_cfg(tmp_path)), "--dump-graph", str(out)]) == 0
+    )
+    assert out.read_text().startswith("strict digraph DiskGraph")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.cfg", "x.svg"]
+    capsys.readouterr()
+    out.write_text("mine")
+    assert (
+        main(["tlc", str(SPEC), "--config", str(tiny_cfg(tmp_path)), "--dump-graph", str(out)]) == 2
+    )
+    assert f"tpx: error: {out} exists; pass --force to overwrite it" in err_of(capsys)
+    assert out.read_text() == "mine"
+
+
+def test_graph_never_overwrites_silently(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    keep = tmp_path / "keep.dot"
+    keep.write_text("precious")
+    out = tmp_path / "keep.svg"
+    args = ["graph", "--config", str(tiny_cfg(tmp_path)), "-o", str(out), "--format", "dot"]
+    assert main(args) == 0
+    assert keep.read_text() == "precious"  # nothing written beside the output
+    capsys.readouterr()
+    assert main(args) == 2
+    assert f"{out} exists; pass --force" in err_of(capsys)
+    assert main([*args, "--force"]) == 0

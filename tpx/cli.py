@@ -96,12 +96,14 @@ def summary(
     depth: int | None,
     duration_s: float,
     trace: Sequence[tuple[str, Any]] = (),
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,
     *,
     full: bool = False,
 ) -> None:
     """Print the one-screen summary both commands share. A counterexample shows its first
     state whole and then, per step, only the variables that changed (all with *full*)."""
+
+    out = sys.stdout if out is None else out
 
     def fig(v: int | None) -> str:
         return "-" if v is None else f"{v:,}"
