@@ -17,6 +17,7 @@ from tpx.tlc.runner import (
 from tpx.values import ModelValue, Record
 
 FIXTURES = Path(__file__).parent / "fixtures"
+MUTANTS = Path(__file__).parents[2] / "spec" / "mutants"
 
 
 def load(name: str) -> tuple[str, int]:
@@ -25,7 +26,13 @@ def load(name: str) -> tuple[str, int]:
 
 
 def sources(*modules: str) -> dict[str, str]:
-    return {m: (FIXTURES / f"{m}.tla").read_text(encoding="utf-8") for m in modules}
+    """Module texts: the spec mutants from spec/mutants/ (never copied here), probes from
+    the fixtures."""
+    out = {}
+    for m in modules:
+        path = MUTANTS / f"{m}.tla" if m.startswith("Mut") else FIXTURES / f"{m}.tla"
+        out[m] = path.read_text(encoding="utf-8")
+    return out
 
 
 def test_messages_of_the_seed_run() -> None:
