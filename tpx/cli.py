@@ -384,12 +384,10 @@ def _add_tlc(sub: Any) -> None:
     tlc = sub.add_parser(
         "tlc",
         help="model-check a spec with TLC",
-        description="Model-check SPEC with TLC 2.15 under CFG and print the summary. Any "
-        "spec and any cfg keyword TLC knows (CONSTANT(S), INIT/NEXT, SPECIFICATION, "
-        "INVARIANT(S), PROPERTY(IES), CONSTRAINT(S), ACTION_CONSTRAINT(S), SYMMETRY, VIEW, "
-        "ALIAS, `<-` substitutions; CHECK_DEADLOCK becomes -deadlock). Exit 0 when no "
-        "error is found, TLC's exit code on a violation (11 deadlock, 12 invariant, 13 "
-        "property), 2 on bad input.",
+        description="Model-check SPEC with TLC 2.15 under CFG and print the summary. The cfg "
+        "may use CONSTANT(S), INIT/NEXT, SPECIFICATION, INVARIANT(S), PROPERTY(IES) and "
+        "CHECK_DEADLOCK (which becomes -deadlock). Exit 0 when no error is found, TLC's exit "
+        "code on a violation (11 deadlock, 12 invariant, 13 property), 2 on bad input.",
     )
     tlc.add_argument("spec", nargs="?", type=Path, default=None, help=SPEC_HELP)
     tlc.add_argument("--config", type=Path, default=None, help=CFG_HELP)
