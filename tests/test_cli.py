@@ -195,7 +195,7 @@ def test_one_bad_file_does_not_hide_the_others_through_tlc(
     for line, (path, fragment) in zip(out[1:-1], bad.values(), strict=True):
         assert line.startswith(f"{path}: ERROR: "), line
         assert fragment in line
-    assert out[-1].startswith(f"{drop}: REJECTED at step 4 (Next): TLC: ")
+    assert out[-1] == f"{drop}: REJECTED at step 4 (PairingInv): TLC: state 4 violates PairingInv"
 
 
 # --------------------------------------------------------------------------- graph --covered

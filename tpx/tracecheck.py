@@ -416,7 +416,9 @@ def check_traces_tlc(
     """Check many traces with TLC in one run (:func:`tpx.tlc.check_traces`).
 
     TLC decides whether each trace is a behaviour of ``Spec``: ``Init``, then steps of
-    ``[Next]_vars`` (a repeated state is a stuttering step, as in :func:`check_trace`).
+    ``[Next]_vars`` (a repeated state is a stuttering step, as in :func:`check_trace`),
+    every state satisfying the cfg's INVARIANT(S) and every step its PROPERTY(IES), judged
+    in the mirror's order, so both paths name the same failure.
     *actions* holds each trace's claimed actions (as in :func:`check_trace`; ``None``
     for a trace without claims); TLC checks them too, each labelled step against its
     action. Its rejections name ``"Init"`` (state 1), ``"Next"`` or ``"Action"`` (a
@@ -429,9 +431,10 @@ def check_traces_tlc(
     trace that is empty or does not assign exactly the spec's variables raises
     :class:`~tpx.itf.TraceFormatError` before TLC runs (see :func:`validate_trace`).
     """
-    from tpx.tlc import check_traces
+    from tpx.tlc import check_traces, load_cfg
 
-    config = Config.from_cfg(Path(cfg)) if config is None else config
+    model = load_cfg(cfg)
+    config = Config.from_constants(dict(model.constants)) if config is None else config
     if actions is not None and len(actions) != len(traces):
         raise ValueError(f"{len(actions)} action lists for {len(traces)} traces")
     claims: list[list[str | None]] = []
@@ -468,6 +471,8 @@ def check_traces_tlc(
             actions=[c for _, c in sendable],
             stuttering=True,
             timeout=timeout,
+            invariants=model.invariants,
+            properties=model.properties,
         )
         if sendable
         else []
@@ -481,7 +486,13 @@ def check_traces_tlc(
         if not verdict.accepted:
             assert verdict.failed_step is not None
             at = verdict.failed_step + 1
-            if verdict.mislabelled:
+            if verdict.failed_property in model.invariants:
+                prop = verdict.failed_property
+                what = f"state {at} violates {prop}"
+            elif verdict.failed_property is not None:
+                prop = verdict.failed_property
+                what = f"step {at - 1} -> {at} violates {prop}"
+            elif verdict.mislabelled:
                 prop = "Action"
                 what = (
                     f"state 1 is recorded as {claim[0]} but only Init explains a first state"

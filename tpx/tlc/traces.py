@@ -35,6 +35,9 @@ class TraceVerdict:
     mislabelled: bool = False
     """The state at ``failed_step`` is reachable, but not by the action its label names
     (for state 0: the label is neither ``"Init"`` nor absent)."""
+    failed_property: str | None = None
+    """The cfg invariant the state at ``failed_step`` violates, or the action property the
+    step into it violates (``None``: the failure is Init / Next / a label)."""
 
 
 _SPEC_FORMULA = r"^{name}\s*==\s*([A-Za-z_]\w*)\s*/\\\s*\[\]\[\s*([A-Za-z_]\w*)\s*\]_"
@@ -51,6 +54,23 @@ def _init_next(model: ModelConfig, source: str) -> tuple[str, str]:
             f"cannot find `{model.specification} == Init /\\ [][Next]_vars` in the spec"
         )
     raise TLCConfigError("the cfg names neither SPECIFICATION nor INIT/NEXT")
+
+
+_ACTION_PROPERTY = r"^{name}\s*==\s*\[\]\[\s*(.+?)\s*\]_(\w+|<<[^>]*>>)\s*$"
+
+
+def _action_of(prop: str, source: str) -> tuple[str, str]:
+    """``Prop == [][A]_v`` -> (A, v): the action properties a finite trace can be judged by."""
+    text = _STRING.sub('""', source)
+    with contextlib.suppress(SpecConfigError):
+        text = _strip_comments(text)
+    m = re.search(_ACTION_PROPERTY.format(name=re.escape(prop)), text, re.M)
+    if m is None:
+        raise TLCConfigError(
+            f"PROPERTY {prop}: trace checking judges action properties written "
+            f"`{prop} == [][A]_v` only; this one is not"
+        )
+    return m.group(1), m.group(2)
 
 
 def _model_values(v: object, acc: set[str]) -> None:
@@ -141,6 +161,8 @@ def _trace_module(
     labels: Sequence[str],
     known: Sequence[str],
     stuttering: bool,
+    invariants: Sequence[str] = (),
+    properties: Sequence[tuple[str, str]] = (),
 ) -> str:
     variables = sorted({name for tr in traces for state in tr for name in state})
     consts = f"CONSTANTS {', '.join(extra_constants)}\n" if extra_constants else ""
@@ -151,11 +173,45 @@ def _trace_module(
 
     cases = "".join(f"\n      [] c = {i} -> {name}" for i, name in enumerate(known, 3))
     step = f"({nxt} \\/ {unchanged})" if stuttering else nxt
+    inv_cases = "".join(f"\n      [] ~({name}) -> {i}" for i, name in enumerate(invariants, 1))
+    prop_cases = "".join(
+        f"\n      [] ~([{a}]_{v}) -> {i}" for i, (a, v) in enumerate(properties, 1)
+    )
+    # Probe modes judge every recorded state by the invariants ("inv") and every recorded
+    # step by the action properties ("prop") on their own, whether or not the trace gets
+    # there under Next: the mirror's order (invariants, then properties, then Next).
+    probes = ""
+    probe_next = ""
+    if invariants:
+        probes += (
+            '    \\/ /\\ tpxMode = "inv"\n'
+            "       /\\ tpxTr \\in 1..Len(tpxTraces)\n"
+            "       /\\ tpxStep \\in 1..Len(tpxTraces[tpxTr])\n"
+            f"       /\\ {match('', 'tpxStep')}\n"
+            "       /\\ tpxBad = FALSE\n"
+            "       /\\ tpxFail = TpxInvFail\n"
+        )
+    if properties:
+        probes += (
+            '    \\/ /\\ tpxMode = "prop"\n'
+            "       /\\ tpxTr \\in 1..Len(tpxTraces)\n"
+            "       /\\ tpxStep \\in 1..(Len(tpxTraces[tpxTr]) - 1)\n"
+            f"       /\\ {match('', 'tpxStep')}\n"
+            "       /\\ tpxBad = FALSE\n"
+            "       /\\ tpxFail = 0\n"
+        )
+        probe_next = (
+            '    \\/ /\\ tpxMode = "prop" /\\ ~tpxBad\n'
+            "       /\\ tpxStep' = tpxStep + 1 /\\ tpxTr' = tpxTr /\\ tpxMode' = tpxMode\n"
+            f"       /\\ {match(chr(39), 'tpxStep + 1')}\n"
+            "       /\\ tpxBad' = TRUE\n"
+            "       /\\ tpxFail' = TpxPropFail\n"
+        )
     return (
         f"---- MODULE {TRACE_MODULE} ----\n"
         f"EXTENDS {spec_module}, Integers, Sequences, TLC\n"
         f"{consts}"
-        "VARIABLES tpxStep, tpxTr, tpxBad\n"
+        "VARIABLES tpxStep, tpxTr, tpxBad, tpxMode, tpxFail\n"
         f"tpxTraces == <<{', '.join(rows)}>>\n"
         f"tpxLabels == <<{', '.join(labels)}>>\n"
         "TpxLabelled(c) ==\n"
@@ -163,20 +219,27 @@ def _trace_module(
         f"      [] c = 2 -> {unchanged}"
         f"{cases}\n"
         "      [] OTHER -> FALSE\n"
+        f"TpxInvFail ==\n    CASE FALSE -> 0{inv_cases}\n      [] OTHER -> 0\n"
+        f"TpxPropFail ==\n    CASE FALSE -> 0{prop_cases}\n      [] OTHER -> 0\n"
         "TraceInit ==\n"
-        "    /\\ tpxTr \\in 1..Len(tpxTraces)\n"
-        "    /\\ tpxStep = 1\n"
-        f"    /\\ {init}\n"
-        f"    /\\ {match('', '1')}\n"
-        "    /\\ tpxBad = (tpxLabels[tpxTr][1] \\notin {0, 1})\n"
+        '    \\/ /\\ tpxMode = "trace"\n'
+        "       /\\ tpxFail = 0\n"
+        "       /\\ tpxTr \\in 1..Len(tpxTraces)\n"
+        "       /\\ tpxStep = 1\n"
+        f"       /\\ {init}\n"
+        f"       /\\ {match('', '1')}\n"
+        "       /\\ tpxBad = (tpxLabels[tpxTr][1] \\notin {0, 1})\n"
+        f"{probes}"
         "TraceNext ==\n"
-        "    /\\ ~tpxBad\n"
-        "    /\\ tpxStep < Len(tpxTraces[tpxTr])\n"
-        "    /\\ tpxStep' = tpxStep + 1\n"
-        "    /\\ tpxTr' = tpxTr\n"
-        f"    /\\ {step}\n"
-        f"    /\\ {match(chr(39), 'tpxStep + 1')}\n"
-        "    /\\ tpxBad' = ~TpxLabelled(tpxLabels[tpxTr][tpxStep + 1])\n"
+        "    \\/ /\\ tpxMode = \"trace\" /\\ tpxMode' = tpxMode /\\ tpxFail' = 0\n"
+        "       /\\ ~tpxBad\n"
+        "       /\\ tpxStep < Len(tpxTraces[tpxTr])\n"
+        "       /\\ tpxStep' = tpxStep + 1\n"
+        "       /\\ tpxTr' = tpxTr\n"
+        f"       /\\ {step}\n"
+        f"       /\\ {match(chr(39), 'tpxStep + 1')}\n"
+        "       /\\ tpxBad' = ~TpxLabelled(tpxLabels[tpxTr][tpxStep + 1])\n"
+        f"{probe_next}"
         "====\n"
     )
 
@@ -189,8 +252,17 @@ def check_traces(
     actions: Sequence[Sequence[str | None] | None] | None = None,
     stuttering: bool = False,
     timeout: float | None = None,
+    invariants: Sequence[str] | None = None,
+    properties: Sequence[str] | None = None,
 ) -> list[TraceVerdict]:
     """Is each recorded trace a behaviour of *spec*? One TLC run for all traces.
+
+    *invariants* and *properties* name the checks to run on the recorded states and steps
+    (default: none). Each recorded state is judged by the invariants and each recorded step
+    by the action properties (``P == [][A]_v``) on its own, so a trace is rejected at the
+    first state that violates one, in the order invariants, properties, Init / Next, label;
+    ``failed_property`` names it. Invariants and properties need states that assign every
+    variable.
 
     Explicit step counter technique (TLC 2.15 has no trace-validation support):
     a generated module extends the spec with ``VARIABLES tpxStep, tpxTr, tpxBad``;
@@ -235,6 +307,8 @@ def check_traces(
         for state in tr:
             _model_values(state, names)
     extra = sorted(names - set(model.constants))
+    invs = tuple(invariants or ())
+    props = tuple(properties or ())
     module = _trace_module(
         module_name(source, spec),
         init,
@@ -245,6 +319,8 @@ def check_traces(
         labels=labels,
         known=known,
         stuttering=stuttering,
+        invariants=invs,
+        properties=[_action_of(p, source) for p in props],
     )
     trace_model = ModelConfig(
         init="TraceInit",
@@ -262,16 +338,29 @@ def check_traces(
         graph = parse_dot(dot.read_text(encoding="utf-8"))
     reached = [0] * len(traces)
     bad: list[set[int]] = [set() for _ in traces]
+    # (1-based state, rank, property): rank 0 an invariant, 1 an action property
+    probed: list[list[tuple[int, int, str]]] = [[] for _ in traces]
     for state in graph.states.values():
-        t, step = state["tpxTr"], state["tpxStep"]
-        if state["tpxBad"] is True:
+        t, step, mode = state["tpxTr"], state["tpxStep"], state["tpxMode"]
+        if mode == "inv":
+            if state["tpxFail"]:
+                probed[t - 1].append((step, 0, invs[state["tpxFail"] - 1]))
+        elif mode == "prop":
+            if state["tpxFail"]:  # the step from state step-1 into state step
+                probed[t - 1].append((step, 1, props[state["tpxFail"] - 1]))
+        elif state["tpxBad"] is True:
             bad[t - 1].add(step)
         else:
             reached[t - 1] = max(reached[t - 1], step)
     verdicts = []
     for i, tr in enumerate(traces):
-        if reached[i] == len(tr):
+        first = min(probed[i], default=None)
+        if reached[i] == len(tr) and first is None:
             verdicts.append(TraceVerdict(accepted=True, failed_step=None))
+        elif first is not None and (reached[i] == len(tr) or first[0] <= reached[i] + 1):
+            verdicts.append(
+                TraceVerdict(accepted=False, failed_step=first[0] - 1, failed_property=first[2])
+            )
         else:
             # a reachable state its label does not explain, right after the last good one
             mislabelled = reached[i] + 1 in bad[i]
