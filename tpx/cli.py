@@ -25,7 +25,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
-from tpx.errors import TpxError
+from tpx.errors import TLCConfigError, TpxError
 from tpx.tlc.values import format_value
 
 #: Exit codes of a run stopped by a signal (128 + the signal number).
@@ -150,14 +150,17 @@ def _cmd_tlc(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-    result = run_tlc(
-        spec,
-        cfg,
-        workers=args.workers,
-        timeout=args.timeout,
-        dump_dot=args.dump_graph,
-        on_progress=progress,
-    )
+    try:
+        result = run_tlc(
+            spec,
+            cfg,
+            workers=args.workers,
+            timeout=args.timeout,
+            dump_dot=args.dump_graph,
+            on_progress=progress,
+        )
+    except TLCConfigError as exc:
+        raise _condensed(exc, spec, cfg) from None
     if result.verdict.kind == "error":
         first = _tlc_reason(result.verdict.message or "")
         raise TpxError(
@@ -179,6 +182,37 @@ def _cmd_tlc(args: argparse.Namespace) -> int:
         full=args.full,
     )
     return 0 if result.verdict.kind == "ok" else (result.exit_code or 1)
+
+
+_BOILERPLATE = (
+    "TLC threw an unexpected exception",
+    "This was probably caused by",
+    "See the User Output",
+    "The exception was a",
+    "Residual stack trace",
+    "***Parse Error***",
+    "tla2sany.",
+    "*** Abort messages",
+    "Fatal errors while parsing",
+    "Module definition starting",
+)
+
+
+def _condensed(exc: TpxError, spec: Path, cfg: Path) -> TpxError:
+    """A TLC rejection as one line naming the file to blame (the spec for a parse or
+    semantic error, else the cfg) and TLC's own words on a second line."""
+    head, _, rest = str(exc).partition("\n")
+    blame = spec if "parse the spec" in head else cfg
+    said = [
+        ln.strip().lstrip(": ").strip()
+        for ln in rest.splitlines()
+        if ln.strip() and not ln.strip().lstrip(": ").startswith(_BOILERPLATE)
+    ]
+    detail = " ".join(said[:2])
+    if len(detail) > 300:
+        detail = detail[:297] + "..."
+    named = head.rstrip(":") if str(blame) in head else f"{blame}: {head.rstrip(':')}"
+    return TpxError(named + (f"\nTLC said: {detail}" if detail else ""))
 
 
 def _tlc_reason(message: str) -> str:
@@ -308,14 +342,17 @@ def _cmd_check_trace(args: argparse.Namespace) -> int:
             outcome[n] = str(report)
             rejected += not report.accepted
     if loaded:
-        reports: list[TraceReport] = check_traces_tlc(
-            [states for _, states, _ in loaded],
-            config,
-            actions=[actions for _, _, actions in loaded],
-            spec=spec,
-            cfg=cfg_path,
-            timeout=args.timeout,
-        )
+        try:
+            reports: list[TraceReport] = check_traces_tlc(
+                [states for _, states, _ in loaded],
+                config,
+                actions=[actions for _, _, actions in loaded],
+                spec=spec,
+                cfg=cfg_path,
+                timeout=args.timeout,
+            )
+        except TLCConfigError as exc:
+            raise _condensed(exc, spec, cfg_path) from None
         for (n, _, _), report in zip(loaded, reports, strict=True):
             outcome[n] = str(report)
             rejected += not report.accepted

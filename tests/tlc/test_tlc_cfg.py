@@ -91,7 +91,7 @@ def test_with_constants() -> None:
         ("SPECIFICATION Spec\nCONSTANTS\n  MaxTurns == 3\n", "line 3"),
         ("CONSTANTS\n  MaxTurns 3\n", "line 2: expected '=' after the constant MaxTurns"),
         ("CONSTANTS\n  X = {1,\n", "bad value for constant X"),
-        ("CONSTANTS\n  X <- Y\n", "substitution"),
+        ("CONSTANTS\n  X <- {1}\n", "X <- needs an operator name"),
         ("CONSTANTS X = 1\nCONSTANTS X = 2\n", "line 2: constant X assigned twice"),
         ("CONSTANTS X =\nINIT I\n", "constant X has no value"),
         ("\n\nCHECK_DEADLOCK maybe\n", "line 3: CHECK_DEADLOCK needs TRUE or FALSE"),
@@ -100,7 +100,9 @@ def test_with_constants() -> None:
         ("INVARIANT\nINIT I NEXT N\n", "INVARIANT needs at least one"),
         ("INIT I\n", "INIT and NEXT must be given together"),
         ("SPECIFICATION S INIT I NEXT N\n", "cannot be combined"),
-        ("SYMMETRY Perms\n", "SYMMETRY is not supported"),
+        ("POSTCONDITION P\n", "POSTCONDITION is not known to TLC 2.15"),
+        ("CONSTANTS X = 1 X <- Y\n", "constant X assigned twice"),
+        ("SYMMETRY\nINIT I\n", "SYMMETRY needs at least one"),
         ("(* open\nSPECIFICATION S\n", "unterminated"),
         ("SPECIFICATION S\n  # \n", "line 2: unexpected character '#'"),
     ],
@@ -121,3 +123,25 @@ def test_load_cfg_not_utf8(tmp_path: Path) -> None:
     path.write_bytes("\\* Grüße\nSPECIFICATION Spec\n".encode("latin-1"))
     with pytest.raises(SpecConfigError, match=r"latin1\.cfg is not UTF-8 text \(byte 5"):
         load_cfg(path)
+
+
+def test_every_keyword_tlc_knows_round_trips() -> None:
+    text = (
+        "SPECIFICATION Spec\nCONSTANTS\n  Procs = {p1, p2}\n  N <- Two\n"
+        "CONSTRAINT Small\nCONSTRAINTS Tiny\nACTION_CONSTRAINT Slow\nSYMMETRY Sym\n"
+        "VIEW View\nALIAS Alias\nINVARIANT Inv\nPROPERTY Prop\n"
+    )
+    cfg = parse_cfg(text)
+    assert cfg.substitutions == {"N": "Two"}
+    assert cfg.constraints == ("Small", "Tiny")
+    assert cfg.action_constraints == ("Slow",)
+    assert (cfg.symmetry, cfg.view, cfg.alias) == (("Sym",), ("View",), ("Alias",))
+    assert parse_cfg(render_cfg(cfg)) == cfg
+    assert cfg.mirror_free() == [
+        "CONSTRAINT",
+        "ACTION_CONSTRAINT",
+        "SYMMETRY",
+        "VIEW",
+        "ALIAS",
+        "`<-` substitution",
+    ]

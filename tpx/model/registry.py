@@ -195,6 +195,12 @@ def check_mirrored(spec: str | Path, cfg: str | Path | None = None) -> MirrorChe
     cfg_path = Path(spec).with_suffix(".cfg") if cfg is None else Path(cfg)
     model = load_cfg(cfg_path)
     m = mirror.module
+    only_tlc = model.mirror_free()
+    if only_tlc:
+        raise SpecMismatchError(
+            f"{cfg_path}: uses {', '.join(only_tlc)}, which only TLC applies; "
+            f"model-check it with `tpx tlc {spec} --config {cfg_path}`"
+        )
     if model.specification is not None:
         _names(cfg_path, "SPECIFICATION", (model.specification,), mirror.specifications, m)
     elif model.init is not None or model.next is not None:

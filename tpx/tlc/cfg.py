@@ -39,7 +39,51 @@ class ModelConfig:
     invariants: tuple[str, ...] = ()
     properties: tuple[str, ...] = ()
     check_deadlock: bool | None = None
+    substitutions: dict[str, str] = attrs.field(factory=dict)
+    """``CONSTANT C <- Op``: the constant is replaced by the spec's definition ``Op``."""
+    constraints: tuple[str, ...] = ()
+    """CONSTRAINT(S): state constraints (states violating one are not explored further)."""
+    action_constraints: tuple[str, ...] = ()
+    """ACTION_CONSTRAINT(S)."""
+    symmetry: tuple[str, ...] = ()
+    """SYMMETRY: permutation sets (e.g. ``Permutations(ToolIds)``) defined in the spec."""
+    view: tuple[str, ...] = ()
+    """VIEW: the state function TLC fingerprints instead of the whole state."""
+    alias: tuple[str, ...] = ()
+    """ALIAS (TLC 2.16+; 2.15 refuses it, and says so)."""
 
+    def mirror_free(self) -> list[str]:
+        """The keywords in this cfg that only TLC applies (the Python mirror does not)."""
+        out = [
+            kw
+            for kw, used in (
+                ("CONSTRAINT", self.constraints),
+                ("ACTION_CONSTRAINT", self.action_constraints),
+                ("SYMMETRY", self.symmetry),
+                ("VIEW", self.view),
+                ("ALIAS", self.alias),
+            )
+            if used
+        ]
+        if self.substitutions:
+            out.append("`<-` substitution")
+        return out
+
+
+#: Keywords whose arguments are a list of operator names, and the field that keeps them.
+_NAME_LISTS = {
+    "INVARIANT": "invariants",
+    "INVARIANTS": "invariants",
+    "PROPERTY": "properties",
+    "PROPERTIES": "properties",
+    "CONSTRAINT": "constraints",
+    "CONSTRAINTS": "constraints",
+    "ACTION_CONSTRAINT": "action_constraints",
+    "ACTION_CONSTRAINTS": "action_constraints",
+    "SYMMETRY": "symmetry",
+    "VIEW": "view",
+    "ALIAS": "alias",
+}
 
 _KEYWORDS = {
     "SPECIFICATION": "specification",
@@ -47,24 +91,11 @@ _KEYWORDS = {
     "NEXT": "next",
     "CONSTANT": "constants",
     "CONSTANTS": "constants",
-    "INVARIANT": "invariants",
-    "INVARIANTS": "invariants",
-    "PROPERTY": "properties",
-    "PROPERTIES": "properties",
     "CHECK_DEADLOCK": "check_deadlock",
+    **_NAME_LISTS,
 }
-_UNSUPPORTED = frozenset(
-    {
-        "SYMMETRY",
-        "VIEW",
-        "CONSTRAINT",
-        "CONSTRAINTS",
-        "ACTION_CONSTRAINT",
-        "ACTION_CONSTRAINTS",
-        "POSTCONDITION",
-        "ALIAS",
-    }
-)
+#: Keywords of newer TLCs that TLC 2.15 does not know.
+_UNSUPPORTED = frozenset({"POSTCONDITION"})
 
 _TOKEN = re.compile(
     r"""
@@ -140,7 +171,8 @@ def parse_cfg(text: str, *, source: str = "<cfg>") -> ModelConfig:
             tokens.append((m.lastgroup, m.group(), pos))
         pos = m.end()
 
-    fields: dict[str, Any] = {"constants": {}, "invariants": [], "properties": []}
+    fields: dict[str, Any] = {"constants": {}, "substitutions": {}}
+    fields.update({f: [] for f in _NAME_LISTS.values()})
     seen_single: set[str] = set()
     i = 0
 
@@ -151,7 +183,7 @@ def parse_cfg(text: str, *, source: str = "<cfg>") -> ModelConfig:
         kind, word, wpos = tokens[i]
         if kind != "ident" or word not in _KEYWORDS:
             if word in _UNSUPPORTED:
-                raise fail(wpos, f"the cfg keyword {word} is not supported by tpx")
+                raise fail(wpos, f"the cfg keyword {word} is not known to TLC 2.15")
             raise fail(wpos, f"expected a cfg keyword (SPECIFICATION, INIT, ...), found {word!r}")
         field = _KEYWORDS[word]
         i += 1
@@ -173,7 +205,7 @@ def parse_cfg(text: str, *, source: str = "<cfg>") -> ModelConfig:
             else:
                 fields[field] = arg
             i += 1
-        elif field in ("invariants", "properties"):
+        elif field in _NAME_LISTS.values():
             start = i
             while not at_keyword(i) and tokens[i][0] == "ident":
                 fields[field].append(tokens[i][1])
@@ -188,12 +220,16 @@ def parse_cfg(text: str, *, source: str = "<cfg>") -> ModelConfig:
                     raise fail(npos, f"expected a constant name, found {name!r}")
                 if i + 1 >= len(tokens) or tokens[i + 1][1] not in ("=", "<-"):
                     raise fail(npos, f"expected '=' after the constant {name}")
-                if tokens[i + 1][1] == "<-":
-                    raise fail(npos, f"constant substitution ({name} <- ...) is not supported")
-                if name in fields["constants"]:
+                if name in fields["constants"] or name in fields["substitutions"]:
                     raise fail(npos, f"constant {name} assigned twice")
                 if at_keyword(i + 2):
                     raise fail(npos, f"constant {name} has no value")
+                if tokens[i + 1][1] == "<-":
+                    if tokens[i + 2][0] != "ident":
+                        raise fail(npos, f"{name} <- needs an operator name")
+                    fields["substitutions"][name] = tokens[i + 2][1]
+                    i += 3
+                    continue
                 try:
                     value, i = _parse_tokens(clean, tokens, i + 2)
                 except TLAValueSyntaxError as exc:
@@ -215,9 +251,9 @@ def parse_cfg(text: str, *, source: str = "<cfg>") -> ModelConfig:
         init=fields.get("init"),
         next=fields.get("next"),
         constants=fields["constants"],
-        invariants=tuple(fields["invariants"]),
-        properties=tuple(fields["properties"]),
         check_deadlock=fields.get("check_deadlock"),
+        substitutions=fields["substitutions"],
+        **{f: tuple(fields[f]) for f in set(_NAME_LISTS.values())},
     )
 
 
@@ -245,15 +281,22 @@ def render_cfg(cfg: ModelConfig) -> str:
         lines.append(f"INIT {cfg.init}")
     if cfg.next:
         lines.append(f"NEXT {cfg.next}")
-    if cfg.constants:
+    if cfg.constants or cfg.substitutions:
         lines.append("CONSTANTS")
         lines.extend(f"    {name} = {format_value(v)}" for name, v in cfg.constants.items())
-    if cfg.invariants:
-        lines.append("INVARIANT")
-        lines.extend(f"    {name}" for name in cfg.invariants)
-    if cfg.properties:
-        lines.append("PROPERTY")
-        lines.extend(f"    {name}" for name in cfg.properties)
+        lines.extend(f"    {name} <- {op}" for name, op in cfg.substitutions.items())
+    for keyword, names in (
+        ("INVARIANT", cfg.invariants),
+        ("PROPERTY", cfg.properties),
+        ("CONSTRAINT", cfg.constraints),
+        ("ACTION_CONSTRAINT", cfg.action_constraints),
+        ("SYMMETRY", cfg.symmetry),
+        ("VIEW", cfg.view),
+        ("ALIAS", cfg.alias),
+    ):
+        if names:
+            lines.append(keyword)
+            lines.extend(f"    {name}" for name in names)
     return "\n".join(lines) + "\n"
 
 

@@ -326,6 +326,7 @@ def check_traces(
         init="TraceInit",
         next="TraceNext",
         constants={**model.constants, **{n: ModelValue(n) for n in extra}},
+        substitutions=model.substitutions,
         check_deadlock=False,
     )
     with tempfile.TemporaryDirectory(prefix="tpx-trace-") as tmp:
