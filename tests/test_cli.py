@@ -381,3 +381,52 @@ def test_graph_never_overwrites_silently(
     assert main(args) == 2
     assert f"{out} exists; pass --force" in err_of(capsys)
     assert main([*args, "--force"]) == 0
+
+
+@pytest.mark.tlc
+@pytest.mark.parametrize("what", ["cfg", "spec"])
+def test_tlc_rejections_name_the_file_to_blame(
+    what: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "TpxTransport.tla"
+    cfg = tmp_path / "TpxTransport.cfg"
+    spec.write_text(
+        SPEC.read_text().replace("Providers ==", "Providers =")
+        if what == "spec"
+        else SPEC.read_text()
+    )
+    cfg.write_text(
+        CFG.read_text().replace("TypeOK", "TypeOk") if what == "cfg" else CFG.read_text()
+    )
+    assert main(["tlc", str(spec)]) == 2
+    lines = err_of_text(capsys.readouterr().err)
+    assert len(lines) == 2
+    blamed = cfg if what == "cfg" else spec
+    assert lines[0].startswith(f"tpx: error: {blamed}: TLC ")
+    assert lines[1].startswith("TLC said: ")
+    assert ("TypeOk" if what == "cfg" else "line 37") in lines[1]
+
+
+def test_make_graphviz_without_root_says_how(tmp_path: Path) -> None:
+    """No dot, not root, no sudo: one line saying how to install graphviz, and make goes on."""
+    import shutil
+    import subprocess
+
+    make = shutil.which("make")
+    assert make is not None, "make is needed to run the Makefile"
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "id").write_text("#!/bin/sh\necho 1000\n")
+    (fake / "id").chmod(0o755)
+    proc = subprocess.run(
+        [make, "-s", "--no-print-directory", "graphviz"],
+        cwd=ROOT,
+        env={"PATH": str(fake)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (line,) = proc.stdout.splitlines()
+    assert "cannot be installed without root" in line
+    assert "sudo apt-get install graphviz" in line

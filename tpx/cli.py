@@ -422,7 +422,9 @@ def _add_tlc(sub: Any) -> None:
         "tlc",
         help="model-check a spec with TLC",
         description="Model-check SPEC with TLC 2.15 under CFG and print the summary. The cfg "
-        "may use CONSTANT(S), INIT/NEXT, SPECIFICATION, INVARIANT(S), PROPERTY(IES) and "
+        "may use every keyword TLC 2.15 knows: CONSTANT(S) (with `<-` substitutions), "
+        "INIT/NEXT, SPECIFICATION, INVARIANT(S), PROPERTY(IES), CONSTRAINT(S), "
+        "ACTION_CONSTRAINT(S), SYMMETRY, VIEW (ALIAS is passed on for newer jars), and "
         "CHECK_DEADLOCK (which becomes -deadlock). Exit 0 when no error is found, TLC's exit "
         "code on a violation (11 deadlock, 12 invariant, 13 property), 2 on bad input.",
     )
