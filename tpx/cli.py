@@ -311,7 +311,12 @@ def _cmd_check_trace(args: argparse.Namespace) -> int:
     if args.tlc:
         _require_file(spec, "spec")
         _require_file(cfg_path, "cfg")
-        config = Config.from_cfg(cfg_path)
+        try:
+            config = Config.from_cfg(cfg_path)
+        except TpxError as exc:
+            raise TpxError(
+                f"{cfg_path}: {exc}" if str(cfg_path) not in str(exc) else str(exc)
+            ) from None
         invariants: tuple[str, ...] = ()
         properties: tuple[str, ...] = ()
     else:

@@ -18,6 +18,7 @@ is no behaviour of the spec covers nothing (:func:`read_covered` lists it).
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
@@ -142,7 +143,7 @@ def render_coverage(
     graph: Graph,
     covered_states: Iterable[Record],
     covered_edges: Iterable[Edge],
-    out: Path,
+    out: str | os.PathLike[str],
     fmt: str = "svg",
     *,
     dot: str | None = None,
@@ -206,7 +207,7 @@ class IllegalTraceError(TpxError):
     """A trace given as coverage is no behaviour of the spec (or cannot be read)."""
 
 
-def read_covered(paths: Iterable[Path], config: Config) -> CoveredTraces:
+def read_covered(paths: Iterable[str | os.PathLike[str]], config: Config) -> CoveredTraces:
     """Coverage from trace files (ITF or JSON lines, see :mod:`tpx.tracecheck`). Each trace is
     first checked with the mirror (:func:`tpx.tracecheck.check_trace`, claimed actions
     included); a rejected or unreadable file covers nothing and is listed instead."""
@@ -233,7 +234,9 @@ def read_covered(paths: Iterable[Path], config: Config) -> CoveredTraces:
     return CoveredTraces(states, edges, tuple(accepted), tuple(rejected), tuple(unreadable))
 
 
-def load_covered(paths: Iterable[Path], config: Config) -> tuple[set[Record], set[Edge]]:
+def load_covered(
+    paths: Iterable[str | os.PathLike[str]], config: Config
+) -> tuple[set[Record], set[Edge]]:
     """The states and steps the trace files cover (see :func:`read_covered`); raises
     :class:`IllegalTraceError` naming the first file that is rejected or unreadable."""
     covered = read_covered(paths, config)

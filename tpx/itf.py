@@ -47,6 +47,7 @@ The action that produced each state is recorded in the state's ``#meta`` as
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -261,7 +262,7 @@ def from_itf(doc: Any) -> list[Step]:
 
 
 def dump_itf(
-    path: str | Path,
+    path: str | os.PathLike[str],
     trace: Iterable[tuple[str | None, Mapping[str, Any]] | Mapping[str, Any]],
     *,
     vars: Sequence[str] = VARS,
@@ -274,7 +275,7 @@ def dump_itf(
     Path(path).write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def load_itf(path: str | Path) -> list[Step]:
+def load_itf(path: str | os.PathLike[str]) -> list[Step]:
     """Read an ITF file (see :func:`from_itf`); errors name the file."""
     p = Path(path)
     try:

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -609,7 +610,7 @@ def parse_json_lines(text: str, *, source: str = "<trace>") -> list[dict[str, An
     return states
 
 
-def load_trace(path: str | Path) -> tuple[list[Mapping[str, Any]], list[str | None]]:
+def load_trace(path: str | os.PathLike[str]) -> tuple[list[Mapping[str, Any]], list[str | None]]:
     """The states of a trace file (ITF or JSON lines) and the recorded action per state.
 
     Every way the file cannot be read (missing, a directory, not UTF-8, not JSON, nested

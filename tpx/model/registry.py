@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 from importlib import resources
 from pathlib import Path
 
@@ -149,7 +150,7 @@ def _line(source: str, n: int) -> str:
     return lines[n - 1].strip() if 0 < n <= len(lines) else "(end of file)"
 
 
-def check_spec(spec: str | Path) -> MirroredSpec:
+def check_spec(spec: str | os.PathLike[str]) -> MirroredSpec:
     """The mirror of *spec*; :class:`SpecMismatchError` unless *spec* is, token for token,
     a module the mirror implements."""
     path = Path(spec)
@@ -186,7 +187,9 @@ def _names(
             )
 
 
-def check_mirrored(spec: str | Path, cfg: str | Path | None = None) -> MirrorCheck:
+def check_mirrored(
+    spec: str | os.PathLike[str], cfg: str | os.PathLike[str] | None = None
+) -> MirrorCheck:
     """Check that the mirror may run *spec* with *cfg* (default: the ``.cfg`` beside the
     spec) and what the cfg asks it to check. Raises :class:`SpecMismatchError` (the spec
     differs from the mirrored one, or the cfg names something the mirror does not define)

@@ -18,6 +18,7 @@ frozensets, so :meth:`State.as_record` is exactly what TLC prints, parsed.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +100,7 @@ class Config:
         return cls(constants["ToolIds"], constants["MaxTurns"], **extra)
 
     @classmethod
-    def from_cfg(cls, path: str | Path) -> Config:
+    def from_cfg(cls, path: str | os.PathLike[str]) -> Config:
         """Read the constants from the same .cfg file TLC reads."""
         from tpx.tlc.cfg import load_cfg
 
