@@ -185,6 +185,7 @@ from tpx.errors import ProtocolError
 from tpx.translate._result import Translation
 from tpx.translate.ids import decode_caller_id, to_caller_id, to_foreign_id, wire_id
 from tpx.translate.pairing import tool_ids_in_request, tool_result_ids, tool_use_ids
+from tpx.translate.profiles import DEFAULT_PROFILE, PROFILES, Profile, get_profile
 from tpx.translate.request import (
     REASONING_SIGNATURE,
     TOOL_ERROR_PREFIX,
@@ -202,6 +203,7 @@ from tpx.translate.response import (
     translate_response,
     usage_to_messages,
 )
+from tpx.translate.signing import ThinkingSigner, signer_for
 from tpx.translate.stream import (
     AnthropicStreamReader,
     MessageAccumulator,
@@ -212,16 +214,21 @@ from tpx.translate.stream import (
 )
 
 __all__ = [
+    "DEFAULT_PROFILE",
+    "PROFILES",
     "REASONING_SIGNATURE",
     "TOOL_ERROR_PREFIX",
     "AnthropicStreamReader",
     "MessageAccumulator",
     "OpenAIStreamTranslator",
+    "Profile",
     "SSEEvent",
     "SSEParser",
+    "ThinkingSigner",
     "Translation",
     "decode_caller_id",
     "error_message",
+    "get_profile",
     "parse_arguments",
     "request_bytes_to_openai",
     "request_to_openai",
@@ -243,7 +250,12 @@ _dumps = orjson.dumps
 
 
 def request_bytes_to_openai(
-    data: bytes, *, model: str | None = None, warnings: list[str] | None = None
+    data: bytes,
+    *,
+    model: str | None = None,
+    warnings: list[str] | None = None,
+    profile: str | Profile | None = None,
+    secret: str | bytes | ThinkingSigner | None = None,
 ) -> bytes:
     """JSON Messages request -> JSON Chat Completions request (see :func:`request_to_openai`).
 
@@ -269,7 +281,7 @@ def request_bytes_to_openai(
                 status=400,
                 error_type="invalid_request_error",
             ) from None
-        st = new_state()
+        st = new_state(profile, secret)
         body = translate_request(request, model, st)
         if warnings is not None:
             warnings.extend(st.warnings)
@@ -285,8 +297,11 @@ def response_bytes_to_messages(
     model: str | None = None,
     warnings: list[str] | None = None,
     nonce: str | None = None,
+    profile: str | Profile | None = None,
+    secret: str | bytes | ThinkingSigner | None = None,
 ) -> bytes:
     """JSON Chat Completions response -> JSON Messages response (:func:`response_to_messages`)."""
+    get_profile(profile)  # validated; replies are read alike for every profile
     try:
         response: Any = _loads(data)
     except orjson.JSONDecodeError as exc:
@@ -298,4 +313,4 @@ def response_bytes_to_messages(
         if body is not None:
             return _dumps(body)
     sink: list[str] = [] if warnings is None else warnings
-    return orjson.dumps(translate_response(response, model, sink, nonce))
+    return orjson.dumps(translate_response(response, model, sink, nonce, signer_for(secret)))
