@@ -58,6 +58,8 @@ def _walk(schema: Any, keep: frozenset[str] | None, drop: frozenset[str], subset
         if subset:
             if key == "const":
                 key, value = "enum", [value]
+            elif key == "enum" and "const" in schema:
+                continue  # const is the narrower of the two: its one-value enum is kept
             elif key == "type" and value.__class__ is list:
                 _types(value, out)
                 continue
@@ -72,8 +74,6 @@ def _walk(schema: Any, keep: frozenset[str] | None, drop: frozenset[str], subset
                 value = _walk(value, keep, drop, subset)
         elif key in _SCHEMA_LISTS and value.__class__ is list:
             value = [_walk(sub, keep, drop, subset) for sub in value]
-        if key == "enum" and "enum" in out:
-            continue  # const and enum both given: enum (the wider) is kept once
         out[key] = value
     return out
 
