@@ -36,7 +36,7 @@ def test_dropping_only_the_meta_schema() -> None:
 def test_openapi_subset_and_no_mutation() -> None:
     before = copy.deepcopy(SCHEMA)
     got = sanitize_schema(SCHEMA, PROFILES["gemini"])
-    assert SCHEMA == before
+    assert before == SCHEMA
     assert got == {
         "type": "object",
         "properties": {
