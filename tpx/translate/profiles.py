@@ -92,7 +92,7 @@ GEMINI_SCHEMA_KEYWORDS = frozenset(
 )
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class Profile:
     """What one kind of upstream accepts (data only; see the module docstring).
 

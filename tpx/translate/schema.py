@@ -9,6 +9,13 @@ other keyword's value (``enum``, ``default``, ``required``, ``const`` ...) is da
 kept as is. The input is never mutated; a profile that keeps everything gets the same
 object back.
 
+Sanitized schemas are cached by content (their canonical JSON bytes, per profile; a
+bounded LRU): a client sends the same 24 tool schemas every turn, and walking them in
+Python each time would cost several times the JSON parse. Cached results are shared
+between translations, so a translated body's ``parameters`` must be treated as
+read-only (they could already be the caller's own objects for a profile that keeps
+everything).
+
 With ``profile.openapi_subset`` (Gemini, ``generic``): ``const: v`` -> ``enum: [v]``
 and a ``type`` list (``["string", "null"]``) -> one ``type`` + ``nullable: true``
 (several non-null types -> ``anyOf`` of each), as OpenAPI 3.0 writes them.
@@ -16,7 +23,10 @@ and a ``type`` list (``["string", "null"]``) -> one ``type`` + ``nullable: true`
 
 from __future__ import annotations
 
+import functools
 from typing import Any
+
+import orjson
 
 from tpx.translate.profiles import Profile
 
@@ -47,7 +57,20 @@ def sanitize_schema(schema: Any, profile: Profile) -> Any:
     """*schema* as *profile*'s server accepts it (see the module docstring)."""
     if profile.schema_keep is None and not profile.schema_drop and not profile.openapi_subset:
         return schema
-    return _walk(schema, profile.schema_keep, profile.schema_drop, profile.openapi_subset)
+    if schema.__class__ is not dict:
+        return schema
+    try:
+        key = orjson.dumps(schema)
+    except TypeError:  # not JSON (the dict entry point): no cache
+        return _walk(schema, profile.schema_keep, profile.schema_drop, profile.openapi_subset)
+    return _cached(key, profile)
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached(key: bytes, profile: Profile) -> Any:
+    return _walk(
+        orjson.loads(key), profile.schema_keep, profile.schema_drop, profile.openapi_subset
+    )
 
 
 def _walk(schema: Any, keep: frozenset[str] | None, drop: frozenset[str], subset: bool) -> Any:
