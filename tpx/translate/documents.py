@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import io
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
@@ -51,6 +52,17 @@ def pdf_text(data: bytes) -> str:
     return "\n\n".join(text.strip() for text in pages if text.strip())
 
 
+@functools.lru_cache(maxsize=32)
+def _pdf_text_of(data: str) -> str:
+    """:func:`pdf_text` of base64 *data*, cached: a client sends the same PDF back in
+    every later turn of the conversation (errors are not cached)."""
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        _bad("base64 document source holds invalid base64")
+    return pdf_text(raw)
+
+
 def _tagged(text: str, block: Mapping[str, Any]) -> dict[str, Any]:
     title = block.get("title")
     head = f'<document title="{title}">' if isinstance(title, str) and title else "<document>"
@@ -82,11 +94,7 @@ def document_part(
                 "type": "file",
                 "file": {"filename": name, "file_data": f"data:application/pdf;base64,{data}"},
             }
-        try:
-            raw = base64.b64decode(data, validate=True)
-        except (binascii.Error, ValueError):
-            _bad("base64 document source holds invalid base64")
-        text = pdf_text(raw)
+        text = _pdf_text_of(data)
         if not text:
             _unsupported("a PDF document without extractable text (scanned pages?)")
         warn(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any, NoReturn
@@ -520,6 +521,33 @@ _TOOL_KEYS = frozenset({"name", "description", "input_schema", "type", "strict",
 
 
 def _tools(tools: Any, st: _State) -> list[dict[str, Any]]:
+    """The translated tools; cached by content (a client sends the same tools every turn).
+
+    A hit costs one ``orjson.dumps`` of the list instead of a Python walk over every
+    schema; the cached function objects are shared between translations (read-only).
+    """
+    if tools.__class__ is list and tools:
+        try:
+            key = _dumps(tools)
+        except TypeError:  # not JSON (the dict entry point): translated uncached
+            return _translate_tools(tools, st)
+        result, warnings = _cached_tools(key, st.profile)
+        for warning in warnings:
+            st.warn(warning)
+        return list(result)
+    return _translate_tools(tools, st)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_tools(
+    key: bytes, profile: Profile
+) -> tuple[tuple[dict[str, Any], ...], tuple[str, ...]]:
+    st = _State(profile)
+    result = _translate_tools(orjson.loads(key), st)
+    return tuple(result), tuple(st.warnings)
+
+
+def _translate_tools(tools: Any, st: _State) -> list[dict[str, Any]]:
     if not isinstance(tools, list):
         _bad("tools must be a list")
     result: list[dict[str, Any]] = []
