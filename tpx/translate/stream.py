@@ -13,10 +13,10 @@ Pieces
     ``data: [DONE]\\n``); an unterminated last line is dropped (a cut-off read).
 :class:`OpenAIStreamTranslator`
     Chat Completions chunks (``data: {...}`` ... ``data: [DONE]``) -> Messages events:
-    ``message_start``; ``thinking`` (from ``reasoning_content`` or ``reasoning``: live
-    ``thinking_delta`` events, closed by one ``signature_delta`` carrying the MAC of the
-    block's whole text, as the non-streaming path signs it; ``secret=`` as there) and
-    ``text`` blocks streamed live; ``tool_use`` blocks; ``message_delta`` (stop reason, cumulative usage);
+    ``message_start``; ``thinking`` (from ``reasoning_content`` or ``reasoning``:
+    live ``thinking_delta`` events, closed by one ``signature_delta`` carrying the MAC
+    of the block's whole text, as the non-streaming path signs it; ``secret=`` as
+    there) and ``text`` blocks streamed live; ``tool_use`` blocks; ``message_delta`` (stop reason, cumulative usage);
     ``message_stop``.
 :class:`AnthropicStreamReader`
     Native Messages streams: events pass through unchanged (``ping`` and unknown types
