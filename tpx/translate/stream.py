@@ -16,8 +16,8 @@ Pieces
     ``message_start``; ``thinking`` (from ``reasoning_content`` or ``reasoning``:
     live ``thinking_delta`` events, closed by one ``signature_delta`` carrying the MAC
     of the block's whole text, as the non-streaming path signs it; ``secret=`` as
-    there) and ``text`` blocks streamed live; ``tool_use`` blocks; ``message_delta`` (stop reason, cumulative usage);
-    ``message_stop``.
+    there) and ``text`` blocks streamed live; ``tool_use`` blocks; ``message_delta``
+    (stop reason, cumulative usage); ``message_stop``.
 :class:`AnthropicStreamReader`
     Native Messages streams: events pass through unchanged (``ping`` and unknown types
     included), but are parsed and shape-checked so the exchange learns the tool_use ids;
