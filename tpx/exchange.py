@@ -336,7 +336,9 @@ class Exchange:
     provider output; the exchange itself never sends credentials. ``observer`` is called
     with the spec action's name and the snapshot after every state-changing step (see the
     module docstring: never for a refused step; its exceptions propagate once the step is
-    complete).
+    complete). ``profile`` (the TPX upstream's kind) and ``thinking_secret`` (signs and
+    verifies thinking blocks; redacted like ``secrets``) go to the translator
+    (:mod:`tpx.translate.profiles`, :mod:`tpx.translate.signing`).
 
     An exchange cannot be pickled or copied (``pickle``, ``copy``, ``deepcopy`` raise
     :class:`TypeError`): it keeps the credentials' forms for redaction. Use
