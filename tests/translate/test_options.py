@@ -61,7 +61,7 @@ def test_adaptive_without_effort_enables_at_the_server_default() -> None:
 
 DISABLED: dict[str, dict[str, Any]] = {
     "openai": {},
-    "gemini": {},
+    "gemini": {"reasoning_effort": "none"},
     "ollama": {"reasoning_effort": "none"},
     "openrouter": {"reasoning": {"effort": "none"}},
     "deepseek": {"thinking": {"type": "disabled"}},

@@ -27,10 +27,13 @@ Facts behind each record (public documentation, late 2026; see each record's com
 * DeepSeek: ``thinking: {"type": "enabled"|"disabled"}`` plus ``reasoning_effort``
   (low/high/max; medium -> high); ``reasoning_content`` of assistant turns with tool
   calls MUST be sent back (400 otherwise); ``response_format`` is ``json_object`` only.
-* Gemini (OpenAI compatibility endpoint): ``reasoning_effort``; function declarations
-  take an OpenAPI 3.0 subset of JSON Schema (no ``$schema``, ``additionalProperties``,
-  ``format`` beyond a few, ``propertyNames``, ``const``, ``exclusiveMinimum`` ...), so
-  schemas keep only an allow-list of keywords (``const`` becomes a one-value ``enum``).
+* Gemini (OpenAI compatibility endpoint): ``reasoning_effort`` low/medium/high, and
+  ``"none"`` turns thinking off (``"minimal"`` is refused); any field it does not know
+  is a 400 ("Unknown name ...: Cannot find field", seen for ``store``, ``reasoning``,
+  ``top_k``), so ``user`` is not sent; function declarations take an OpenAPI 3.0 subset
+  of JSON Schema (``const``, ``additionalProperties``, ``$schema``, ``format`` beyond a
+  few, ``propertyNames`` ... are refused), so schemas keep only an allow-list of keywords
+  (``const`` becomes a one-value ``enum``).
 * OpenRouter: ``reasoning: {"effort": ...}`` (``"none"`` disables), ``reasoning`` on
   replies and assistant history, ``file`` parts for PDFs; it routes to many providers,
   so mid-conversation system text becomes tagged user text.
@@ -196,7 +199,8 @@ PROFILES: Mapping[str, Profile] = {
             openapi_subset=True,
             system="first",
             reasoning="reasoning_effort",
-            efforts=("minimal", "low", "medium", "high"),
+            efforts=("low", "medium", "high"),
+            disable_effort="none",
             user_field=False,
         ),
         Profile(
