@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import anthropic
 import httpx2
 import orjson
 import pytest
 
+from tests.translate.test_stream import sse, stream_of
 from tpx import errors
 from tpx.translate.signing import ThinkingSigner
 from tpx.transport import Transport, boot
@@ -171,3 +173,56 @@ def test_a_thinking_block_signed_by_another_secret_is_not_sent_back() -> None:
 def test_an_unknown_profile_fails_at_boot() -> None:
     with pytest.raises(errors.ConfigurationError, match="unknown upstream profile"):
         _boot(_Upstream(), {"TPX_PROFILE": "mistery"})
+
+
+def _sdk_message(data: bytes) -> dict[str, Any]:
+    """The official SDK's stream accumulator over the transport's SSE bytes."""
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=data)
+
+    client = anthropic.Anthropic(
+        api_key="k",
+        base_url="http://sdk.test",
+        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
+        max_retries=0,
+    )
+    with client.messages.stream(
+        model="m", max_tokens=10, messages=[{"role": "user", "content": "x"}]
+    ) as stream:
+        message: dict[str, Any] = stream.get_final_message().model_dump(mode="json")
+    return message
+
+
+def test_a_streamed_reply_reaches_the_caller_as_the_non_streamed_one() -> None:
+    reply = _reply()
+    calls = reply["choices"][0]["message"]["tool_calls"]
+    calls.append(
+        {"id": "call_2", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+    )
+    chunks = stream_of(reply, "interleaved", piece=3)
+    data = sse(chunks)
+
+    def streamed(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=data)
+
+    def whole(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, json=reply)
+
+    env = {"TPX_PROFILE": "deepseek", "TPX_THINKING_SECRET": SECRET}
+    with boot(
+        oauth_token=TOKEN, tpx_base_url=TPX_URL, env=env, transport=httpx2.MockTransport(streamed)
+    ) as t:
+        got = _sdk_message(b"".join(t.stream(REQUEST)))
+    with boot(
+        oauth_token=TOKEN, tpx_base_url=TPX_URL, env=env, transport=httpx2.MockTransport(whole)
+    ) as t:
+        expected = anthropic.types.Message.model_validate(t.create(REQUEST)).model_dump(mode="json")
+    assert [b["type"] for b in got["content"]] == ["thinking", "tool_use", "tool_use"]
+    assert got["content"][0]["signature"] == ThinkingSigner(SECRET).sign(THOUGHT)
+    # tool ids carry a fresh nonce per response: compare everything else
+    for message in (got, expected):
+        for block in message["content"]:
+            block.pop("id", None)
+    assert got["content"] == expected["content"]
+    assert got["stop_reason"] == expected["stop_reason"] == "tool_use"
