@@ -538,7 +538,7 @@ def _tools(tools: Any, st: _State) -> list[dict[str, Any]]:
     return _translate_tools(tools, st)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=64)
 def _cached_tools(
     key: bytes, profile: Profile
 ) -> tuple[tuple[dict[str, Any], ...], tuple[str, ...]]:
