@@ -523,15 +523,21 @@ _TOOL_KEYS = frozenset({"name", "description", "input_schema", "type", "strict",
 def _tools(tools: Any, st: _State) -> list[dict[str, Any]]:
     """The translated tools; cached by content (a client sends the same tools every turn).
 
-    A hit costs one ``orjson.dumps`` of the list instead of a Python walk over every
+    Only for profiles that rewrite schemas (for the others the walk is cheaper than the
+    key): a hit costs one ``orjson.dumps`` of the list instead of a Python walk over every
     schema; the cached function objects are shared between translations (read-only).
     """
-    if tools.__class__ is list and tools:
+    profile = st.profile
+    if (
+        tools.__class__ is list
+        and tools
+        and (profile.schema_keep is not None or profile.schema_drop or profile.openapi_subset)
+    ):
         try:
             key = _dumps(tools)
         except TypeError:  # not JSON (the dict entry point): translated uncached
             return _translate_tools(tools, st)
-        result, warnings = _cached_tools(key, st.profile)
+        result, warnings = _cached_tools(key, profile)
         for warning in warnings:
             st.warn(warning)
         return list(result)
