@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping
 from typing import Any, NoReturn
@@ -26,9 +25,9 @@ from tpx.translate.options import (
     user_value,
 )
 from tpx.translate.profiles import DEFAULT_PROFILE, Profile, get_profile
-from tpx.translate.schema import sanitize_schema
 from tpx.translate.signing import PROCESS_SIGNER, ThinkingSigner, signer_for
 from tpx.translate.signing import SIGNATURE_PREFIX as REASONING_SIGNATURE
+from tpx.translate.tools import tool_choice, translate_tools
 
 __all__ = [
     "REASONING_SIGNATURE",
@@ -517,109 +516,6 @@ def _system(system: Any, out: list[dict[str, Any]], st: _State) -> None:
         out.append({"role": "system", "content": _text_content(parts)})
 
 
-_TOOL_KEYS = frozenset({"name", "description", "input_schema", "type", "strict", "cache_control"})
-
-
-def _tools(tools: Any, st: _State) -> list[dict[str, Any]]:
-    """The translated tools; cached by content (a client sends the same tools every turn).
-
-    Only for profiles that rewrite schemas (for the others the walk is cheaper than the
-    key): a hit costs one ``orjson.dumps`` of the list instead of a Python walk over every
-    schema; the cached function objects are shared between translations (read-only).
-    """
-    profile = st.profile
-    if (
-        tools.__class__ is list
-        and tools
-        and (profile.schema_keep is not None or profile.schema_drop or profile.openapi_subset)
-    ):
-        try:
-            key = _dumps(tools)
-        except TypeError:  # not JSON (the dict entry point): translated uncached
-            return _translate_tools(tools, st)
-        result, warnings = _cached_tools(key, profile)
-        for warning in warnings:
-            st.warn(warning)
-        return list(result)
-    return _translate_tools(tools, st)
-
-
-@functools.lru_cache(maxsize=64)
-def _cached_tools(
-    key: bytes, profile: Profile
-) -> tuple[tuple[dict[str, Any], ...], tuple[str, ...]]:
-    st = _State(profile)
-    result = _translate_tools(orjson.loads(key), st)
-    return tuple(result), tuple(st.warnings)
-
-
-def _translate_tools(tools: Any, st: _State) -> list[dict[str, Any]]:
-    if not isinstance(tools, list):
-        _bad("tools must be a list")
-    result: list[dict[str, Any]] = []
-    for tool in tools:
-        if not isinstance(tool, dict):
-            _bad("tools entries must be objects")
-        kind = tool.get("type")
-        if kind is not None and kind != "custom":
-            _unsupported(f"server tool {kind!r} (only custom tools are carried)")
-        name = tool.get("name")
-        if not isinstance(name, str) or not name:
-            _bad("a tool needs a non-empty string name")
-        schema = tool.get("input_schema")
-        if not isinstance(schema, dict):
-            _bad(f"tool {name!r}: input_schema must be an object")
-        function: dict[str, Any] = {"name": name}
-        description = tool.get("description")
-        if description is not None:
-            if not isinstance(description, str):
-                _bad(f"tool {name!r}: description must be a string")
-            function["description"] = description
-        function["parameters"] = sanitize_schema(schema, st.profile)
-        strict = tool.get("strict")
-        if strict is not None:
-            if not isinstance(strict, bool):
-                _bad(f"tool {name!r}: strict must be a boolean")
-            function["strict"] = strict
-        for key in tool:
-            if key not in _TOOL_KEYS:
-                st.warn(f"tool field {key!r} dropped: no Chat Completions equivalent")
-        result.append({"type": "function", "function": function})
-    return result
-
-
-def _tool_choice(choice: Any, out: dict[str, Any], tools: list[dict[str, Any]], st: _State) -> None:
-    if not isinstance(choice, dict):
-        _bad("tool_choice must be an object")
-    kind = choice.get("type")
-    value: Any
-    if kind == "auto":
-        value = "auto"
-    elif kind == "any":
-        value = "required"
-    elif kind == "none":
-        value = "none"
-    elif kind == "tool":
-        name = choice.get("name")
-        if not isinstance(name, str) or not name:
-            _bad("tool_choice of type tool needs a name")
-        if all(tool["function"]["name"] != name for tool in tools):
-            _bad(f"tool_choice names the tool {name!r}, which the request does not declare")
-        value = {"type": "function", "function": {"name": name}}
-    else:
-        _bad(f"unknown tool_choice type {kind!r}")
-    if not tools:
-        if kind != "none":
-            st.warn("tool_choice dropped: the request has no tools")
-        return
-    out["tool_choice"] = value
-    parallel = choice.get("disable_parallel_tool_use")
-    if parallel is True and kind != "none":
-        out["parallel_tool_calls"] = False
-    elif parallel not in (None, False, True):
-        _bad("disable_parallel_tool_use must be a boolean")
-
-
 def _number(value: Any, name: str) -> float | int:
     if isinstance(value, bool) or not isinstance(value, int | float):
         _bad(f"{name} must be a number")
@@ -751,13 +647,13 @@ def translate_request(request: Any, model: str | None, st: _State) -> dict[str, 
     fold_system(out, st.folded)
     body["messages"] = out
     if "tools" in request:
-        tools = _tools(request["tools"], st)
+        tools = translate_tools(request["tools"], st.profile, st.warn)
         if tools:
             body["tools"] = tools
     else:
         tools = []
     if "tool_choice" in request:
-        _tool_choice(request["tool_choice"], body, tools, st)
+        tool_choice(request["tool_choice"], body, tools, st.warn)
     max_tokens = request.get("max_tokens")
     if max_tokens.__class__ is not int or max_tokens < 1:
         if "max_tokens" not in request:
