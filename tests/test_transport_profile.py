@@ -226,3 +226,21 @@ def test_a_streamed_reply_reaches_the_caller_as_the_non_streamed_one() -> None:
             block.pop("id", None)
     assert got["content"] == expected["content"]
     assert got["stop_reason"] == expected["stop_reason"] == "tool_use"
+
+
+def test_the_thinking_secret_is_redacted_like_a_credential() -> None:
+    def echo(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(400, json={"error": {"message": f"bad: {SECRET}", "type": "x"}})
+
+    with (
+        boot(
+            oauth_token=TOKEN,
+            tpx_base_url=TPX_URL,
+            env={"TPX_THINKING_SECRET": SECRET},
+            transport=httpx2.MockTransport(echo),
+        ) as t,
+        pytest.raises(errors.ModelError) as info,
+    ):
+        t.create(REQUEST)
+    assert SECRET not in str(info.value)
+    assert "bad:" in str(info.value)
