@@ -12,7 +12,8 @@ the ``TPX_PROFILE`` environment variable, else :data:`DEFAULT_PROFILE` (``generi
 Facts behind each record (public documentation, late 2026; see each record's comment):
 
 * OpenAI: ``max_completion_tokens`` (``max_tokens`` is deprecated and refused by
-  reasoning models); ``reasoning_effort`` (minimal .. xhigh); system/developer
+  reasoning models); ``reasoning_effort`` minimal .. high (``xhigh`` only on some
+  models, so Anthropic's ``max`` asks for ``high``); system/developer
   messages anywhere; ``file`` content parts (PDF as ``file_data`` data URL);
   no reasoning text in Chat Completions replies, so none goes back.
 * vLLM / SGLang: ``max_tokens``; reasoning switched by the chat template,
@@ -157,7 +158,7 @@ PROFILES: Mapping[str, Profile] = {
             token_field="max_completion_tokens",
             system="anywhere",
             reasoning="reasoning_effort",
-            efforts=("minimal", "low", "medium", "high", "xhigh"),
+            efforts=("minimal", "low", "medium", "high"),  # xhigh: only some models
             file_parts=True,
         ),
         Profile(
