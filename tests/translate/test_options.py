@@ -298,3 +298,21 @@ def test_redacted_thinking_is_dropped_with_a_warning() -> None:
     translation = request_to_openai(_request(messages=messages), profile="deepseek")
     assert translation.body["messages"][1] == {"role": "assistant", "content": "b"}
     assert any("redacted_thinking" in w for w in translation.warnings)
+
+
+@pytest.mark.parametrize(
+    ("profile", "control"),
+    [
+        ("openai", {"reasoning_effort": "high"}),
+        ("deepseek", {"thinking": {"type": "enabled"}, "reasoning_effort": "max"}),
+        ("openrouter", {"reasoning": {"effort": "xhigh"}}),
+        ("gemini", {"reasoning_effort": "high"}),
+    ],
+)
+def test_max_effort_maps_to_the_most_the_profile_names(
+    profile: str, control: dict[str, Any]
+) -> None:
+    body = request_to_openai(_request(output_config={"effort": "max"}), profile=profile).body
+    keys = ("reasoning_effort", "reasoning", "thinking")
+    assert {k: body[k] for k in keys if k in body} == control
+    validate_openai_request(body)
