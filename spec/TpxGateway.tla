@@ -64,24 +64,24 @@
 (*    131  Init                  actions.py Init                           *)
 (*    146  CredsUnchanged        invariants.py CredsUnchanged              *)
 (*    151  CallerSend            actions.py CallerSend                     *)
-(*    167  CallerAbort           actions.py CallerAbort                    *)
-(*    180  NoProvider            actions.py NoProvider                     *)
-(*    191  ProviderReply         actions.py ProviderReply                  *)
-(*    203  ProviderFail          actions.py ProviderFail                   *)
-(*    215  ClientGone            actions.py ClientGone                     *)
-(*    228  Retry                 actions.py Retry                          *)
-(*    244  Deliver               actions.py Deliver                        *)
-(*    256  Halted                actions.py Halted                         *)
-(*    260  Next                  actions.py ACTIONS, Next                  *)
-(*    276  TypeOK                invariants.py TypeOK                      *)
-(*    292  ShapeInv              invariants.py ShapeInv                    *)
-(*    294  PairingInv            invariants.py PairingInv                  *)
-(*    301  SelectionInv          invariants.py SelectionInv                *)
-(*    304  BoundedInv            invariants.py BoundedInv                  *)
-(*    311  NoCrossPairing        invariants.py NoCrossPairing              *)
-(*    317  RetryInv              invariants.py RetryInv                    *)
-(*    321  SelectionStable       invariants.py SelectionStable             *)
-(*    335  Refinement            (TLC only; the mirror: refinement.py)     *)
+(*    169  CallerAbort           actions.py CallerAbort                    *)
+(*    182  NoProvider            actions.py NoProvider                     *)
+(*    193  ProviderReply         actions.py ProviderReply                  *)
+(*    205  ProviderFail          actions.py ProviderFail                   *)
+(*    217  ClientGone            actions.py ClientGone                     *)
+(*    230  Retry                 actions.py Retry                          *)
+(*    246  Deliver               actions.py Deliver                        *)
+(*    258  Halted                actions.py Halted                         *)
+(*    262  Next                  actions.py ACTIONS, Next                  *)
+(*    278  TypeOK                invariants.py TypeOK                      *)
+(*    294  ShapeInv              invariants.py ShapeInv                    *)
+(*    296  PairingInv            invariants.py PairingInv                  *)
+(*    303  SelectionInv          invariants.py SelectionInv                *)
+(*    306  BoundedInv            invariants.py BoundedInv                  *)
+(*    313  NoCrossPairing        invariants.py NoCrossPairing              *)
+(*    319  RetryInv              invariants.py RetryInv                    *)
+(*    323  SelectionStable       invariants.py SelectionStable             *)
+(*    337  Refinement            (TLC only; the mirror: refinement.py)     *)
 (***************************************************************************)
 EXTENDS Naturals, FiniteSets
 
@@ -164,11 +164,13 @@ CallerSend(c) ==
 \* Seed: the caller cannot produce tool results; the turn aborts and the
 \* obligations are discarded. Gateway: the request is refused for pairing
 \* (400 before the wire); the history keeps its obligations (difference 3).
+\* (The guard is written with => because TLC branches on a disjunction in an
+\* action and would generate the successor twice.)
 CallerAbort(c) ==
     /\ phase[c] = "idle"
     /\ turn[c] < MaxTurns
     /\ provider # NONE
-    /\ GatewayRetry \/ pending[c] # {}
+    /\ ~GatewayRetry => pending[c] # {}
     /\ lastOutcome' = [lastOutcome EXCEPT ![c] = "err"]
     /\ pending' = IF GatewayRetry THEN pending ELSE [pending EXCEPT ![c] = {}]
     /\ turn' = [turn EXCEPT ![c] = turn[c] + 1]
