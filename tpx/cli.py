@@ -161,6 +161,17 @@ def _cmd_check_trace(args: argparse.Namespace) -> int:
 
     spec: Path = args.spec
     cfg_path = _cfg_for(spec, args.config)
+    from tpx import tracecheck_gateway as gateway_traces
+
+    if gateway_traces.is_gateway_spec(spec):  # per-conversation gateway traces (the mirror)
+        from tpx.model.gateway import Config as GatewayConfig
+
+        if args.tlc:
+            raise TpxError("--tlc does not check gateway traces; the mirror does")
+        retry = GatewayConfig.from_cfg(cfg_path).GatewayRetry
+        lines, code = gateway_traces.check_files(args.files, gateway_retry=retry)
+        print("\n".join(lines))
+        return code
     config = Config.from_cfg(cfg_path)
     # one line per file, in the order given: a verdict, or why the file is no trace
     outcome: dict[int, str] = {}

@@ -45,6 +45,7 @@ __all__ = [
     "NoProvider",
     "ProviderFail",
     "ProviderReply",
+    "ProviderReplyWith",
     "Retry",
     "Steps",
 ]
@@ -129,15 +130,23 @@ def NoProvider(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
 
 
 def ProviderReply(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
-    if s.phase[c] == "req":
-        for ids in _subsets(cfg.Ids(c)):
-            yield evolve(
-                s,
-                emitted=EXCEPT(s.emitted, c, ids),
-                wireIds=EXCEPT(s.wireIds, c, ids),
-                wireShape=EXCEPT(s.wireShape, c, cfg.NativeShape(s.provider)),
-                phase=EXCEPT(s.phase, c, "resp"),
-            )
+    for ids in _subsets(cfg.Ids(c)):
+        yield from ProviderReplyWith(s, c, cfg, ids)
+
+
+def ProviderReplyWith(
+    s: State, c: ModelValue, cfg: Config, ids: frozenset[ToolId]
+) -> Iterator[State]:
+    """ProviderReply(c) for one witness of ``\\E ids \\in SUBSET Ids(c)`` (the monitor
+    uses it with the ids a provider really emitted instead of enumerating subsets)."""
+    if s.phase[c] == "req" and ids <= cfg.Ids(c):
+        yield evolve(
+            s,
+            emitted=EXCEPT(s.emitted, c, ids),
+            wireIds=EXCEPT(s.wireIds, c, ids),
+            wireShape=EXCEPT(s.wireShape, c, cfg.NativeShape(s.provider)),
+            phase=EXCEPT(s.phase, c, "resp"),
+        )
 
 
 def _fail(s: State, c: ModelValue, cfg: Config) -> State:
