@@ -7,6 +7,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from tpx.cli import main
@@ -284,3 +285,103 @@ def test_check_gateway_trace_needs_actions_and_a_provider() -> None:
     assert report.failed_property == "Action"
     with pytest.raises(TraceFormatError, match="provider"):
         check_gateway_trace([{**first, "provider": 3}], ["Init"])
+
+
+# ------------------------------------------- caller-side and wire-side ids (to_wire)
+
+
+def wire_of(caller: str) -> str:
+    """A stand-in for the gateway's id decoding: caller id ``k-<nonce>-<foreign>``; other
+    ids are not the gateway's and pass through (as tpx.translate.ids.wire_id does)."""
+    return caller.split("-", 2)[2] if caller.startswith("k-") else caller
+
+
+def test_to_wire_compares_caller_ids_through_the_bijection() -> None:
+    m = GatewayMonitor(provider="TPX", to_wire=wire_of)
+    start(m, C1, ["k-n1-call_0"])  # the history owes call_0 (caller id carries a nonce)
+    sent = step(
+        m,
+        C1,
+        "CallerSend",
+        phase="req",
+        wireShape="openai",
+        reqIds=["k-n1-call_0"],
+        wireIds=["call_0"],
+    )
+    assert sent is None
+    # the stored trace holds wire-side ids throughout, so it checks on its own
+    assert m.trace(C1)[-1]["reqIds"] == ["call_0"]
+    report = check_gateway_trace(
+        [{k: v for k, v in e.items() if k != "#action"} for e in m.trace(C1)],
+        [e["#action"] for e in m.trace(C1)],
+    )
+    assert report.accepted, report
+    # the same foreign id in another live conversation is no cross-pairing (wire ids are
+    # per upstream response); the same caller id is
+    start(m, C2, ["k-n2-call_0"])
+    m2 = GatewayMonitor(provider="TPX", to_wire=wire_of)
+    start(m2, C1, ["k-n1-call_0"])
+    assert (
+        step(
+            m2,
+            C1,
+            "CallerSend",
+            phase="req",
+            wireShape="openai",
+            reqIds=["k-n1-call_0"],
+            wireIds=["call_0"],
+        )
+        is None
+    )
+    stolen = m2.observe(C2, "Resume", {**m2.trace(C1)[0], "pending": ["k-n1-call_0"]})
+    assert stolen is not None
+    assert stolen.property == "NoCrossPairing"
+    wrong = GatewayMonitor(provider="TPX", to_wire=wire_of)
+    start(wrong, C1, ["k-n1-call_0"])
+    bad = step(wrong, C1, "CallerSend", phase="req", reqIds=["k-n1-call_0"], wireIds=["call_9"])
+    assert bad is not None
+    assert bad.property == "PairingInv"
+
+
+def test_snapshot_of_exchange_keeps_the_historys_obligations_on_failure() -> None:
+    @attrs.frozen
+    class Prov:
+        name: str
+
+    @attrs.frozen
+    class Snap:  # the fields of tpx.exchange.ExchangeSnapshot the adapter reads
+        provider: Prov
+        turn: int
+        phase: str
+        pending: frozenset[str]
+        req_ids: frozenset[str]
+        wire_shape: str
+        wire_ids: frozenset[str]
+        emitted: frozenset[str]
+        got_shape: str
+        last_outcome: str
+
+    failed = Snap(
+        Prov("TPX"),
+        1,
+        "idle",
+        frozenset(),
+        frozenset({"a"}),
+        "openai",
+        frozenset({"a"}),
+        frozenset(),
+        "messages",
+        "err",
+    )
+    seed_view = snapshot_of_exchange(failed)
+    assert seed_view["pending"] == []
+    gateway_view = snapshot_of_exchange(failed, action="ProviderFail", obligations={"a"})
+    assert gateway_view["pending"] == ["a"]
+    assert snapshot_of_exchange(failed, action="Deliver", obligations={"a"})["pending"] == []
+    m = monitor()
+    start(m, C1, ["a"])
+    assert (
+        step(m, C1, "CallerSend", phase="req", wireShape="openai", reqIds=["a"], wireIds=["a"])
+        is None
+    )
+    assert m.observe(C1, "ProviderFail", gateway_view) is None

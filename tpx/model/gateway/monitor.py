@@ -46,7 +46,7 @@ mirror step on a one-conversation state per event, O(ids in the step).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -106,14 +106,25 @@ class Violation:
         )
 
 
-def snapshot_of_exchange(snapshot: Any) -> dict[str, Any]:
+def snapshot_of_exchange(
+    snapshot: Any, *, action: str | None = None, obligations: Iterable[str] | None = None
+) -> dict[str, Any]:
     """A :class:`tpx.exchange.ExchangeSnapshot` as a monitor snapshot (the same JSON-style
-    mapping the gateway writes to its traces)."""
+    mapping the gateway writes to its traces).
+
+    The gateway runs one seed exchange per request, and the seed's ProviderFail and
+    CallerAbort discard the exchange's ``pending``; the conversation's obligations are
+    its history's all the same (the gateway spec). Pass the request history's obligations
+    as *obligations* with the *action* and, for those two actions, they are the snapshot's
+    ``pending``."""
+    pending = snapshot.pending
+    if obligations is not None and action in ("ProviderFail", "CallerAbort"):
+        pending = obligations
     return {
         "provider": snapshot.provider.name,
         "turn": snapshot.turn,
         "phase": snapshot.phase,
-        "pending": sorted(snapshot.pending),
+        "pending": sorted(pending),
         "reqIds": sorted(snapshot.req_ids),
         "wireShape": snapshot.wire_shape,
         "wireIds": sorted(snapshot.wire_ids),
@@ -153,12 +164,16 @@ def _names(state: State) -> set[str]:
 class GatewayMonitor:
     """Checks a gateway's per-conversation spec steps as they happen (see the module doc).
 
-    ``provider`` is the boot selection (``"ANTHROPIC"``, ``"TPX"`` or ``"NONE"``);
-    ``has_key`` / ``has_token`` the boot credentials' presence when known (then
-    SelectionInv is checked against them; never the credentials themselves);
-    ``max_in_flight`` the gateway's bound on exchanges in flight (``None``: unbounded);
-    ``gateway_retry`` the spec constant GatewayRetry. Not thread-safe: one per worker
-    (an event loop), or a lock around :meth:`observe`.
+        ``provider`` is the boot selection (``"ANTHROPIC"``, ``"TPX"`` or ``"NONE"``);
+        ``has_key`` / ``has_token`` the boot credentials' presence when known (then
+        SelectionInv is checked against them; never the credentials themselves);
+        ``max_in_flight`` the gateway's bound on exchanges in flight (``None``: unbounded);
+        ``gateway_retry`` the spec constant GatewayRetry; ``to_wire`` maps a caller-side tool id
+    (``pending``, ``reqIds``: what the client sees) to its wire-side id (``wireIds``,
+    ``emitted``: what the provider sent), for a gateway whose snapshots hold both (TPX:
+    decode the signed caller id to the foreign id; ANTHROPIC: identity); the traces then hold
+    wire-side ids throughout. Not thread-safe: one per worker
+        (an event loop), or a lock around :meth:`observe`.
     """
 
     def __init__(
@@ -169,6 +184,7 @@ class GatewayMonitor:
         has_token: bool | None = None,
         max_in_flight: int | None = None,
         gateway_retry: bool = True,
+        to_wire: Callable[[str], str] | None = None,
     ) -> None:
         if has_key is None or has_token is None:
             # unknown credentials: any pair that selects the provider
@@ -180,6 +196,7 @@ class GatewayMonitor:
         self._provider = ModelValue(provider)
         self._max_in_flight = max_in_flight
         self._retry = gateway_retry
+        self._to_wire = to_wire
         self._live: dict[Hashable, _Live] = {}
         self._owner: dict[str, Hashable] = {}
         self._in_flight = 0
@@ -222,13 +239,18 @@ class GatewayMonitor:
         """Check one step; ``None`` if the spec allows it, else the :class:`Violation`."""
         self.steps += 1
         live = self._live.get(conversation)
+        try:
+            held, snapshot = self._normalize(snapshot)
+        except _BadSnapshot as exc:
+            trace = [*(live.trace if live else ()), {"#action": action, **snapshot}]
+            return self._violation(conversation, trace, action, "TypeOK", str(exc))
         event = {"#action": action, **snapshot}
         trace = [*live.trace, event] if live is not None else [event]
         try:
             if live is None or action in _STARTS:
-                verdict = self._start(conversation, live, action, snapshot, trace)
+                verdict = self._start(conversation, live, action, snapshot, trace, held)
             else:
-                verdict = self._step(conversation, live, action, snapshot, trace)
+                verdict = self._step(conversation, live, action, snapshot, trace, held)
         except _BadSnapshot as exc:
             verdict = self._violation(conversation, trace, action, "TypeOK", str(exc))
         return verdict
@@ -284,15 +306,35 @@ class GatewayMonitor:
                 changes[name] = snapshot[name]
         return attrs.evolve(base, **changes)
 
+    def _normalize(self, snapshot: Mapping[str, Any]) -> tuple[set[str] | None, dict[str, Any]]:
+        """With ``to_wire``: the caller-side ids the snapshot holds (its identities, for
+        NoCrossPairing) and the snapshot with ``pending``/``reqIds`` mapped to wire ids."""
+        out = dict(snapshot)
+        if self._to_wire is None:
+            return None, out
+        held: set[str] = set()
+        for name in ("pending", "reqIds"):
+            if name in out:
+                raw = out[name]
+                _ids(raw, name)  # the same checks as the wire side
+                held.update(raw)
+                out[name] = sorted(self._to_wire(i) for i in raw)
+        return held, out
+
+    def _held(self, state: State, held: set[str] | None) -> set[str]:
+        """The ids whose owner NoCrossPairing checks: the caller-side ids with ``to_wire``
+        (wire ids are per upstream response, not global), every id otherwise."""
+        return _names(state) if held is None else held
+
     def _check_state(
-        self, conversation: Hashable, state: State, cfg: Config
+        self, conversation: Hashable, state: State, cfg: Config, held: set[str]
     ) -> tuple[str, str] | None:
         for name, inv in INVARIANTS:
             if name == "NoCrossPairing":
-                for held in sorted(_names(state)):
-                    owner = self._owner.get(held, conversation)
+                for one in sorted(held):
+                    owner = self._owner.get(one, conversation)
                     if owner != conversation:
-                        return name, f"{held!r} belongs to conversation {owner!r}"
+                        return name, f"{one!r} belongs to conversation {owner!r}"
             elif not inv(state, cfg):
                 return name, f"state {_show(state)}"
         boot = (self._has_key, self._has_token, self._provider)
@@ -310,6 +352,7 @@ class GatewayMonitor:
         action: str,
         snapshot: Mapping[str, Any],
         trace: list[dict[str, Any]],
+        held: set[str] | None,
     ) -> Violation | None:
         if action not in _STARTS:
             return self._violation(
@@ -339,8 +382,8 @@ class GatewayMonitor:
             return self._violation(
                 conversation, trace, action, "Init", "a conversation resumes idle"
             )
-        owned = _names(state)
-        found = self._check_state(conversation, state, cfg)
+        owned = self._held(state, held)
+        found = self._check_state(conversation, state, cfg, owned)
         if found is not None:
             return self._violation(conversation, trace, action, *found)
         self._live[conversation] = _Live(state, trace, owned)
@@ -355,6 +398,7 @@ class GatewayMonitor:
         action: str,
         snapshot: Mapping[str, Any],
         trace: list[dict[str, Any]],
+        held: set[str] | None,
     ) -> Violation | None:
         s = live.state
         function = _ACTIONS.get(action)
@@ -372,7 +416,8 @@ class GatewayMonitor:
             candidates = list(function(s, _C, cfg))
         if candidates and "retryable" not in snapshot:
             observed = attrs.evolve(observed, retryable=candidates[0].retryable)
-        found = self._check_state(conversation, observed, cfg)
+        owned = self._held(observed, held)
+        found = self._check_state(conversation, observed, cfg, owned)
         if found is not None:
             return self._violation(conversation, trace, action, *found)
         if observed not in candidates:
@@ -386,10 +431,9 @@ class GatewayMonitor:
         live.state = observed
         live.trace = trace
         self._in_flight += (observed.phase[_C] != "idle") - was_in_flight
-        if action == "ProviderReply":
-            for _, t in observed.emitted[_C]:
-                self._owner[t.name] = conversation
-                live.owned.add(t.name)
+        for name in owned:
+            self._owner[name] = conversation
+        live.owned |= owned
         return None
 
 
