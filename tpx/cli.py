@@ -169,7 +169,9 @@ def _cmd_check_trace(args: argparse.Namespace) -> int:
         if args.tlc:
             raise TpxError("--tlc does not check gateway traces; the mirror does")
         retry = GatewayConfig.from_cfg(cfg_path).GatewayRetry
-        lines, code = gateway_traces.check_files(args.files, gateway_retry=retry)
+        lines, code = gateway_traces.check_files(
+            args.files, gateway_retry=retry, exchange=args.exchange
+        )
         print("\n".join(lines))
         return code
     config = Config.from_cfg(cfg_path)
@@ -283,6 +285,11 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("--spec", type=Path, default=DEFAULT_SPEC)
     chk.add_argument("--config", type=Path, default=None, help="cfg file (default: SPEC.cfg)")
     chk.add_argument("--tlc", action="store_true", help="check with TLC (one run for all files)")
+    chk.add_argument(
+        "--exchange",
+        action="store_true",
+        help="gateway spec: the files are `tpx serve --trace-dir` exchange traces",
+    )
     chk.add_argument(
         "--timeout", type=_positive_seconds, default=None, help="seconds before TLC is killed"
     )

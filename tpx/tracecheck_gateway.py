@@ -20,7 +20,8 @@ and NoCrossPairing across conversations are the live monitor's job; ``GatewayRet
 read from the cfg.
 
 ``tpx check-trace --spec spec/TpxGateway.tla FILE...`` uses this module (the mirror only;
-``--tlc`` is refused for the gateway spec).
+``--tlc`` is refused for the gateway spec); ``--exchange`` reads the per-request exchange
+traces ``tpx serve --trace-dir`` writes (see :func:`check_gateway_trace`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import orjson
 from tpx.itf import TraceFormatError
 from tpx.model.gateway.monitor import GatewayMonitor
 from tpx.tracecheck import TraceReport, load_trace
+from tpx.translate.ids import wire_id
 
 __all__ = [
     "check_gateway_trace",
@@ -61,8 +63,15 @@ def check_gateway_trace(
     actions: Sequence[str | None],
     *,
     gateway_retry: bool = True,
+    exchange: bool = False,
 ) -> TraceReport:
-    """Replay one conversation's trace through a fresh monitor."""
+    """Replay one conversation's trace through a fresh monitor.
+
+    ``exchange=True`` reads a trace of one gateway request's seed exchange as ``tpx serve
+    --trace-dir`` records it: caller-side ids (``pending``, ``reqIds``) are compared with
+    the wire-side ones through :func:`tpx.translate.ids.wire_id`, and the ``pending`` of a
+    ProviderFail / CallerAbort step is the history's obligations (the last ``Resume``
+    state's), since the seed exchange discards them but the conversation keeps them."""
     if not states:
         raise TraceFormatError("a trace needs at least one state")
     first = states[0]
@@ -75,13 +84,19 @@ def check_gateway_trace(
         has_key=has_key if isinstance(has_key, bool) else None,
         has_token=has_token if isinstance(has_token, bool) else None,
         gateway_retry=gateway_retry,
+        to_wire=wire_id if exchange else None,
     )
     steps: list[str] = []
+    history: Any = ()
     for i, (state, action) in enumerate(zip(states, actions, strict=True), 1):
         if action is None:
             return TraceReport(
                 False, steps, i, "Action", "a gateway trace names every step's #action"
             )
+        if exchange and action == "Resume":
+            history = state.get("pending", ())
+        if exchange and action in ("ProviderFail", "CallerAbort"):
+            state = {**state, "pending": history}
         violation = monitor.observe("trace", action, state)
         if violation is not None:
             return TraceReport(False, steps, i, violation.property, violation.message)
@@ -104,14 +119,18 @@ def write_trace(path: Path, events: Iterable[Mapping[str, Any]]) -> Path:
     return path
 
 
-def check_files(files: Sequence[Path], *, gateway_retry: bool) -> tuple[list[str], int]:
+def check_files(
+    files: Sequence[Path], *, gateway_retry: bool, exchange: bool = False
+) -> tuple[list[str], int]:
     """``tpx check-trace`` for the gateway spec: one line per file and the exit code."""
     lines: list[str] = []
     errors = rejected = 0
     for path in files:
         try:
             states, actions = load_trace(path)
-            report = check_gateway_trace(states, actions, gateway_retry=gateway_retry)
+            report = check_gateway_trace(
+                states, actions, gateway_retry=gateway_retry, exchange=exchange
+            )
         except TraceFormatError as exc:
             lines.append(f"{path}: ERROR: {exc}")
             errors += 1
