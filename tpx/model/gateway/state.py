@@ -122,10 +122,12 @@ class Config:
     TPX: ModelValue = ModelValue("TPX")
     NONE: ModelValue = ModelValue("NONE")
     _ids: dict[ModelValue, frozenset[ToolId]] = attrs.field(init=False, eq=False, repr=False)
+    _all_ids: frozenset[ToolId] = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         ids = {c: frozenset((c, t) for t in self.ToolIds) for c in self.Convs}
         object.__setattr__(self, "_ids", ids)
+        object.__setattr__(self, "_all_ids", frozenset().union(*ids.values()))
 
     @classmethod
     def of(
@@ -181,7 +183,7 @@ class Config:
     @property
     def AllIds(self) -> frozenset[ToolId]:
         """``AllIds == Convs \\X ToolIds``"""
-        return frozenset().union(*self._ids.values())
+        return self._all_ids
 
     def Select(self, k: bool, t: bool) -> ModelValue:
         """``Select(k, t) == IF k THEN ANTHROPIC ELSE IF t THEN TPX ELSE NONE``"""
