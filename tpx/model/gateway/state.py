@@ -239,7 +239,9 @@ class State:
 
 def EXCEPT(f: Function, c: ModelValue, v: Any) -> Function:
     """``[f EXCEPT ![c] = v]``"""
-    return Function({**f, c: v})
+    items = dict(f.items())
+    items[c] = v
+    return Function(items)
 
 
 def InFlight(s: State) -> int:
