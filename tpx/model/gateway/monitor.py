@@ -374,6 +374,10 @@ class GatewayMonitor:
             s for s in Init(cfg) if (s.hasKey, s.hasToken) == (self._has_key, self._has_token)
         ]
         state = self._observed(init, snapshot)
+        owned = self._held(state, held)
+        found = self._check_state(conversation, state, cfg, owned)
+        if found is not None:
+            return self._violation(conversation, trace, action, *found)
         if action == "Init" and state != init:
             return self._violation(
                 conversation, trace, action, "Init", f"{_show(state)} is no initial state"
@@ -382,10 +386,6 @@ class GatewayMonitor:
             return self._violation(
                 conversation, trace, action, "Init", "a conversation resumes idle"
             )
-        owned = self._held(state, held)
-        found = self._check_state(conversation, state, cfg, owned)
-        if found is not None:
-            return self._violation(conversation, trace, action, *found)
         self._live[conversation] = _Live(state, trace, owned)
         for name in owned:
             self._owner[name] = conversation
