@@ -308,6 +308,19 @@ def _cmd_check_trace(args: argparse.Namespace) -> int:
 
     spec = _spec_of(args)
     cfg_path = _cfg_for(spec, args.config)
+    from tpx import tracecheck_gateway as gateway_traces
+
+    if gateway_traces.is_gateway_spec(spec):  # per-conversation gateway traces (the mirror)
+        from tpx.model.gateway import Config as GatewayConfig
+
+        if args.tlc:
+            raise TpxError("--tlc does not check gateway traces; the mirror does")
+        retry = GatewayConfig.from_cfg(cfg_path).GatewayRetry
+        lines, code = gateway_traces.check_files(
+            args.files, gateway_retry=retry, exchange=args.exchange
+        )
+        print("\n".join(lines))
+        return code
     if args.tlc:
         _require_file(spec, "spec")
         _require_file(cfg_path, "cfg")
@@ -498,6 +511,11 @@ def _add_check_trace(sub: Any) -> None:
     chk.add_argument("--config", type=Path, default=None, help=CFG_HELP)
     chk.add_argument(
         "--tlc", action="store_true", help="check with TLC, one run for all files (default: mirror)"
+    )
+    chk.add_argument(
+        "--exchange",
+        action="store_true",
+        help="gateway spec: the files are `tpx serve --trace-dir` exchange traces",
     )
     chk.add_argument(
         "--timeout",

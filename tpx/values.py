@@ -16,7 +16,7 @@ model value ``t1``     :class:`ModelValue` (never equal to a str)
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 from typing import Any, TypeAlias
 
 import attrs
@@ -56,6 +56,19 @@ class _FrozenMapping(Mapping[Any, Any]):
 
     def __len__(self) -> int:
         return len(self._items)
+
+    # dict speed for the Mapping mixins (the mirrors read these in every step)
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def keys(self) -> KeysView[Any]:
+        return self._items.keys()
+
+    def values(self) -> ValuesView[Any]:
+        return self._items.values()
+
+    def items(self) -> ItemsView[Any, Any]:
+        return self._items.items()
 
     def __hash__(self) -> int:
         if self._hash is None:

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from typing import Protocol, TypeVar
 
 import attrs
 
@@ -30,7 +31,7 @@ from tpx.model.state import Config, State
 from tpx.tlc.verdict import TraceStep, Verdict
 from tpx.values import Record
 
-__all__ = ["ExploreResult", "Graph", "Progress", "ProgressFn", "Verdict", "explore"]
+__all__ = ["ExploreResult", "Graph", "Progress", "ProgressFn", "Verdict", "bfs", "explore"]
 
 #: TLC's exit codes for the same outcomes.
 EXIT_CODES: dict[str, int] = {"ok": 0, "deadlock": 11, "invariant": 12, "action_property": 13}
@@ -102,18 +103,55 @@ def explore(
     *init*, *next*, *invariants* and *properties* default to the spec's; tests
     pass seeded-bug variants to prove the checks catch them.
     """
+    return bfs(
+        config,
+        check_deadlock=check_deadlock,
+        keep_graph=keep_graph,
+        init=init,
+        next=next,
+        invariants=invariants,
+        properties=properties,
+        on_progress=on_progress,
+    )
+
+
+class Explorable(Protocol, Hashable):
+    """What :func:`bfs` needs of a state: hashable, and readable as TLC prints it."""
+
+    def as_record(self) -> Record: ...
+
+
+S = TypeVar("S", bound=Explorable)
+C = TypeVar("C")
+
+
+def bfs(
+    config: C,
+    *,
+    check_deadlock: bool,
+    keep_graph: bool,
+    init: Callable[[C], Iterable[S]],
+    next: Callable[[S, C], Iterable[tuple[str, S]]],
+    invariants: Iterable[tuple[str, Callable[[S, C], bool]]],
+    properties: Iterable[tuple[str, Callable[[S, S], bool]]],
+    on_progress: ProgressFn | None = None,
+) -> ExploreResult:
+    """The breadth-first search behind :func:`explore`, for any spec mirrored the same way
+    (states with ``as_record``, ``init(config)``, ``next(state, config)`` yielding
+    ``(action, successor)``, named invariants and step properties): the gateway's mirror
+    uses it too."""
     start = time.perf_counter()
     invariants = tuple(invariants)
     properties = tuple(properties)
-    parent: dict[State, tuple[State, str] | None] = {}
-    level: dict[State, int] = {}
-    queue: deque[State] = deque()
+    parent: dict[S, tuple[S, str] | None] = {}
+    level: dict[S, int] = {}
+    queue: deque[S] = deque()
     edges: set[tuple[Record, Record, str]] = set()
-    initial: list[State] = []
+    initial: list[S] = []
     generated = 0
     depth = 0
 
-    def finish(verdict: Verdict, at: State | None) -> ExploreResult:
+    def finish(verdict: Verdict, at: S | None) -> ExploreResult:
         graph = None
         if keep_graph:
             graph = Graph(
@@ -132,7 +170,7 @@ def explore(
             graph=graph,
         )
 
-    def violated(s: State) -> str | None:
+    def violated(s: S) -> str | None:
         for name, inv in invariants:
             if not inv(s, config):
                 return name
@@ -182,9 +220,9 @@ def explore(
     return finish(Verdict("ok"), None)
 
 
-def _trace(parent: dict[State, tuple[State, str] | None], at: State) -> tuple[TraceStep, ...]:
+def _trace(parent: Mapping[S, tuple[S, str] | None], at: S) -> tuple[TraceStep, ...]:
     steps: list[TraceStep] = []
-    cur: State | None = at
+    cur: S | None = at
     while cur is not None:
         link = parent[cur]
         steps.append(TraceStep(link[1] if link else "Init", cur.as_record()))

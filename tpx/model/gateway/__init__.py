@@ -1,0 +1,79 @@
+"""The Python mirror of spec/TpxGateway.tla (the gateway: many conversations, one selection).
+
+Read it side by side with the spec (its header table maps spec lines to these names):
+
+* :mod:`tpx.model.gateway.state`      -- CONSTANTS (:class:`Config`), the 13 VARIABLES
+  (:class:`State`), ``Ids``, ``AllIds``, ``Select``, ``NativeShape``, ``InFlight``;
+* :mod:`tpx.model.gateway.actions`    -- ``Init``, the 8 per-conversation actions and
+  ``Halted``, each a pure function yielding successor states; ``Next``;
+* :mod:`tpx.model.gateway.invariants` -- ``TypeOK`` ... ``RetryInv`` (in :data:`INVARIANTS`)
+  and ``SelectionStable`` on a step;
+* :mod:`tpx.model.gateway.explore`    -- BFS explorer reporting TLC's figures;
+* :mod:`tpx.model.gateway.refinement` -- the projection onto the seed and the refinement check;
+* :mod:`tpx.model.gateway.monitor`    -- the online monitor for a running gateway.
+"""
+
+from tpx.model.gateway.actions import (
+    ACTIONS,
+    CallerAbort,
+    CallerSend,
+    ClientGone,
+    Deliver,
+    Halted,
+    Init,
+    Next,
+    NoProvider,
+    ProviderFail,
+    ProviderReply,
+    Retry,
+    Steps,
+)
+from tpx.model.gateway.explore import explore
+from tpx.model.gateway.invariants import (
+    INVARIANTS,
+    PROPERTIES,
+    BoundedInv,
+    CredsUnchanged,
+    NoCrossPairing,
+    PairingInv,
+    RetryInv,
+    SelectionInv,
+    SelectionStable,
+    ShapeInv,
+    TypeOK,
+)
+from tpx.model.gateway.state import EXCEPT, PER_CONVERSATION, VARS, Config, InFlight, State
+
+__all__ = [
+    "ACTIONS",
+    "EXCEPT",
+    "INVARIANTS",
+    "PER_CONVERSATION",
+    "PROPERTIES",
+    "VARS",
+    "BoundedInv",
+    "CallerAbort",
+    "CallerSend",
+    "ClientGone",
+    "Config",
+    "CredsUnchanged",
+    "Deliver",
+    "Halted",
+    "InFlight",
+    "Init",
+    "Next",
+    "NoCrossPairing",
+    "NoProvider",
+    "PairingInv",
+    "ProviderFail",
+    "ProviderReply",
+    "Retry",
+    "RetryInv",
+    "SelectionInv",
+    "SelectionStable",
+    "ShapeInv",
+    "State",
+    "Steps",
+    "TypeOK",
+    "explore",
+]

@@ -1,0 +1,132 @@
+"""The gateway spec's invariants as named predicates, and SelectionStable on a step.
+
+==================  =====================================================
+spec                here
+==================  =====================================================
+TypeOK              :func:`TypeOK`
+ShapeInv            :func:`ShapeInv`
+PairingInv          :func:`PairingInv`
+SelectionInv        :func:`SelectionInv`
+BoundedInv          :func:`BoundedInv`
+NoCrossPairing      :func:`NoCrossPairing`
+RetryInv            :func:`RetryInv`
+CredsUnchanged      :func:`CredsUnchanged`
+SelectionStable     :func:`SelectionStable` (``[][CredsUnchanged]_vars``,
+                    checked on every step ``s -> t``)
+==================  =====================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tpx.model.gateway.state import Config, InFlight, Outcomes, Phases, Shapes, State
+from tpx.values import Function
+
+__all__ = [
+    "INVARIANTS",
+    "BoundedInv",
+    "CredsUnchanged",
+    "NoCrossPairing",
+    "PairingInv",
+    "RetryInv",
+    "SelectionInv",
+    "SelectionStable",
+    "ShapeInv",
+    "TypeOK",
+]
+
+Invariant = Callable[[State, Config], bool]
+
+
+def _fn(f: Any, cfg: Config, ok: Callable[[Any], bool]) -> bool:
+    """``f \\in [Convs -> S]`` with ``ok`` testing membership in S."""
+    return isinstance(f, Function) and set(f) == set(cfg.Convs) and all(ok(v) for v in f.values())
+
+
+def TypeOK(s: State, cfg: Config) -> bool:
+    def nat(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= cfg.MaxTurns
+
+    def ids(v: Any) -> bool:
+        return isinstance(v, frozenset) and v <= cfg.AllIds
+
+    return (
+        isinstance(s.hasKey, bool)
+        and isinstance(s.hasToken, bool)
+        and s.provider in cfg.Providers
+        and _fn(s.turn, cfg, nat)
+        and _fn(s.phase, cfg, lambda v: v in Phases)
+        and _fn(s.pending, cfg, ids)
+        and _fn(s.reqIds, cfg, ids)
+        and _fn(s.wireShape, cfg, lambda v: v in Shapes)
+        and _fn(s.wireIds, cfg, ids)
+        and _fn(s.emitted, cfg, ids)
+        and _fn(s.gotShape, cfg, lambda v: v in Shapes)
+        and _fn(s.lastOutcome, cfg, lambda v: v in Outcomes)
+        and _fn(s.retryable, cfg, lambda v: isinstance(v, bool))
+    )
+
+
+def ShapeInv(s: State, cfg: Config) -> bool:
+    return all(s.gotShape[c] == "messages" for c in cfg.Convs)
+
+
+def PairingInv(s: State, cfg: Config) -> bool:
+    return all(
+        (s.phase[c] != "req" or (s.wireIds[c] == s.reqIds[c] and s.reqIds[c] == s.pending[c]))
+        and (s.phase[c] != "resp" or s.wireIds[c] == s.emitted[c])
+        and (
+            not (s.phase[c] == "idle" and s.lastOutcome[c] == "ok") or s.pending[c] == s.emitted[c]
+        )
+        for c in cfg.Convs
+    )
+
+
+def SelectionInv(s: State, cfg: Config) -> bool:
+    return s.provider == cfg.Select(s.hasKey, s.hasToken)
+
+
+def BoundedInv(s: State, cfg: Config) -> bool:
+    return all(s.turn[c] <= cfg.MaxTurns for c in cfg.Convs) and InFlight(s) <= cfg.MaxInFlight
+
+
+def NoCrossPairing(s: State, cfg: Config) -> bool:
+    return all(
+        not (cfg.Ids(d) & (s.pending[c] | s.reqIds[c] | s.wireIds[c] | s.emitted[c]))
+        for c in cfg.Convs
+        for d in cfg.Convs
+        if c != d
+    )
+
+
+def RetryInv(s: State, cfg: Config) -> bool:
+    return all(not s.retryable[c] or s.pending[c] == s.reqIds[c] for c in cfg.Convs)
+
+
+def CredsUnchanged(s: State, t: State) -> bool:
+    """``UNCHANGED <<hasKey, hasToken, provider>>`` on the step s -> t."""
+    return (s.hasKey, s.hasToken, s.provider) == (t.hasKey, t.hasToken, t.provider)
+
+
+def SelectionStable(s: State, t: State) -> bool:
+    """``[][CredsUnchanged]_vars``: every step keeps the credentials (or stutters)."""
+    return CredsUnchanged(s, t) or s == t
+
+
+#: The cfg's INVARIANTS, in its order.
+INVARIANTS: tuple[tuple[str, Invariant], ...] = (
+    ("TypeOK", TypeOK),
+    ("ShapeInv", ShapeInv),
+    ("PairingInv", PairingInv),
+    ("SelectionInv", SelectionInv),
+    ("BoundedInv", BoundedInv),
+    ("NoCrossPairing", NoCrossPairing),
+    ("RetryInv", RetryInv),
+)
+
+#: The cfg's PROPERTY list (step properties), in its order.
+PROPERTIES: tuple[tuple[str, Callable[[State, State], bool]], ...] = (
+    ("SelectionStable", SelectionStable),
+)
