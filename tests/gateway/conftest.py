@@ -1,0 +1,72 @@
+"""Fixtures: gateway settings per provider, a real uvicorn server on an ephemeral port."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+import uvicorn
+
+from tpx.exchange import Provider
+from tpx.gateway.asgi import GatewayApp
+from tpx.gateway.settings import Credential, Limits, Settings
+
+UPSTREAM_TOKEN = "tok-upstream-SECRET-1234"
+UPSTREAM_KEY = "sk-ant-upstream-SECRET-5678"
+GATEWAY_KEY = "gw-key-0001"
+
+
+def make_settings(provider: str, **changes: Any) -> Settings:
+    if provider == "TPX":
+        settings = Settings(
+            provider=Provider.TPX,
+            base_url="http://upstream.test",
+            credential=Credential(UPSTREAM_TOKEN),
+            secret=b"test-secret",
+        )
+    else:
+        settings = Settings(
+            provider=Provider.ANTHROPIC,
+            base_url="http://anthropic.test",
+            credential=Credential(UPSTREAM_KEY),
+            secret=b"test-secret",
+        )
+    limits = changes.pop("limits", None)
+    if limits is not None:
+        changes["limits"] = attrs.evolve(Limits(), **limits)
+    return attrs.evolve(settings, **changes)
+
+
+@contextlib.contextmanager
+def serving(app: GatewayApp) -> Iterator[str]:
+    """Run *app* under uvicorn (uvloop, httptools) on 127.0.0.1:<ephemeral>; its base URL."""
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=0,
+        loop="uvloop",
+        http="httptools",
+        lifespan="on",
+        log_level="warning",
+        access_log=False,
+    )
+    sock = config.bind_socket()
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive(), "the server thread died"
+        assert time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()
