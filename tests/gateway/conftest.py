@@ -9,10 +9,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import attrs
+import httpx2
 import uvicorn
 
 from tpx.exchange import Provider
-from tpx.gateway.asgi import GatewayApp
 from tpx.gateway.settings import Credential, Limits, Settings
 
 UPSTREAM_TOKEN = "tok-upstream-SECRET-1234"
@@ -42,7 +42,7 @@ def make_settings(provider: str, **changes: Any) -> Settings:
 
 
 @contextlib.contextmanager
-def serving(app: GatewayApp) -> Iterator[str]:
+def serving(app: Any) -> Iterator[str]:
     """Run *app* under uvicorn (uvloop, httptools) on 127.0.0.1:<ephemeral>; its base URL."""
     config = uvicorn.Config(
         app,
@@ -70,3 +70,39 @@ def serving(app: GatewayApp) -> Iterator[str]:
         server.should_exit = True
         thread.join(30)
         sock.close()
+
+
+class FakeServer:
+    """An ASGI app serving a :class:`~tests.gateway.fakes.FakeUpstream` (for loopback runs)."""
+
+    def __init__(self, fake: Any) -> None:
+        self.fake = fake
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            if scope["type"] == "lifespan":
+                while (await receive())["type"] != "lifespan.shutdown":
+                    await send({"type": "lifespan.startup.complete"})
+                await send({"type": "lifespan.shutdown.complete"})
+            return
+        body = b""
+        more = True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        headers = [(k.decode(), v.decode()) for k, v in scope["headers"]]
+        request = httpx2.Request(
+            scope["method"], f"http://fake{scope['path']}", headers=headers, content=body
+        )
+        response = self.fake.handle(request)
+        await send(
+            {
+                "type": "http.response.start",
+                "status": response.status_code,
+                "headers": [(k.encode(), v.encode()) for k, v in response.headers.items()],
+            }
+        )
+        async for part in response.aiter_bytes():
+            await send({"type": "http.response.body", "body": part, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
