@@ -254,3 +254,20 @@ def test_upstream_unreachable_is_a_502() -> None:
         streamed = client.post("/v1/messages", json=_body(stream=True))
     assert "MODEL_NETWORK" in _error(reply, 502, "api_error")
     assert "MODEL_NETWORK" in _error(streamed, 502, "api_error")
+
+
+def test_trace_dir_records_each_exchange(tmp_path: Any) -> None:
+    with gateway(trace_dir=tmp_path) as (client, _, _):
+        history, ids = _tool_turn(client, "traced")
+        reply = client.post(
+            "/v1/messages", headers=AUTH, json=_body(messages=[*history, _results(ids)])
+        )
+        request_id = reply.headers["request-id"]
+    steps = [
+        orjson.loads(line) for line in (tmp_path / f"{request_id}.jsonl").read_bytes().splitlines()
+    ]
+    assert [s["#action"] for s in steps] == ["Resume", "CallerSend", "ProviderReply", "Deliver"]
+    assert len(steps[0]["pending"]) == 2  # the obligations the history carried
+    assert steps[1]["reqIds"] == steps[0]["pending"]
+    assert steps[-1]["lastOutcome"] == "ok"
+    assert len(list(tmp_path.iterdir())) == 2

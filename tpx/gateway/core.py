@@ -144,6 +144,22 @@ def _model_error(error: ModelError, request_id: str) -> Response:
     return _json(status, orjson.dumps(body), request_id, *extra)
 
 
+def _snapshot(snapshot: ExchangeSnapshot) -> dict[str, Any]:
+    """A snapshot as JSON (the spec's variable names; concrete tool ids, not ToolIds)."""
+    return {
+        "provider": snapshot.provider.name,
+        "turn": snapshot.turn,
+        "phase": snapshot.phase,
+        "pending": sorted(snapshot.pending),
+        "reqIds": sorted(snapshot.req_ids),
+        "wireShape": snapshot.wire_shape,
+        "wireIds": sorted(snapshot.wire_ids),
+        "emitted": sorted(snapshot.emitted),
+        "gotShape": snapshot.got_shape,
+        "lastOutcome": snapshot.last_outcome,
+    }
+
+
 class _Conversation(Exchange):
     """An exchange resumed at ``idle`` with the obligations the request's history carries."""
 
@@ -481,13 +497,17 @@ class Gateway:
             raise
         actions: list[str] = []
         log["actions"] = actions
+        trace: list[dict[str, Any]] | None = [] if settings.trace_dir is not None else None
         exchange = _Conversation(
             settings.provider,
             pending,
             model=upstream_model,
             secrets=settings.secret_values(),
-            observer=self._observer(actions),
+            observer=self._observer(actions, trace),
         )
+        if trace is not None:
+            trace.append({"#action": "Resume", **_snapshot(exchange.snapshot())})
+            log["#trace"] = trace
         if settings.provider is Provider.NONE:
             error = exchange.no_provider()
             log["error"] = error.code
@@ -514,12 +534,14 @@ class Gateway:
         )
         return Turn(self, request_id, call, exchange, log)
 
-    def _observer(self, actions: list[str]) -> Any:
+    def _observer(self, actions: list[str], trace: list[dict[str, Any]] | None) -> Any:
         counter = self.metrics.actions
 
         def observe(action: str, snapshot: ExchangeSnapshot) -> None:
             actions.append(action)
             counter.labels(action).inc()
+            if trace is not None:
+                trace.append({"#action": action, **_snapshot(snapshot)})
 
         return observe
 
@@ -574,6 +596,10 @@ class Gateway:
     # -- logging -----------------------------------------------------------------------------
 
     def log(self, record: dict[str, Any], *, failed: bool) -> None:
+        trace = record.pop("#trace", None)
+        if trace is not None and self.settings.trace_dir is not None:
+            path = self.settings.trace_dir / f"{record['request_id']}.jsonl"
+            path.write_bytes(b"".join(orjson.dumps(step) + b"\n" for step in trace))
         status = "error" if failed else "ok"
         self.metrics.requests.labels(record.get("endpoint", "messages"), status).inc()
         code = record.get("error")
