@@ -13,6 +13,7 @@ import httpx2
 import uvicorn
 
 from tpx.exchange import Provider
+from tpx.gateway.protocol import HeaderTimeoutProtocol
 from tpx.gateway.settings import Credential, Limits, Settings
 
 UPSTREAM_TOKEN = "tok-upstream-SECRET-1234"
@@ -42,14 +43,14 @@ def make_settings(provider: str, **changes: Any) -> Settings:
 
 
 @contextlib.contextmanager
-def serving(app: Any) -> Iterator[str]:
+def serving(app: Any, *, header_timeout: float = 30.0) -> Iterator[str]:
     """Run *app* under uvicorn (uvloop, httptools) on 127.0.0.1:<ephemeral>; its base URL."""
     config = uvicorn.Config(
         app,
         host="127.0.0.1",
         port=0,
         loop="uvloop",
-        http="httptools",
+        http=type("Protocol", (HeaderTimeoutProtocol,), {"header_timeout": header_timeout}),
         lifespan="on",
         log_level="warning",
         access_log=False,

@@ -4,6 +4,7 @@ changes nothing), client disconnects, pings, retries after a broken stream, metr
 from __future__ import annotations
 
 import contextlib
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -271,3 +272,34 @@ def test_trace_dir_records_each_exchange(tmp_path: Any) -> None:
     assert steps[1]["reqIds"] == steps[0]["pending"]
     assert steps[-1]["lastOutcome"] == "ok"
     assert len(list(tmp_path.iterdir())) == 2
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> bytes:
+    """What the server sent before closing *sock* (waits at most *seconds*)."""
+    sock.settimeout(seconds)
+    data = b""
+    while True:
+        part = sock.recv(4096)
+        if not part:
+            return data
+        data += part
+
+
+def test_slow_headers_and_slow_bodies_are_cut_off() -> None:
+    app = create_app(make_settings("TPX", limits={"body_timeout": 0.3}))
+    with serving(app, header_timeout=0.3) as url:
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port))) as slow_headers:
+            slow_headers.sendall(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\n")
+            answer = _closed_within(slow_headers, 20)
+        assert answer.startswith(b"HTTP/1.1 408")
+        assert b'"timeout_error"' in answer
+        with socket.create_connection((host, int(port))) as slow_body:
+            slow_body.sendall(
+                b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{"
+            )
+            answer = _closed_within(slow_body, 20)
+        assert answer.startswith(b"HTTP/1.1 408")
+        assert b"Timed out reading the request body" in answer
+        with httpx2.Client(base_url=url) as client:  # the server still serves
+            assert client.get("/healthz").status_code == 200

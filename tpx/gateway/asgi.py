@@ -61,7 +61,11 @@ class GatewayApp:
                 send,
                 Response(
                     problem.status,
-                    (("content-type", "application/json"), ("request-id", request_id)),
+                    (
+                        ("content-type", "application/json"),
+                        ("request-id", request_id),
+                        ("connection", "close"),  # the rest of the body is not read
+                    ),
                     data,
                 ),
             )

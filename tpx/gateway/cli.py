@@ -87,6 +87,7 @@ def _settings(args: argparse.Namespace) -> Any:
 def worker_app() -> Any:
     """uvicorn factory for ``--workers N`` (each worker re-reads the settings)."""
     from tpx.gateway.asgi import create_app
+    from tpx.gateway.protocol import HeaderTimeoutProtocol
 
     saved = json.loads(os.environ.get(_ARGS_ENV, "{}"))
     args = argparse.Namespace(
@@ -98,7 +99,9 @@ def worker_app() -> Any:
         trace_dir=Path(saved["trace_dir"]) if saved.get("trace_dir") else None,
     )
     _logging()
-    return create_app(_settings(args))
+    settings = _settings(args)
+    HeaderTimeoutProtocol.header_timeout = settings.limits.header_timeout
+    return create_app(settings)
 
 
 def _logging() -> None:
@@ -116,6 +119,7 @@ def serve(args: argparse.Namespace) -> int:
 
     from tpx.errors import ConfigurationError
     from tpx.gateway.asgi import create_app
+    from tpx.gateway.protocol import HeaderTimeoutProtocol
 
     if args.monitor:
         raise ConfigurationError(
@@ -126,11 +130,12 @@ def serve(args: argparse.Namespace) -> int:
         args.trace_dir.mkdir(parents=True, exist_ok=True)
     settings = _settings(args)
     _logging()
+    HeaderTimeoutProtocol.header_timeout = settings.limits.header_timeout
     common: dict[str, Any] = {
         "host": settings.host,
         "port": settings.port,
         "loop": "uvloop",
-        "http": "httptools",
+        "http": HeaderTimeoutProtocol,
         "lifespan": "on",
         "access_log": False,
         "log_level": "warning",

@@ -21,6 +21,7 @@ TOML file (every key optional)::
 
     [limits]
     max_body_bytes = 33554432
+    header_timeout = 30.0         # seconds to receive the request line and headers
     body_timeout = 60.0           # seconds to receive a request body
     connect_timeout = 10.0        # upstream connect
     read_timeout = 600.0          # upstream read (between bytes)
@@ -149,6 +150,7 @@ class ModelRoute:
 @attrs.frozen
 class Limits:
     max_body_bytes: int = 32 * 1024 * 1024
+    header_timeout: float = 30.0
     body_timeout: float = 60.0
     connect_timeout: float = 10.0
     read_timeout: float = 600.0
