@@ -118,3 +118,24 @@ def test_serve_refuses_bad_configuration(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "limits.max_body_bytes must be > 0" in done.stderr
+
+
+def test_sigterm_lets_a_running_stream_finish() -> None:
+    fake = FakeUpstream("TPX", pause=1.5)
+    with serving(FakeServer(fake)) as upstream:
+        env = {"TPX_OAUTH_TOKEN": UPSTREAM_TOKEN, "TPX_BASE_URL": upstream}
+        with tpx_serve(env) as (url, proc), httpx2.Client(base_url=url, timeout=30) as client:
+            body = {
+                "model": "m",
+                "max_tokens": 8,
+                "stream": True,
+                "messages": [{"role": "user", "content": "SILENT shutdown"}],
+            }
+            with client.stream("POST", "/v1/messages", json=body) as reply:
+                chunks = reply.iter_bytes()
+                first = next(chunks)  # message_start: the stream is running
+                proc.send_signal(signal.SIGTERM)
+                rest = b"".join(chunks)
+            assert first.startswith(b"event: message_start")
+            assert rest.rstrip().endswith(b'data: {"type":"message_stop"}')
+            assert proc.wait(30) in (0, -signal.SIGTERM)
