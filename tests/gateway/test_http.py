@@ -67,6 +67,8 @@ def test_probe_health_models_and_metrics() -> None:
         client.post("/v1/messages", headers=AUTH, json=_body())
         metrics = client.get("/metrics").text
     assert 'tpx_gateway_spec_actions_total{action="Deliver"} 1.0' in metrics
+    assert 'tpx_gateway_requests_total{endpoint="messages",status="200"} 1.0' in metrics
+    assert 'tpx_gateway_requests_total{endpoint="healthz",status="200"} 1.0' in metrics
     assert "tpx_gateway_upstream_latency_seconds_count 1.0" in metrics
     assert "tpx_gateway_open_streams 0.0" in metrics
     assert len(fake.seen) == 1

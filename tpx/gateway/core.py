@@ -160,6 +160,20 @@ def _snapshot(snapshot: ExchangeSnapshot) -> dict[str, Any]:
     }
 
 
+_ENDPOINTS = {
+    "/": "root",
+    "/healthz": "healthz",
+    "/metrics": "metrics",
+    _MESSAGES: "messages",
+    _COUNT: "count_tokens",
+    _MODELS: "models",
+}
+
+
+def _endpoint(path: str) -> str:
+    return _ENDPOINTS.get(path.split("?", 1)[0].rstrip("/") or "/", "other")
+
+
 class _Conversation(Exchange):
     """An exchange resumed at ``idle`` with the obligations the request's history carries."""
 
@@ -187,6 +201,7 @@ class Turn:
         self.exchange = exchange
         self.streaming = call.stream
         self.started = False  #: some bytes (or the SSE headers) went to the client
+        self.status = 200  #: the HTTP status the client gets
         self.failed = False
         self._terminal: dict[str, Any] | None = None
         self._log = log
@@ -228,7 +243,9 @@ class Turn:
         assert error is not None
         self.failed = True
         self._log["error"] = error.code
-        return _model_error(error, self.request_id)
+        response = _model_error(error, self.request_id)
+        self.status = response.status
+        return response
 
     # -- streaming -----------------------------------------------------------------
 
@@ -356,6 +373,8 @@ class Turn:
         self._closed = True
         self._log["latency_ms"] = round((time.perf_counter() - self._began) * 1000, 3)
         self._log["outcome"] = self.exchange.last_outcome
+        self._log["status"] = self.status
+        self.gateway.metrics.requests.labels("messages", str(self.status)).inc()
         self.gateway.log(self._log, failed=self.failed)
 
 
@@ -370,11 +389,18 @@ class Forward:
     def respond(self, status: int, headers: Mapping[str, str], body: bytes) -> Response:
         text = self.gateway.redact(body.decode("utf-8", "replace"))
         if status in (401, 403):  # the upstream refused the gateway's credential
-            return _error(502, "api_error", "the upstream refused the gateway", self.request_id)
-        return _json(status, text.encode(), self.request_id)
+            response = _error(502, "api_error", "the upstream refused the gateway", self.request_id)
+        else:
+            response = _json(status, text.encode(), self.request_id)
+        return self._count(response)
 
     def failed(self, error: ModelError) -> Response:
-        return _model_error(error, self.request_id)
+        return self._count(_model_error(error, self.request_id))
+
+    def _count(self, response: Response) -> Response:
+        endpoint = _endpoint(self.call.path)
+        self.gateway.metrics.requests.labels(endpoint, str(response.status)).inc()
+        return response
 
 
 class Gateway:
@@ -392,6 +418,14 @@ class Gateway:
     # -- entry point ---------------------------------------------------------------------
 
     def handle(self, request: Request) -> Response | Turn | Forward:
+        """Answer *request*: a :class:`Response`, or a :class:`Turn` / :class:`Forward`
+        that needs the upstream (see the module docstring)."""
+        result = self._handle(request)
+        if isinstance(result, Response):
+            self.metrics.requests.labels(_endpoint(request.path), str(result.status)).inc()
+        return result
+
+    def _handle(self, request: Request) -> Response | Turn | Forward:
         request_id = new_request_id()
         path = request.path.rstrip("/") or "/"
         method = request.method.upper()
@@ -552,12 +586,11 @@ class Gateway:
         body.pop("stream", None)
         upstream_model = self._route(body)
         if self.settings.provider is Provider.ANTHROPIC:
-            call = UpstreamCall(
-                "POST",
-                _COUNT,
-                (("content-type", JSON), ("anthropic-version", "2023-06-01")),
-                orjson.dumps(body),
-            )
+            headers = [("content-type", JSON), ("anthropic-version", "2023-06-01")]
+            beta = request.headers.get("anthropic-beta")
+            if beta:
+                headers.append(("anthropic-beta", beta))
+            call = UpstreamCall("POST", _COUNT, tuple(headers), orjson.dumps(body))
             return Forward(self, request_id, call)
         if self.settings.provider is Provider.NONE:
             raise Refusal("no upstream credentials configured", status=401)
@@ -600,8 +633,6 @@ class Gateway:
         if trace is not None and self.settings.trace_dir is not None:
             path = self.settings.trace_dir / f"{record['request_id']}.jsonl"
             path.write_bytes(b"".join(orjson.dumps(step) + b"\n" for step in trace))
-        status = "error" if failed else "ok"
-        self.metrics.requests.labels(record.get("endpoint", "messages"), status).inc()
         code = record.get("error")
         if failed and isinstance(code, str) and code.startswith("MODEL_"):
             self.metrics.errors.labels(code).inc()

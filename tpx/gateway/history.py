@@ -102,15 +102,18 @@ def _blocks(message: Any) -> list[Any]:
 
 def last_turns(messages: list[Any]) -> tuple[int | None, int, int]:
     """``(assistant_index, user_start, user_end)``: the last user turn is
-    ``messages[user_start:user_end]`` and the assistant turn answering... before it ends
-    at ``assistant_index`` (``None``: no assistant message before it)."""
+    ``messages[user_start:user_end]``, and the assistant turn before it (``role: "system"``
+    messages in between skipped) ends at ``assistant_index`` (``None``: there is none)."""
     end = len(messages)
     while end and _role(messages[end - 1]) != "user":
         end -= 1
     start = end
     while start and _role(messages[start - 1]) == "user":
         start -= 1
-    return (start - 1 if start and _role(messages[start - 1]) == "assistant" else None), start, end
+    before = start - 1
+    while before >= 0 and _role(messages[before]) == "system":  # mid-conversation system text
+        before -= 1
+    return (before if before >= 0 and _role(messages[before]) == "assistant" else None), start, end
 
 
 def pending_ids(messages: list[Any]) -> list[str]:
