@@ -305,3 +305,31 @@ def test_slow_headers_and_slow_bodies_are_cut_off() -> None:
         assert b"Timed out reading the request body" in answer
         with httpx2.Client(base_url=url) as client:  # the server still serves
             assert client.get("/healthz").status_code == 200
+
+
+def test_an_internal_error_is_a_messages_shaped_500(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tpx.gateway import core
+
+    def broken(*args: Any) -> Any:
+        raise RuntimeError(f"bug near {UPSTREAM_TOKEN}")
+
+    with gateway() as (client, _, app):
+        monkeypatch.setattr(core.Turn, "reply", broken)
+        reply = client.post("/v1/messages", headers=AUTH, json=_body())
+        assert _error(reply, 500, "api_error") == "internal gateway error"
+        monkeypatch.undo()
+        assert client.post("/v1/messages", headers=AUTH, json=_body()).status_code == 200
+    metrics = app.gateway.metrics.render().decode()
+    assert 'tpx_gateway_spec_actions_total{action="ProviderFail"} 1.0' in metrics
+
+
+def test_log_bodies_logs_redacted_bodies(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="tpx.gateway")
+    with gateway(log_bodies=True) as (client, _, _):
+        body = _body(messages=[{"role": "user", "content": f"my key is {GATEWAY_KEY}"}])
+        assert client.post("/v1/messages", headers=AUTH, json=body).status_code == 200
+    (line,) = [r.getMessage() for r in caplog.records if '"request_body"' in r.getMessage()]
+    record = orjson.loads(line)
+    assert "my key is [REDACTED]" in record["request_body"]
+    assert record["response_body"].startswith('{"id"')
+    assert GATEWAY_KEY not in line

@@ -80,13 +80,33 @@ class GatewayApp:
             headers,
             body,
         )
-        result = self.gateway.handle(request)
-        if isinstance(result, Response):
-            await _send(send, result, head=scope["method"] == "HEAD")
-        elif isinstance(result, Forward):
-            await _send(send, await forward(result, self.upstream))
-        else:
-            await self._turn(result, receive, send)
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
+        try:
+            result = self.gateway.handle(request)
+            if isinstance(result, Response):
+                await _send(tracked, result, head=scope["method"] == "HEAD")
+            elif isinstance(result, Forward):
+                await _send(tracked, await forward(result, self.upstream))
+            else:
+                await self._turn(result, receive, tracked)
+        except Exception as exc:  # a bug: never a traceback or a credential to the client
+            logger.error("tpx gateway internal error: %s", type(exc).__name__)
+            if started:
+                raise
+            request_id = new_request_id()
+            data = error_body("api_error", "internal gateway error", request_id)
+            await _send(
+                send,
+                Response(
+                    500, (("content-type", "application/json"), ("request-id", request_id)), data
+                ),
+            )
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -185,6 +205,9 @@ class GatewayApp:
                     task.result()
                 except OSError:  # the client went away while we wrote
                     turn.abandon()
+                except Exception:
+                    turn.abandon()  # never leave the exchange in flight
+                    raise
         finally:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
