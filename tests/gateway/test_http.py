@@ -333,3 +333,14 @@ def test_log_bodies_logs_redacted_bodies(caplog: pytest.LogCaptureFixture) -> No
     assert "my key is [REDACTED]" in record["request_body"]
     assert record["response_body"].startswith('{"id"')
     assert GATEWAY_KEY not in line
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_upstream_refusing_the_gateways_credential_is_a_502(status: int) -> None:
+    def refuse(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(status, json={"error": {"message": "bad token"}})
+
+    app = create_app(make_settings("TPX"), transport=httpx2.MockTransport(refuse))
+    with serving(app) as url, httpx2.Client(base_url=url) as client:
+        reply = client.post("/v1/messages", json=_body())
+    assert "MODEL_UNAUTHORIZED" in _error(reply, 502, "api_error")
