@@ -41,6 +41,7 @@ from tpx.errors import (
     secret_forms,
 )
 from tpx.exchange import ExchangeSnapshot, Provider
+from tpx.gateway.compat import relax_for_chat_completions
 from tpx.gateway.history import (
     Refusal,
     pairing_problem,
@@ -206,7 +207,12 @@ class Gateway:
             upstream_model = self._route(body)
             if upstream_model is not None:
                 log["upstream_model"] = upstream_model
-            shown = unsign_ids(body, settings.secret) if settings.provider is Provider.TPX else {}
+            shown: dict[str, str] = {}
+            if settings.provider is Provider.TPX:
+                shown = unsign_ids(body, settings.secret)
+                relaxed = relax_for_chat_completions(body)
+                if relaxed:
+                    log["relaxed"] = relaxed
             pending = pending_ids(body["messages"])
             problem = pairing_problem(body["messages"], pending, shown)
         except Refusal as refusal:
@@ -281,6 +287,7 @@ class Gateway:
         from tpx.gateway.tokens import count_openai_request
 
         unsign_ids(body, self.settings.secret)
+        relax_for_chat_completions(body)
         body.setdefault("max_tokens", 1)
         try:
             translated = request_to_openai(body, model=upstream_model).body
