@@ -194,3 +194,23 @@ def test_sdk_retry_on_529_succeeds_on_a_tool_turn(provider: str, mode: str) -> N
     assert fake.failures == 2  # one 529 on the first turn, one on the tool turn
     assert len(fake.seen) == 4
     assert fake.seen[2] == fake.seen[3]  # the tool turn, retried as it was
+
+
+def test_in_process_stream_closed_early_fails_the_exchange() -> None:
+    fake = FakeUpstream("TPX")
+    settings = make_settings("TPX")
+    with tpx.sdk.anthropic_client(settings=settings, upstream=fake.transport()) as client:
+        transport = client._client._transport
+        assert isinstance(transport, tpx.sdk.GatewayTransport)
+        with client.messages.stream(
+            model="m", max_tokens=64, messages=[{"role": "user", "content": "early"}]
+        ) as stream:
+            first = next(iter(stream))
+            assert first.type == "message_start"
+        again = client.messages.create(
+            model="m", max_tokens=64, messages=[{"role": "user", "content": "early"}]
+        )
+    assert again.stop_reason == "tool_use"
+    metrics = transport.gateway.metrics.render().decode()
+    assert 'tpx_gateway_spec_actions_total{action="ProviderFail"} 1.0' in metrics
+    assert 'tpx_gateway_spec_actions_total{action="Deliver"} 1.0' in metrics
