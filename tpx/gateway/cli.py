@@ -52,7 +52,8 @@ def add_serve_parser(sub: Any) -> argparse.ArgumentParser:
     serve_p: argparse.ArgumentParser = sub.add_parser(
         "serve",
         help="run the gateway (Messages API on loopback) for real clients",
-        description=(__doc__ or "").split("\n\n")[0],
+        description="Run the gateway: a Messages API server (POST /v1/messages) in front of "
+        "the provider selected from the environment. See README 'The gateway'.",
     )
     serve_p.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
     serve_p.add_argument("--port", type=_port, default=None, help="port (default 8082; 0: any)")
@@ -62,7 +63,9 @@ def add_serve_parser(sub: Any) -> argparse.ArgumentParser:
         "--log-bodies", action="store_true", help="log request/response bodies (redacted)"
     )
     serve_p.add_argument(
-        "--monitor", action="store_true", help="check every step with the gateway spec monitor"
+        "--monitor",
+        action="store_true",
+        help="check every step with the gateway spec monitor (not in this build: refused)",
     )
     serve_p.add_argument(
         "--trace-dir", type=Path, default=None, help="write one JSON-lines trace per exchange"
@@ -169,6 +172,12 @@ def serve(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
+    if settings.provider.name == "NONE":
+        print(
+            "tpx serve: warning: no upstream credentials (ANTHROPIC_API_KEY, TPX_OAUTH_TOKEN or "
+            "TPX_OAUTH_TOKEN_COMMAND): every exchange fails with MODEL_UNAUTHORIZED",
+            file=sys.stderr,
+        )
     if settings.gateway_key is None and host not in ("127.0.0.1", "::1", "localhost"):
         print("tpx serve: warning: no TPX_GATEWAY_KEY and not on loopback", file=sys.stderr)
     server = uvicorn.Server(config)
