@@ -117,6 +117,19 @@ def _logging() -> None:
     log.propagate = False
 
 
+def _raise_open_files_limit() -> None:
+    """Thousands of open streams need as many sockets (two each): lift the soft limit of
+    open files to the hard one (best effort; inherited by ``--workers`` processes)."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or hard > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, OSError, ValueError):
+        pass
+
+
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -133,6 +146,7 @@ def serve(args: argparse.Namespace) -> int:
         args.trace_dir.mkdir(parents=True, exist_ok=True)
     settings = _settings(args)
     _logging()
+    _raise_open_files_limit()
     HeaderTimeoutProtocol.header_timeout = settings.limits.header_timeout
     common: dict[str, Any] = {
         "host": settings.host,
