@@ -26,6 +26,8 @@ TOML file (every key optional)::
     connect_timeout = 10.0        # upstream connect
     read_timeout = 600.0          # upstream read (between bytes)
     max_upstream = 512            # concurrent upstream requests per process
+    keepalive_expiry = 4.0        # drop idle upstream connections before the upstream does
+                                  # (uvicorn-based servers such as vLLM close them after 5 s)
     shutdown_grace = 30.0         # SIGTERM: seconds running streams may finish in
     ping_interval = 10.0          # SSE ping after this many seconds of upstream silence
 
@@ -155,6 +157,7 @@ class Limits:
     connect_timeout: float = 10.0
     read_timeout: float = 600.0
     max_upstream: int = 512
+    keepalive_expiry: float = 4.0
     shutdown_grace: float = 30.0
     ping_interval: float = 10.0
 

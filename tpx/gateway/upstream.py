@@ -39,6 +39,10 @@ __all__ = [
 ]
 
 
+#: What a pooled connection the upstream closed meanwhile raises before any response.
+_STALE_CONNECTION = (httpx2.ReadError, httpx2.WriteError, httpx2.RemoteProtocolError)
+
+
 def _timeout(settings: Settings) -> httpx2.Timeout:
     limits = settings.limits
     return httpx2.Timeout(limits.read_timeout, connect=limits.connect_timeout)
@@ -93,7 +97,11 @@ class AsyncUpstream(_Base):
         self.client = client or httpx2.AsyncClient(
             transport=transport,
             timeout=_timeout(settings),
-            limits=httpx2.Limits(max_connections=limit, max_keepalive_connections=limit),
+            limits=httpx2.Limits(
+                max_connections=limit,
+                max_keepalive_connections=limit,
+                keepalive_expiry=settings.limits.keepalive_expiry,
+            ),
         )
         self._slots: asyncio.Semaphore | None = None
 
@@ -104,26 +112,37 @@ class AsyncUpstream(_Base):
         return self._slots
 
     async def open(self, call: UpstreamCall) -> httpx2.Response:
-        """Send *call*; the response with its body unread. Raises a ModelError."""
+        """Send *call*; the response with its body unread. Raises a ModelError.
+
+        Sent again once when a pooled connection turns out to be closed before any
+        response (the upstream's keep-alive ran out as the request went), and once with a
+        fresh token after a 401 when the token comes from a command.
+        """
         failure: httpx2.HTTPError | None = None
         began = time.perf_counter()
-        for attempt in (0, 1):
+        refresh = refreshed = resent = False
+        while True:
             credential = self.settings.credential
-            stale = credential is not None and (attempt == 1 or credential.stale())
-            headers = (
-                await asyncio.to_thread(self._headers, call, stale)
-                if stale
-                else self._headers(call)
-            )
+            if credential is not None and (refresh or credential.stale()):
+                headers = await asyncio.to_thread(self._headers, call, refresh)
+            else:
+                headers = self._headers(call)
             request = self.client.build_request(
                 call.method, self._url(call), headers=headers, content=call.body or None
             )
             try:
                 response = await self.client.send(request, stream=True, follow_redirects=False)
+            except _STALE_CONNECTION as exc:
+                if not resent:
+                    resent = True
+                    continue
+                failure = exc
+                break
             except httpx2.HTTPError as exc:
                 failure = exc
                 break
-            if attempt == 0 and self._refreshable(response.status_code):
+            if not refreshed and self._refreshable(response.status_code):
+                refresh = refreshed = True
                 await response.aclose()
                 continue
             if self._observe is not None:
@@ -150,26 +169,37 @@ class SyncUpstream(_Base):
     ) -> None:
         super().__init__(settings, observe)
         self._owns = client is None
-        self.client = client or httpx2.Client(transport=transport, timeout=_timeout(settings))
+        self.client = client or httpx2.Client(
+            transport=transport,
+            timeout=_timeout(settings),
+            limits=httpx2.Limits(keepalive_expiry=settings.limits.keepalive_expiry),
+        )
 
     def open(self, call: UpstreamCall) -> httpx2.Response:
+        """:meth:`AsyncUpstream.open` over the sync client."""
         failure: httpx2.HTTPError | None = None
         began = time.perf_counter()
-        for attempt in (0, 1):
-            credential = self.settings.credential
-            fresh = credential is not None and attempt == 1
+        refresh = refreshed = resent = False
+        while True:
             request = self.client.build_request(
                 call.method,
                 self._url(call),
-                headers=self._headers(call, fresh),
+                headers=self._headers(call, refresh),
                 content=call.body or None,
             )
             try:
                 response = self.client.send(request, stream=True, follow_redirects=False)
+            except _STALE_CONNECTION as exc:
+                if not resent:
+                    resent = True
+                    continue
+                failure = exc
+                break
             except httpx2.HTTPError as exc:
                 failure = exc
                 break
-            if attempt == 0 and self._refreshable(response.status_code):
+            if not refreshed and self._refreshable(response.status_code):
+                refresh = refreshed = True
                 response.close()
                 continue
             if self._observe is not None:
