@@ -116,6 +116,9 @@ class GatewayTransport(httpx2.BaseTransport):
         items = run_turn_sync(result, self.upstream)
         first = next(items)
         if isinstance(first, Response):
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()  # the upstream response is closed now, not at garbage collection
             result.close()
             return _response(first)
         return httpx2.Response(
