@@ -139,3 +139,35 @@ def test_sigterm_lets_a_running_stream_finish() -> None:
             assert first.startswith(b"event: message_start")
             assert rest.rstrip().endswith(b'data: {"type":"message_stop"}')
             assert proc.wait(30) in (0, -signal.SIGTERM)
+
+
+def test_two_workers_serve_one_gateway() -> None:
+    """Each request on a new connection: whichever worker answers accepts the ids any issued."""
+    fake = FakeUpstream("TPX")
+    with serving(FakeServer(fake)) as upstream:
+        env = {"TPX_OAUTH_TOKEN": UPSTREAM_TOKEN, "TPX_BASE_URL": upstream}
+        with tpx_serve(env, "--workers", "2") as (url, proc):
+            for n in range(6):
+                history: list[object] = [{"role": "user", "content": f"workers-{n}"}]
+                body = {"model": "m", "max_tokens": 8, "messages": history}
+                first = httpx2.post(f"{url}/v1/messages", json=body, timeout=30).json()
+                results = [
+                    {"type": "tool_result", "tool_use_id": b["id"], "content": "ok"}
+                    for b in first["content"]
+                    if b["type"] == "tool_use"
+                ]
+                assert len(results) == 2
+                history += [
+                    {"role": "assistant", "content": first["content"]},
+                    {"role": "user", "content": results},
+                ]
+                final = httpx2.post(f"{url}/v1/messages", json=body, timeout=30)
+                assert final.status_code == 200
+                assert final.json()["stop_reason"] == "end_turn"
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(60) in (0, -signal.SIGTERM)
+            assert proc.stderr is not None
+            log = proc.stderr.read()
+    records = [orjson.loads(line) for line in log.splitlines() if line.startswith("{")]
+    assert len(records) == 12
+    assert all(r["outcome"] == "ok" for r in records)

@@ -27,6 +27,7 @@ deliberate difference from the seed spec, whose ProviderFail discards ``pending`
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 from collections.abc import Mapping
 from typing import Any
@@ -86,6 +87,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger("tpx.gateway")
+_PID = os.getpid()
+os.register_at_fork(after_in_child=lambda: globals().update(_PID=os.getpid()))
 
 
 class Gateway:
@@ -194,7 +197,7 @@ class Gateway:
 
     def _messages(self, request: Request, request_id: str) -> Response | Turn:
         settings = self.settings
-        log: dict[str, Any] = {"request_id": request_id, "endpoint": "messages"}
+        log: dict[str, Any] = {"request_id": request_id, "endpoint": "messages", "pid": _PID}
         session = request.headers.get("x-claude-code-session-id")
         if session:
             log["session"] = session[:128]
