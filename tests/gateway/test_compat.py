@@ -105,6 +105,10 @@ def test_a_claude_code_tool_loop_through_tpx() -> None:
     ("field", "value"),
     [
         ("context_management", {"edits": [{"type": "clear_tool_uses_20250919"}]}),
+        (
+            "context_management",
+            {"edits": [{"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns"}}]},
+        ),
         ("output_config", {"format": {"type": "json_schema", "schema": {}}}),
     ],
 )

@@ -5,8 +5,8 @@ Claude Code sends ``context_management: {"edits": [{"type": "clear_thinking_2025
 refuses both (they *can* change what the model does), so the gateway removes them first
 when -- and only when -- they cannot change the exchange for a Chat Completions upstream:
 
-* ``context_management`` whose edits are all ``clear_thinking_*``: the translator does not
-  send the caller's thinking blocks upstream anyway, so there is nothing to clear;
+* ``context_management`` whose edits are all ``clear_thinking_*`` with ``keep: "all"``:
+  keeping every thinking turn clears nothing;
 * ``output_config.effort``: a reasoning-effort hint with no Chat Completions field;
 * ``role: "system"`` messages inside ``messages`` (Claude Code puts its ~6 KB context
   there, right after the first user message): their text is appended to the top-level
@@ -34,7 +34,9 @@ def relax_for_chat_completions(body: dict[str, Any]) -> list[str]:
             isinstance(edits, list)
             and set(management) <= {"edits"}
             and all(
-                isinstance(e, Mapping) and str(e.get("type", "")).startswith("clear_thinking_")
+                isinstance(e, Mapping)
+                and str(e.get("type", "")).startswith("clear_thinking_")
+                and e.get("keep") == "all"
                 for e in edits
             )
         ):
