@@ -4,6 +4,7 @@
   tpx explore [SPEC] [--config CFG]     explore the mirrored spec with the Python mirror
   tpx check-trace FILE... [--tlc]       validate recorded traces against the spec
   tpx graph [SPEC] -o OUT.svg           draw the state graph, covered part highlighted
+  tpx serve [--host H] [--port P]       run the gateway (Messages API) in front of a provider
 
 SPEC defaults to the TpxTransport spec shipped inside the package, CFG to the .cfg
 beside SPEC. tlc and explore print the same one-screen summary so they can be
@@ -560,6 +561,15 @@ def _add_graph(sub: Any) -> None:
 #: Subcommands: each adds its parser. Other packages append theirs here
 #: (e.g. ``tpx serve``): a callable taking the subparsers object.
 SUBCOMMANDS: list[Callable[[Any], None]] = [_add_tlc, _add_explore, _add_check_trace, _add_graph]
+
+
+def _add_serve(sub: Any) -> None:
+    from tpx.gateway.cli import add_serve_parser  # the gateway (tpx/gateway/cli.py)
+
+    add_serve_parser(sub)
+
+
+SUBCOMMANDS.append(_add_serve)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,334 @@
+"""The sans-I/O gateway core: an HTTP request in, a response (or an upstream call) out.
+
+No sockets, no event loop: :meth:`Gateway.handle` takes a :class:`Request` (method, path,
+query, headers, body bytes) and returns one of
+
+* a :class:`Response` (status, headers, body bytes) to send as it is;
+* a :class:`Turn`: one ``POST /v1/messages`` exchange that needs the upstream. The I/O
+  shell sends :attr:`Turn.call` (credential-free: the shell adds the credential), then
+  feeds the reply back: :meth:`Turn.reply` (non-streaming) or :meth:`Turn.start`,
+  :meth:`Turn.feed`, :meth:`Turn.end`, :meth:`Turn.finish` (streaming: SSE bytes out);
+  :meth:`Turn.fail` for a transport failure, :meth:`Turn.abandon` when the client left,
+  and :meth:`Turn.close` once (the log line);
+* a :class:`Forward`: an ANTHROPIC pass-through (``count_tokens``, ``/v1/models``).
+
+Each turn runs its own :class:`~tpx.exchange.Exchange` (one spec instance per
+conversation turn) seeded with the obligations its history carries
+(:mod:`tpx.gateway.history`); only the boot-time provider selection
+(:class:`~tpx.gateway.settings.Settings`) is shared, so any number of conversations run
+concurrently, on any number of workers or replicas sharing ``TPX_GATEWAY_SECRET``.
+
+Retries: a failed turn (429 / 529 / 5xx / a stream error / the client gone) leaves
+nothing behind, so the same body sent again (or without ``stream``) is a fresh turn
+whose obligations are again its history's: it succeeds. This is the gateway's one
+deliberate difference from the seed spec, whose ProviderFail discards ``pending``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from tpx.errors import (
+    PairingError,
+    ProtocolError,
+    UnsupportedError,
+    redact,
+    secret_forms,
+)
+from tpx.exchange import ExchangeSnapshot, Provider
+from tpx.gateway.compat import relax_for_chat_completions
+from tpx.gateway.history import (
+    Refusal,
+    pairing_problem,
+    pending_ids,
+    unsign_ids,
+    validate_request,
+)
+from tpx.gateway.metrics import CONTENT_TYPE, Metrics
+from tpx.gateway.settings import Settings
+from tpx.gateway.turn import Conversation, Forward, Turn
+from tpx.gateway.wire import (
+    COUNT,
+    JSON,
+    MESSAGES,
+    MODELS,
+    PING,
+    SSE_HEADERS,
+    Request,
+    Response,
+    UpstreamCall,
+    endpoint_label,
+    error_body,
+    error_response,
+    json_response,
+    model_error_response,
+    new_request_id,
+    snapshot_record,
+)
+from tpx.translate import request_to_openai
+
+__all__ = [
+    "PING",
+    "SSE_HEADERS",
+    "Forward",
+    "Gateway",
+    "Request",
+    "Response",
+    "Turn",
+    "UpstreamCall",
+    "error_body",
+    "new_request_id",
+]
+
+logger = logging.getLogger("tpx.gateway")
+_PID = os.getpid()
+os.register_at_fork(after_in_child=lambda: globals().update(_PID=os.getpid()))
+
+
+class Gateway:
+    """The sans-I/O gateway (one per process; holds no per-conversation state)."""
+
+    def __init__(self, settings: Settings, *, metrics: Metrics | None = None) -> None:
+        self.settings = settings
+        self.metrics = metrics or Metrics()
+        self._secrets = secret_forms(settings.secret_values())
+        self.ready = True
+
+    def redact(self, text: str) -> str:
+        return redact(text, secret_forms(self.settings.secret_values()))
+
+    # -- entry point ---------------------------------------------------------------------
+
+    def handle(self, request: Request) -> Response | Turn | Forward:
+        """Answer *request*: a :class:`Response`, or a :class:`Turn` / :class:`Forward`
+        that needs the upstream (see the module docstring)."""
+        result = self._handle(request)
+        if isinstance(result, Response):
+            self.metrics.requests.labels(endpoint_label(request.path), str(result.status)).inc()
+        return result
+
+    def _handle(self, request: Request) -> Response | Turn | Forward:
+        request_id = new_request_id()
+        path = request.path.rstrip("/") or "/"
+        method = request.method.upper()
+        try:
+            if path == "/":
+                if method not in ("GET", "HEAD"):
+                    raise Refusal(f"{method} / is not supported", status=405)
+                body = b"" if method == "HEAD" else b'{"service":"tpx","status":"ok"}'
+                return json_response(200, body, request_id)
+            if path == "/healthz":
+                self._method(method, "GET", path)
+                return json_response(200, b'{"status":"ok"}', request_id)
+            if path == "/metrics":
+                self._method(method, "GET", path)
+                data = self.metrics.render()
+                return Response(
+                    200, (("content-type", CONTENT_TYPE), ("request-id", request_id)), data
+                )
+            if path not in (MESSAGES, COUNT, MODELS):
+                raise Refusal(f"Not found: {request.method} {request.path}", status=404)
+            self._authenticate(request.headers)
+            if path == MODELS:
+                self._method(method, "GET", path)
+                return self._models(request, request_id)
+            self._method(method, "POST", path)
+            if len(request.body) > self.settings.limits.max_body_bytes:
+                raise Refusal(
+                    f"Request exceeds the maximum size of "
+                    f"{self.settings.limits.max_body_bytes} bytes",
+                    status=413,
+                )
+            if path == COUNT:
+                return self._count(request, request_id)
+            return self._messages(request, request_id)
+        except Refusal as refusal:
+            self.metrics.errors.labels(f"GATEWAY_{refusal.status}").inc()
+            return error_response(refusal.status, refusal.error_type, refusal.message, request_id)
+
+    @staticmethod
+    def _method(method: str, allowed: str, path: str) -> None:
+        if method != allowed and not (allowed == "GET" and method == "HEAD"):
+            raise Refusal(f"{method} {path} is not supported; use {allowed}", status=405)
+
+    def _authenticate(self, headers: Mapping[str, str]) -> None:
+        key = self.settings.gateway_key
+        if key is None:
+            return
+        presented = headers.get("x-api-key")
+        auth = headers.get("authorization", "")
+        if presented is None and auth[:7].lower() == "bearer ":
+            presented = auth[7:].strip()
+        if presented is None or not secrets.compare_digest(
+            presented.encode("utf-8", "surrogatepass"), key.encode()
+        ):
+            raise Refusal("invalid x-api-key", status=401)
+
+    # -- /v1/messages ------------------------------------------------------------------------
+
+    def _decode(self, request: Request, *, count_tokens: bool = False) -> dict[str, Any]:
+        try:
+            body = orjson.loads(request.body)
+        except orjson.JSONDecodeError as exc:
+            raise Refusal(f"The request body is not valid JSON: {exc}") from None
+        validate_request(body, count_tokens=count_tokens)
+        assert isinstance(body, dict)
+        return body
+
+    def _route(self, body: dict[str, Any]) -> str | None:
+        """Apply the model map: the upstream model for TPX (``None``: the caller's)."""
+        route = self.settings.route(body["model"])
+        ceiling = route.max_tokens if route is not None else None
+        current = body.get("max_tokens")
+        if ceiling is not None and isinstance(current, int) and current > ceiling:
+            body["max_tokens"] = ceiling
+        target = route.model if route is not None and route.model else None
+        if self.settings.provider is Provider.TPX:
+            return target or self.settings.model
+        if target is not None:
+            body["model"] = target
+        return None
+
+    def _messages(self, request: Request, request_id: str) -> Response | Turn:
+        settings = self.settings
+        log: dict[str, Any] = {"request_id": request_id, "endpoint": "messages", "pid": _PID}
+        session = request.headers.get("x-claude-code-session-id")
+        if session:
+            log["session"] = session[:128]
+        try:
+            body = self._decode(request)
+            log["model"] = body["model"]
+            log["stream"] = body.get("stream") is True
+            if settings.log_bodies:
+                log["request_body"] = self.redact(request.body.decode("utf-8", "replace"))
+            upstream_model = self._route(body)
+            if upstream_model is not None:
+                log["upstream_model"] = upstream_model
+            shown: dict[str, str] = {}
+            if settings.provider is Provider.TPX:
+                shown = unsign_ids(body, settings.secret)
+                relaxed = relax_for_chat_completions(body)
+                if relaxed:
+                    log["relaxed"] = relaxed
+            pending = pending_ids(body["messages"])
+            problem = pairing_problem(body["messages"], pending, shown)
+        except Refusal as refusal:
+            log["error"] = f"GATEWAY_{refusal.status}"
+            self.log(log, failed=True)
+            raise
+        actions: list[str] = []
+        log["actions"] = actions
+        trace: list[dict[str, Any]] | None = [] if settings.trace_dir is not None else None
+        exchange = Conversation(
+            settings.provider,
+            pending,
+            model=upstream_model,
+            secrets=settings.secret_values(),
+            observer=self._observer(actions, trace),
+        )
+        if trace is not None:
+            trace.append({"#action": "Resume", **snapshot_record(exchange.snapshot())})
+            log["#trace"] = trace
+        if settings.provider is Provider.NONE:
+            error = exchange.no_provider()
+            log["error"] = error.code
+            self.log(log, failed=True)
+            return model_error_response(error, request_id)
+        try:
+            outbound = exchange.send(body)
+        except PairingError as error:  # CallerAbort (pending) or refused (nothing pending)
+            log["error"] = error.code
+            self.log(log, failed=True)
+            message = problem or error.message
+            return error_response(400, "invalid_request_error", message, request_id)
+        except (ProtocolError, UnsupportedError) as error:
+            log["error"] = error.code
+            self.log(log, failed=True)
+            return error_response(400, "invalid_request_error", error.message, request_id)
+        headers = list(outbound.headers)
+        if settings.provider is Provider.ANTHROPIC:
+            beta = request.headers.get("anthropic-beta")
+            if beta:
+                headers.append(("anthropic-beta", beta))
+        call = UpstreamCall(
+            outbound.method, outbound.path, tuple(headers), outbound.body, exchange.streaming
+        )
+        return Turn(self, request_id, call, exchange, log)
+
+    def _observer(self, actions: list[str], trace: list[dict[str, Any]] | None) -> Any:
+        counter = self.metrics.actions
+
+        def observe(action: str, snapshot: ExchangeSnapshot) -> None:
+            actions.append(action)
+            counter.labels(action).inc()
+            if trace is not None:
+                trace.append({"#action": action, **snapshot_record(snapshot)})
+
+        return observe
+
+    # -- count_tokens / models -------------------------------------------------------------
+
+    def _count(self, request: Request, request_id: str) -> Response | Forward:
+        body = self._decode(request, count_tokens=True)
+        body.pop("stream", None)
+        upstream_model = self._route(body)
+        if self.settings.provider is Provider.ANTHROPIC:
+            headers = [("content-type", JSON), ("anthropic-version", "2023-06-01")]
+            beta = request.headers.get("anthropic-beta")
+            if beta:
+                headers.append(("anthropic-beta", beta))
+            call = UpstreamCall("POST", COUNT, tuple(headers), orjson.dumps(body))
+            return Forward(self, request_id, call)
+        if self.settings.provider is Provider.NONE:
+            raise Refusal("no upstream credentials configured", status=401)
+        from tpx.gateway.tokens import count_openai_request
+
+        unsign_ids(body, self.settings.secret)
+        relax_for_chat_completions(body)
+        body.setdefault("max_tokens", 1)
+        try:
+            translated = request_to_openai(body, model=upstream_model).body
+        except (ProtocolError, UnsupportedError) as error:
+            raise Refusal(error.message) from None
+        count = count_openai_request(translated)
+        return json_response(200, orjson.dumps({"input_tokens": count}), request_id)
+
+    def _models(self, request: Request, request_id: str) -> Response | Forward:
+        if self.settings.provider is Provider.ANTHROPIC:
+            path = MODELS + (f"?{request.query}" if request.query else "")
+            call = UpstreamCall("GET", path, (("anthropic-version", "2023-06-01"),), b"")
+            return Forward(self, request_id, call)
+        names: list[str] = []
+        for name in [self.settings.model, *(r.model for r in self.settings.routes)]:
+            if name and name not in names:
+                names.append(name)
+        data = [
+            {"type": "model", "id": n, "display_name": n, "created_at": "1970-01-01T00:00:00Z"}
+            for n in names
+        ]
+        body = {
+            "data": data,
+            "has_more": False,
+            "first_id": names[0] if names else None,
+            "last_id": names[-1] if names else None,
+        }
+        return json_response(200, orjson.dumps(body), request_id)
+
+    # -- logging -----------------------------------------------------------------------------
+
+    def log(self, record: dict[str, Any], *, failed: bool) -> None:
+        trace = record.pop("#trace", None)
+        if trace is not None and self.settings.trace_dir is not None:
+            path = self.settings.trace_dir / f"{record['request_id']}.jsonl"
+            path.write_bytes(b"".join(orjson.dumps(step) + b"\n" for step in trace))
+        code = record.get("error")
+        if failed and isinstance(code, str) and code.startswith("MODEL_"):
+            self.metrics.errors.labels(code).inc()
+        if logger.isEnabledFor(logging.INFO):
+            logger.info("%s", self.redact(orjson.dumps(record).decode()))

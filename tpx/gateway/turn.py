@@ -1,0 +1,260 @@
+"""One ``POST /v1/messages`` exchange of the gateway (:class:`Turn`) and an ANTHROPIC
+pass-through (:class:`Forward`); see :mod:`tpx.gateway.core` for the protocol."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from tpx.errors import ModelError, NetworkError
+from tpx.exchange import Exchange, Provider
+from tpx.gateway.wire import (
+    SSE_HEADERS,
+    Response,
+    UpstreamCall,
+    endpoint_label,
+    error_response,
+    json_response,
+    model_error_response,
+)
+from tpx.translate.ids import CALLER_ID_PREFIX, sign_caller_id
+from tpx.translate.stream import serialize_event
+
+if TYPE_CHECKING:
+    from tpx.gateway.core import Gateway
+
+__all__ = ["Conversation", "Forward", "Turn"]
+
+
+class Conversation(Exchange):
+    """An exchange resumed at ``idle`` with the obligations the request's history carries."""
+
+    __slots__ = ()
+
+    def __init__(self, provider: Provider, pending: Iterable[str], **kwargs: Any) -> None:
+        super().__init__(provider, **kwargs)
+        self._pending = frozenset(pending)
+
+
+class Turn:
+    """One ``POST /v1/messages`` exchange (see the module docstring for the protocol)."""
+
+    def __init__(
+        self,
+        gateway: Gateway,
+        request_id: str,
+        call: UpstreamCall,
+        exchange: Exchange,
+        log: dict[str, Any],
+    ) -> None:
+        self.gateway = gateway
+        self.request_id = request_id
+        self.call = call
+        self.exchange = exchange
+        self.streaming = call.stream
+        self.started = False  #: some bytes (or the SSE headers) went to the client
+        self.status = 200  #: the HTTP status the client gets
+        self.failed = False
+        self._terminal: dict[str, Any] | None = None
+        self._log = log
+        self._began = time.perf_counter()
+        self._closed = False
+        self._sign = gateway.settings.provider is Provider.TPX
+
+    @property
+    def complete(self) -> bool:
+        """The stream produced ``message_stop`` (held back for :meth:`finish`)."""
+        return self._terminal is not None
+
+    @property
+    def error(self) -> ModelError | None:
+        return self.exchange.last_error
+
+    def upstream_status(self, status: int) -> None:
+        self._log["upstream_status"] = status
+
+    # -- non-streaming -----------------------------------------------------------
+
+    def reply(self, status: int, headers: Mapping[str, str], body: bytes) -> Response:
+        """``ProviderReply`` + ``Deliver`` (or ``ProviderFail``): the client's response."""
+        self.upstream_status(status)
+        try:
+            self.exchange.receive(status, headers, body)
+        except ModelError as error:
+            return self.error_response(error)
+        message = self.exchange.deliver()
+        self._sign_message(message)
+        self._usage(message.get("usage"))
+        data = orjson.dumps(message)
+        if self.gateway.settings.log_bodies:
+            self._log["response_body"] = self.gateway.redact(data.decode())
+        return json_response(200, data, self.request_id)
+
+    def error_response(self, error: ModelError | None = None) -> Response:
+        error = error or self.exchange.last_error
+        assert error is not None
+        self.failed = True
+        self._log["error"] = error.code
+        response = model_error_response(error, self.request_id)
+        self.status = response.status
+        return response
+
+    # -- streaming -----------------------------------------------------------------
+
+    def start(self, status: int, headers: Mapping[str, str], body: bytes = b"") -> Response | None:
+        """The upstream's status and headers (*body*: a non-2xx reply's body). ``None``:
+        the stream begins (send :data:`SSE_HEADERS`); else the error response."""
+        self.upstream_status(status)
+        try:
+            self.exchange.receive_stream_start(status, headers, body)
+        except ModelError as error:
+            return self.error_response(error)
+        return None
+
+    def headers(self) -> tuple[tuple[str, str], ...]:
+        return (*SSE_HEADERS, ("request-id", self.request_id))
+
+    def feed(self, chunk: bytes) -> bytes:
+        """SSE bytes for the client from the next upstream bytes (the terminal event is
+        held back for :meth:`finish`; b"" when an error must go out as a response)."""
+        if self.complete or self.exchange.phase != "req":
+            return b""
+        return self._hand(self.exchange.feed(chunk))
+
+    def end(self) -> bytes:
+        """The upstream body ended."""
+        ex = self.exchange
+        events: list[dict[str, Any]] = []
+        if ex.phase == "req" and not ex.stream_complete:
+            events += ex.flush()
+            if ex.phase == "req" and not ex.stream_complete:
+                events += ex.end_stream()  # ended early: ProviderFail
+        return self._hand(events)
+
+    def finish(self) -> bytes:
+        """The client is about to take ``message_stop``: ``ProviderReply`` + ``Deliver``."""
+        assert self._terminal is not None
+        ex = self.exchange
+        tail = ex.end_stream()
+        if ex.phase == "resp":
+            message = ex.deliver()
+            self._usage(message.get("usage"))
+            tail = [self._terminal]
+        else:
+            self._failed()
+        return self._render(tail)
+
+    def fail(self, error: ModelError) -> bytes:
+        """A transport failure while the upstream body was read (``ProviderFail``)."""
+        if self.exchange.phase != "req":
+            return b""
+        failure = self.exchange.fail(error)
+        self._failed()
+        return self._render([failure.body()]) if self.started else b""
+
+    def abandon(self) -> None:
+        """The client went away: ``ProviderFail`` if the exchange is still in flight."""
+        if self.exchange.phase == "req":
+            self.exchange.fail(NetworkError("the client disconnected before the reply ended"))
+            self._log["client_gone"] = True
+            self._failed()
+
+    def _failed(self) -> None:
+        self.failed = True
+        error = self.exchange.last_error
+        if error is not None:
+            self._log["error"] = error.code
+
+    def _hand(self, events: list[dict[str, Any]]) -> bytes:
+        ex = self.exchange
+        if ex.phase == "req" and ex.stream_complete and events and self._terminal is None:
+            self._terminal = events[-1]
+            events = events[:-1]
+        elif ex.phase == "idle":
+            self._failed()
+            if not self.started and len(events) == 1:
+                return b""  # only the error: it goes out as an HTTP error response
+        return self._render(events)
+
+    def _render(self, events: list[dict[str, Any]]) -> bytes:
+        if not events:
+            return b""
+        parts = []
+        for event in events:
+            if self._sign and event.get("type") == "content_block_start":
+                event = self._sign_block_event(event)
+            if event.get("type") == "message_delta":
+                self._usage(event.get("usage"))
+            parts.append(serialize_event(event))
+        self.started = True
+        return b"".join(parts)
+
+    # -- ids, usage, log --------------------------------------------------------------
+
+    def _signed(self, tool_id: str) -> str:
+        if tool_id.startswith(CALLER_ID_PREFIX):
+            try:
+                return sign_caller_id(tool_id, self.gateway.settings.secret)
+            except ValueError:
+                return tool_id
+        return tool_id
+
+    def _sign_message(self, message: dict[str, Any]) -> None:
+        if not self._sign:
+            return
+        for block in message.get("content", []):
+            if block.get("type") == "tool_use":
+                block["id"] = self._signed(block["id"])
+
+    def _sign_block_event(self, event: dict[str, Any]) -> dict[str, Any]:
+        block = event.get("content_block")
+        if not isinstance(block, Mapping) or block.get("type") != "tool_use":
+            return event
+        return {**event, "content_block": {**block, "id": self._signed(block["id"])}}
+
+    def _usage(self, usage: Any) -> None:
+        if isinstance(usage, Mapping):
+            for key in ("input_tokens", "output_tokens"):
+                if isinstance(usage.get(key), int):
+                    self._log[key] = usage[key]
+
+    def close(self) -> None:
+        """Write the exchange's log line (once)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._log["latency_ms"] = round((time.perf_counter() - self._began) * 1000, 3)
+        self._log["outcome"] = self.exchange.last_outcome
+        self._log["status"] = self.status
+        self.gateway.metrics.requests.labels("messages", str(self.status)).inc()
+        self.gateway.log(self._log, failed=self.failed)
+
+
+class Forward:
+    """An ANTHROPIC pass-through request (count_tokens, models)."""
+
+    def __init__(self, gateway: Gateway, request_id: str, call: UpstreamCall) -> None:
+        self.gateway = gateway
+        self.request_id = request_id
+        self.call = call
+
+    def respond(self, status: int, headers: Mapping[str, str], body: bytes) -> Response:
+        text = self.gateway.redact(body.decode("utf-8", "replace"))
+        if status in (401, 403):  # the upstream refused the gateway's credential
+            response = error_response(
+                502, "api_error", "the upstream refused the gateway", self.request_id
+            )
+        else:
+            response = json_response(status, text.encode(), self.request_id)
+        return self._count(response)
+
+    def failed(self, error: ModelError) -> Response:
+        return self._count(model_error_response(error, self.request_id))
+
+    def _count(self, response: Response) -> Response:
+        endpoint = endpoint_label(self.call.path)
+        self.gateway.metrics.requests.labels(endpoint, str(response.status)).inc()
+        return response
