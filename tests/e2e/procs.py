@@ -249,16 +249,33 @@ def run_claude(
     return ClaudeRun(done.returncode, done.stdout, done.stderr)
 
 
-def rss_bytes(pid: int) -> int:
-    """Resident set size of ``pid`` and its children (uvicorn workers), from /proc."""
-    total = 0
+def _family(pid: int) -> list[int]:
     pids = [pid]
     try:
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
         pids += [int(c) for c in children]
     except OSError:
         pass
-    for p in pids:
+    return pids
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` and its children (uvicorn workers), from /proc."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for p in _family(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / ticks
+    return round(total, 1)
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of ``pid`` and its children (uvicorn workers), from /proc."""
+    total = 0
+    for p in _family(pid):
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
