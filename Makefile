@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 SPEC   ?= spec/TpxTransport.tla
 CFG    ?= spec/TpxTransport.cfg
 
-.PHONY: all setup graphviz tlc explore test conformance conformance-deep bench lint clean e2e load
+.PHONY: all setup graphviz tlc explore test conformance conformance-deep bench lint clean e2e load bench-gateway
 
 all: test
 
@@ -45,6 +45,12 @@ conformance-deep: $(STAMP) graphviz
 
 bench: $(STAMP)
 	$(PY) -m pytest benchmarks -p no:xdist --benchmark-only -q
+	$(MAKE) bench-gateway
+
+## The gateway's added latency vs the upstream called directly and vs LiteLLM's proxy, side by side
+## (benchmarks/gateway_latency.py; installs LiteLLM into .cache/litellm-venv on first use).
+bench-gateway: $(STAMP)
+	$(PY) -m benchmarks.gateway_latency
 
 ## End to end: the Claude Code CLI (installed into .cache/claude-code, pinned) through `tpx serve`
 ## to a scripted fake OpenAI upstream (tests/e2e). Loopback only; not part of `make test`.
