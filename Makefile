@@ -78,3 +78,8 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .benchmarks
+
+## The gateway on 127.0.0.1:8082 (credentials from the environment; see README "The gateway").
+.PHONY: serve
+serve: $(STAMP)
+	$(VENV)/bin/tpx serve

@@ -300,6 +300,10 @@ def build_parser() -> argparse.ArgumentParser:
     gra.add_argument("-o", "--output", type=Path, required=True, help="output file (.svg, .dot)")
     gra.add_argument("--format", default=None, help="dot output format (default: from -o suffix)")
     gra.set_defaults(func=_cmd_graph)
+
+    from tpx.gateway.cli import add_serve_parser  # the gateway (tpx/gateway/cli.py)
+
+    add_serve_parser(sub)
     return parser
 
 

@@ -49,12 +49,27 @@ Legacy ids: releases before the nonce emitted ``"tpx" KIND POSITION "_" PAYLOAD`
 (no ``-NONCE``). Those still decode (a history recorded before an upgrade keeps
 working; :attr:`DecodedId.nonce` is ``None`` for them) but are never produced.
 The ``_`` right after POSITION tells them apart from the current form's ``-``.
+
+Signed ids (the gateway, :mod:`tpx.gateway`): a gateway hands out caller ids with a MAC
+so that it trusts only ids it issued, without keeping any table::
+
+    signed_id := "tpx" KIND POSITION "-" NONCE "-" MAC "_" PAYLOAD
+    MAC       := 20 lowercase hex digits: HMAC-SHA256(key, unsigned id), truncated to 80 bits
+
+where the unsigned id is the caller id above (``"tpx" KIND POSITION "-" NONCE "_"
+PAYLOAD``). :func:`sign_caller_id` adds the MAC, :func:`verify_signed_id` checks it and
+gives the unsigned id back (``None`` when the MAC is wrong or the id is not signed).
+A signed id is not a canonical encoding, so :func:`decode_caller_id` does not decode
+it: strip the MAC first. The MAC binds the whole id (kind, position, nonce, foreign
+id); ids stay stateless, restart-safe and valid on every process sharing the key.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import os
 import random
 import re
@@ -63,6 +78,7 @@ import attrs
 
 __all__ = [
     "CALLER_ID_PREFIX",
+    "MAC_LENGTH",
     "NONCE_BITS",
     "NONCE_LENGTH",
     "RAW_ENCODED_ID",
@@ -72,8 +88,10 @@ __all__ = [
     "encode_caller_id",
     "is_caller_id_valid",
     "new_nonce",
+    "sign_caller_id",
     "to_caller_id",
     "to_foreign_id",
+    "verify_signed_id",
     "wire_id",
 ]
 
@@ -198,3 +216,45 @@ def wire_id(caller_id: str) -> str:
         if foreign is not None:
             return foreign
     return caller_id
+
+
+# -- signed ids (the gateway) --------------------------------------------------------
+
+#: Length of the MAC of a signed id (lowercase hex).
+MAC_LENGTH = 20
+_SIGNED = re.compile(
+    r"tpx([rbn])(0|[1-9][0-9]*)-([0-9a-f]{12})-([0-9a-f]{20})_(.*)", re.DOTALL
+).fullmatch
+
+
+def _mac(key: bytes, unsigned: str) -> str:
+    digest = hmac.new(key, unsigned.encode("utf-8", "surrogatepass"), hashlib.sha256)
+    return digest.hexdigest()[:MAC_LENGTH]
+
+
+def sign_caller_id(caller_id: str, key: bytes) -> str:
+    """*caller_id* (a current-form encoding, nonce included) with its MAC under *key*.
+
+    Raises ``ValueError`` for an id that is not a canonical encoding with a nonce.
+    """
+    match = _ENCODED(caller_id)
+    if match is None or match.group(3) is None or decode_caller_id(caller_id) is None:
+        raise ValueError("only a canonical caller id with a nonce can be signed")
+    kind, pos, nonce, payload = match.groups()
+    return f"tpx{kind}{pos}-{nonce}-{_mac(key, caller_id)}_{payload}"
+
+
+def verify_signed_id(signed: str, key: bytes) -> str | None:
+    """The unsigned caller id behind *signed* when its MAC under *key* is right, else ``None``."""
+    if not signed.startswith(CALLER_ID_PREFIX):
+        return None
+    match = _SIGNED(signed)
+    if match is None:
+        return None
+    kind, pos, nonce, mac, payload = match.groups()
+    unsigned = f"tpx{kind}{pos}-{nonce}_{payload}"
+    if decode_caller_id(unsigned) is None:
+        return None
+    if not hmac.compare_digest(mac, _mac(key, unsigned)):
+        return None
+    return unsigned

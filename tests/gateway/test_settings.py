@@ -1,0 +1,137 @@
+"""Settings (flags > env > TOML), the model map, token commands (refresh on 401), signed ids."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import httpx2
+import pytest
+
+import tpx.sdk
+from tpx.errors import ConfigurationError
+from tpx.exchange import Provider
+from tpx.gateway.settings import load_settings
+from tpx.translate.ids import sign_caller_id, to_caller_id, verify_signed_id
+
+from .fakes import FakeUpstream
+
+CONFIG = """
+[server]
+port = 9999
+[upstream]
+base_url = "http://file.test/v1"
+model = "big-model"
+[limits]
+max_body_bytes = 1000
+ping_interval = 2.5
+[[models]]
+match = "*haiku*"
+model = "small-model"
+max_tokens = 100
+[[models]]
+match = "*"
+max_tokens = 8000
+"""
+
+
+def _config(tmp_path: Path) -> Path:
+    path = tmp_path / "tpx.toml"
+    path.write_text(CONFIG)
+    return path
+
+
+def test_flags_beat_env_beat_file(tmp_path: Path) -> None:
+    env = {"TPX_OAUTH_TOKEN": "s3cr3t", "TPX_BASE_URL": "http://env.test"}
+    settings = load_settings(env=env, config_file=_config(tmp_path), port=1234)
+    assert settings.provider is Provider.TPX
+    assert settings.port == 1234
+    assert settings.base_url == "http://env.test"
+    assert settings.model == "big-model"
+    assert settings.limits.max_body_bytes == 1000
+    assert settings.limits.ping_interval == 2.5
+    from_file = load_settings(env={"TPX_OAUTH_TOKEN": "s3cr3t"}, config_file=_config(tmp_path))
+    assert from_file.port == 9999
+    assert from_file.base_url == "http://file.test"
+    assert "s3cr3t" not in repr(from_file)
+
+
+def test_selection_is_boots() -> None:
+    both = load_settings(env={"ANTHROPIC_API_KEY": "k", "TPX_OAUTH_TOKEN": "t"})
+    assert both.provider is Provider.ANTHROPIC
+    assert load_settings(env={}).provider is Provider.NONE
+    with pytest.raises(ConfigurationError):
+        load_settings(env={"TPX_OAUTH_TOKEN": "t"})  # no TPX_BASE_URL
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("[[models]]\nmodel = 'x'\n", "needs a string 'match'"),
+        ("[limits]\nbody_timeout = 'slow'\n", "wrong type"),
+        ("not = [toml", "not valid TOML"),
+    ],
+)
+def test_bad_config_files(tmp_path: Path, text: str, problem: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigurationError, match=problem):
+        load_settings(env={}, config_file=path)
+
+
+def test_model_map_and_ceiling(tmp_path: Path) -> None:
+    fake = FakeUpstream("TPX")
+    env = {"TPX_OAUTH_TOKEN": "tok", "TPX_BASE_URL": "http://up.test"}
+    settings = load_settings(env=env, config_file=_config(tmp_path))
+    with tpx.sdk.anthropic_client(settings=settings, upstream=fake.transport()) as client:
+        for model in ("claude-haiku-4", "claude-opus-5"):
+            client.messages.create(
+                model=model, max_tokens=64000, messages=[{"role": "user", "content": "hi"}]
+            )
+    assert (fake.seen[0]["model"], fake.seen[0]["max_tokens"]) == ("small-model", 100)
+    assert (fake.seen[1]["model"], fake.seen[1]["max_tokens"]) == ("big-model", 8000)
+
+
+def test_token_command_is_rerun_once_on_401(tmp_path: Path) -> None:
+    counter = tmp_path / "n"
+    script = tmp_path / "token.py"
+    script.write_text(
+        "import pathlib\n"
+        f"p = pathlib.Path({str(counter)!r})\n"
+        "n = int(p.read_text()) + 1 if p.exists() else 1\n"
+        "p.write_text(str(n))\n"
+        "print(f'token-{n}')\n"
+    )
+    env = {"TPX_OAUTH_TOKEN_COMMAND": f"{sys.executable} {script}", "TPX_BASE_URL": "http://u.t"}
+    settings = load_settings(env=env)
+    assert settings.provider is Provider.TPX
+    fake = FakeUpstream("TPX")
+    seen: list[str] = []
+
+    def upstream(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request.headers["authorization"])
+        if request.headers["authorization"] == "Bearer token-1":
+            return httpx2.Response(401, json={"error": {"message": "expired"}})
+        return fake.handle(request)
+
+    with tpx.sdk.anthropic_client(
+        settings=settings, upstream=httpx2.MockTransport(upstream)
+    ) as client:
+        reply = client.messages.create(
+            model="m", max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+        )
+    assert reply.stop_reason == "tool_use"
+    assert seen == ["Bearer token-1", "Bearer token-2"]
+    assert "token-" not in repr(settings)
+
+
+def test_signed_ids_round_trip_and_refuse_tampering() -> None:
+    unsigned = to_caller_id("call_1", 0)
+    signed = sign_caller_id(unsigned, b"k1")
+    assert signed != unsigned
+    assert verify_signed_id(signed, b"k1") == unsigned
+    assert verify_signed_id(signed, b"k2") is None
+    assert verify_signed_id(unsigned, b"k1") is None
+    assert verify_signed_id(signed.replace("call_1", "call_2"), b"k1") is None
+    with pytest.raises(ValueError, match="canonical"):
+        sign_caller_id("toolu_1", b"k1")

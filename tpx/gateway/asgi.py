@@ -1,0 +1,241 @@
+"""The ASGI shell around the sans-I/O :class:`~tpx.gateway.core.Gateway` (run by uvicorn).
+
+Reads the request body (size limit, read timeout), hands the request to the core, sends
+what comes back. A turn runs in its own task while another task watches for the client
+going away: then the turn's task is cancelled (the upstream response is closed) and the
+exchange fails as the spec says (``ProviderFail``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from tpx.exchange import Provider
+from tpx.gateway.core import Forward, Gateway, Request, Response, Turn, error_body, new_request_id
+from tpx.gateway.settings import Settings
+from tpx.gateway.upstream import AsyncUpstream, forward, run_turn
+
+__all__ = ["GatewayApp", "create_app"]
+
+logger = logging.getLogger("tpx.gateway")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+class _BodyError(Exception):
+    def __init__(self, status: int, error_type: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error_type = error_type
+        self.message = message
+
+
+class GatewayApp:
+    """A plain ASGI 3 application: ``GatewayApp(gateway, upstream)``."""
+
+    def __init__(self, gateway: Gateway, upstream: AsyncUpstream) -> None:
+        self.gateway = gateway
+        self.upstream = upstream
+        self.settings: Settings = gateway.settings
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if kind != "http":
+            return
+        try:
+            body = await self._body(scope, receive)
+        except _BodyError as problem:
+            request_id = new_request_id()
+            data = error_body(problem.error_type, problem.message, request_id)
+            await _send(
+                send,
+                Response(
+                    problem.status,
+                    (
+                        ("content-type", "application/json"),
+                        ("request-id", request_id),
+                        ("connection", "close"),  # the rest of the body is not read
+                    ),
+                    data,
+                ),
+            )
+            return
+        headers: dict[str, str] = {}
+        for raw_name, raw_value in scope.get("headers", ()):
+            headers[raw_name.decode("latin-1").lower()] = raw_value.decode("latin-1")
+        request = Request(
+            scope["method"],
+            scope["path"],
+            scope.get("query_string", b"").decode("latin-1"),
+            headers,
+            body,
+        )
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
+        try:
+            result = self.gateway.handle(request)
+            if isinstance(result, Response):
+                await _send(tracked, result, head=scope["method"] == "HEAD")
+            elif isinstance(result, Forward):
+                await _send(tracked, await forward(result, self.upstream))
+            else:
+                await self._turn(result, receive, tracked)
+        except Exception as exc:  # a bug: never a traceback or a credential to the client
+            logger.error("tpx gateway internal error: %s", type(exc).__name__)
+            if started:
+                raise
+            request_id = new_request_id()
+            data = error_body("api_error", "internal gateway error", request_id)
+            await _send(
+                send,
+                Response(
+                    500, (("content-type", "application/json"), ("request-id", request_id)), data
+                ),
+            )
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                if self.settings.provider is Provider.TPX:
+                    from tpx.gateway.tokens import encoding
+
+                    await asyncio.to_thread(encoding)  # load the tokenizer before serving
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.upstream.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _body(self, scope: Scope, receive: Receive) -> bytes:
+        limit = self.settings.limits.max_body_bytes
+        for name, value in scope.get("headers", ()):
+            if name.lower() == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    raise _BodyError(400, "invalid_request_error", "bad content-length") from None
+                if declared > limit:
+                    raise _BodyError(
+                        413,
+                        "request_too_large",
+                        f"Request exceeds the maximum size of {limit} bytes",
+                    )
+        parts: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            try:
+                message = await asyncio.wait_for(receive(), self.settings.limits.body_timeout)
+            except TimeoutError:
+                raise _BodyError(
+                    408, "timeout_error", "Timed out reading the request body"
+                ) from None
+            if message["type"] == "http.disconnect":
+                raise _BodyError(400, "invalid_request_error", "the client disconnected")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise _BodyError(
+                    413, "request_too_large", f"Request exceeds the maximum size of {limit} bytes"
+                )
+            parts.append(chunk)
+            more = bool(message.get("more_body", False))
+        return b"".join(parts)
+
+    async def _turn(self, turn: Turn, receive: Receive, send: Send) -> None:
+        metrics = self.gateway.metrics
+
+        async def pump() -> None:
+            started = False
+            items = run_turn(turn, self.upstream)
+            try:
+                async for item in items:
+                    if isinstance(item, Response):
+                        await _send(send, item)
+                        return
+                    if not started:
+                        started = True
+                        metrics.open_streams.inc()
+                        await send(
+                            {
+                                "type": "http.response.start",
+                                "status": 200,
+                                "headers": _raw(turn.headers()),
+                            }
+                        )
+                    await send({"type": "http.response.body", "body": item, "more_body": True})
+                if started:
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+            finally:
+                if started:
+                    metrics.open_streams.dec()
+                await items.aclose()  # type: ignore[attr-defined]
+
+        async def gone() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+
+        task = asyncio.ensure_future(pump())
+        watcher = asyncio.ensure_future(gone())
+        try:
+            done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if task not in done:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, OSError):
+                    await task
+                turn.abandon()
+            else:
+                try:
+                    task.result()
+                except OSError:  # the client went away while we wrote
+                    turn.abandon()
+                except Exception:
+                    turn.abandon()  # never leave the exchange in flight
+                    raise
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await watcher
+            if not task.done():
+                task.cancel()
+            turn.close()
+
+
+def _raw(headers: tuple[tuple[str, str], ...]) -> list[tuple[bytes, bytes]]:
+    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+
+
+async def _send(send: Send, response: Response, *, head: bool = False) -> None:
+    headers = [*response.headers, ("content-length", str(len(response.body)))]
+    await send(
+        {"type": "http.response.start", "status": response.status, "headers": _raw(tuple(headers))}
+    )
+    await send({"type": "http.response.body", "body": b"" if head else response.body})
+
+
+def create_app(settings: Settings, *, transport: Any = None, client: Any = None) -> GatewayApp:
+    """The ASGI app for *settings* (*transport* / *client*: inject the upstream's httpx2)."""
+    gateway = Gateway(settings)
+    upstream = AsyncUpstream(
+        settings,
+        transport=transport,
+        client=client,
+        observe=gateway.metrics.upstream_latency.observe,
+    )
+    return GatewayApp(gateway, upstream)

@@ -1,0 +1,47 @@
+"""Prometheus metrics of one gateway process (its own registry, text format at /metrics)."""
+
+from __future__ import annotations
+
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["CONTENT_TYPE", "Metrics"]
+
+CONTENT_TYPE = prometheus_client.CONTENT_TYPE_LATEST
+
+
+class Metrics:
+    """Requests, errors by MODEL_* code, spec actions, upstream latency, open streams."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "tpx_gateway_requests",
+            "HTTP requests answered, by endpoint and status",
+            ["endpoint", "status"],
+            registry=self.registry,
+        )
+        self.errors = Counter(
+            "tpx_gateway_errors",
+            "Failed requests by code (MODEL_* for exchanges, GATEWAY_* for refusals)",
+            ["code"],
+            registry=self.registry,
+        )
+        self.actions = Counter(
+            "tpx_gateway_spec_actions",
+            "Spec actions taken by the per-request exchanges",
+            ["action"],
+            registry=self.registry,
+        )
+        self.upstream_latency = Histogram(
+            "tpx_gateway_upstream_latency_seconds",
+            "Seconds from sending the upstream request to its response headers",
+            registry=self.registry,
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+        )
+        self.open_streams = Gauge(
+            "tpx_gateway_open_streams", "SSE streams open to clients", registry=self.registry
+        )
+
+    def render(self) -> bytes:
+        return prometheus_client.generate_latest(self.registry)

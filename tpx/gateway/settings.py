@@ -1,0 +1,321 @@
+"""Gateway settings: flags > environment > TOML file > defaults, read once at start.
+
+The provider is selected exactly as :func:`tpx.transport.boot` selects it (an Anthropic
+key wins, then a TPX token, else none) and never changes. A TPX token may come from
+``TPX_OAUTH_TOKEN`` or from ``TPX_OAUTH_TOKEN_COMMAND`` (a shell command printing a fresh
+bearer token, re-run before it expires and once on an upstream 401); either way the
+provider is TPX. Credentials come from the environment only (never from the TOML file)
+and never appear in a repr, a log line or an error.
+
+TOML file (every key optional)::
+
+    [server]
+    host = "127.0.0.1"
+    port = 8082
+    workers = 1
+
+    [upstream]
+    base_url = "http://127.0.0.1:9000/v1"  # TPX_BASE_URL / ANTHROPIC_BASE_URL win
+    model = "qwen3"                         # TPX_MODEL wins
+    token_ttl = 300                         # seconds a command-made token is reused
+
+    [limits]
+    max_body_bytes = 33554432
+    header_timeout = 30.0         # seconds to receive the request line and headers
+    body_timeout = 60.0           # seconds to receive a request body
+    connect_timeout = 10.0        # upstream connect
+    read_timeout = 600.0          # upstream read (between bytes)
+    max_upstream = 512            # concurrent upstream requests per process
+    shutdown_grace = 30.0         # SIGTERM: seconds running streams may finish in
+    ping_interval = 10.0          # SSE ping after this many seconds of upstream silence
+
+    [[models]]                    # first match wins; glob on the caller's model name
+    match = "*haiku*"
+    model = "small-model"         # the upstream model (absent: keep the caller's)
+    max_tokens = 8192             # ceiling: larger max_tokens are lowered to it
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import secrets
+import subprocess
+import threading
+import time
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from tpx.errors import ConfigurationError, UnauthorizedError
+from tpx.exchange import Provider
+from tpx.transport import _check_credential, _configure
+
+__all__ = ["Credential", "Limits", "ModelRoute", "Settings", "load_settings"]
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8082
+
+
+class Credential:
+    """The upstream credential: static, or made by a command (re-run before expiry).
+
+    Never rendered: ``repr`` shows only its kind.
+    """
+
+    __slots__ = ("_command", "_expires", "_lock", "_ttl", "_value")
+
+    def __init__(
+        self, value: str | None, *, command: str | None = None, ttl: float = 300.0
+    ) -> None:
+        self._value = value
+        self._command = command
+        self._ttl = ttl
+        self._expires = time.monotonic() + ttl if command is not None else float("inf")
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_command(cls, command: str, ttl: float) -> Credential:
+        credential = cls(None, command=command, ttl=ttl)
+        credential.refresh()
+        return credential
+
+    @property
+    def refreshable(self) -> bool:
+        return self._command is not None
+
+    def __repr__(self) -> str:
+        return f"<credential {'command' if self._command else 'static'}, redacted>"
+
+    __str__ = __repr__
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError("a credential cannot be pickled or copied")
+
+    def value(self) -> str:
+        """The current credential, re-running the command when it has expired."""
+        if self._command is not None and time.monotonic() >= self._expires:
+            self.refresh()
+        assert self._value is not None
+        return self._value
+
+    def stale(self) -> bool:
+        return self._command is not None and time.monotonic() >= self._expires
+
+    def refresh(self) -> str:
+        """Run the token command again (no-op for a static credential)."""
+        if self._command is None:
+            assert self._value is not None
+            return self._value
+        with self._lock:
+            try:
+                done = subprocess.run(
+                    self._command,
+                    shell=True,
+                    capture_output=True,
+                    timeout=60,
+                    check=False,
+                )
+            except (OSError, subprocess.SubprocessError):
+                raise UnauthorizedError(
+                    "TPX_OAUTH_TOKEN_COMMAND could not be run (its output is not shown)"
+                ) from None
+            token = done.stdout.decode("utf-8", "replace").strip()
+            if done.returncode != 0 or not token:
+                raise UnauthorizedError(
+                    f"TPX_OAUTH_TOKEN_COMMAND exited with status {done.returncode} "
+                    "or printed no token (its output is not shown)"
+                )
+            _check_credential(token, None, "TPX_OAUTH_TOKEN_COMMAND", "token_command")
+            self._value = token
+            self._expires = time.monotonic() + self._ttl
+            return token
+
+
+@attrs.frozen
+class ModelRoute:
+    """``match`` (a glob on the caller's model) -> ``model`` upstream, ``max_tokens`` ceiling."""
+
+    match: str
+    model: str | None = None
+    max_tokens: int | None = None
+
+    def matches(self, model: str) -> bool:
+        return fnmatch.fnmatchcase(model, self.match)
+
+
+@attrs.frozen
+class Limits:
+    max_body_bytes: int = 32 * 1024 * 1024
+    header_timeout: float = 30.0
+    body_timeout: float = 60.0
+    connect_timeout: float = 10.0
+    read_timeout: float = 600.0
+    max_upstream: int = 512
+    shutdown_grace: float = 30.0
+    ping_interval: float = 10.0
+
+
+@attrs.frozen(repr=False)
+class Settings:
+    """Everything the gateway needs; built by :func:`load_settings` (or directly in tests)."""
+
+    provider: Provider
+    base_url: str | None
+    credential: Credential | None
+    gateway_key: str | None = attrs.field(default=None)
+    secret: bytes = attrs.field(factory=lambda: secrets.token_bytes(32))
+    model: str | None = None
+    routes: tuple[ModelRoute, ...] = ()
+    limits: Limits = Limits()
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    workers: int = 1
+    log_bodies: bool = False
+    trace_dir: Path | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"Settings(provider={self.provider.name}, base_url={self.base_url!r}, "
+            f"model={self.model!r}, routes={self.routes!r}, host={self.host!r}, "
+            f"port={self.port}, workers={self.workers}, credentials=<redacted>)"
+        )
+
+    __str__ = __repr__
+
+    def route(self, model: str) -> ModelRoute | None:
+        return next((r for r in self.routes if r.matches(model)), None)
+
+    def secret_values(self) -> tuple[str, ...]:
+        """Every secret the gateway holds (for redaction)."""
+        values = [self.gateway_key] if self.gateway_key else []
+        if self.credential is not None and self.credential._value is not None:
+            values.append(self.credential._value)
+        return tuple(values)
+
+
+def _table(data: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = data.get(name, {})
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(f"config file: [{name}] must be a table")
+    return value
+
+
+def _typed(table: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    value = table.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise ConfigurationError(f"config file: {where}.{key} has the wrong type")
+    return value
+
+
+def _routes(data: Mapping[str, Any]) -> tuple[ModelRoute, ...]:
+    raw = data.get("models", [])
+    if not isinstance(raw, list):
+        raise ConfigurationError("config file: [[models]] must be an array of tables")
+    routes = []
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("match"), str):
+            raise ConfigurationError(f"config file: models[{i}] needs a string 'match'")
+        model = _typed(entry, "model", str, f"models[{i}]")
+        ceiling = _typed(entry, "max_tokens", int, f"models[{i}]")
+        if ceiling is not None and ceiling < 1:
+            raise ConfigurationError(f"config file: models[{i}].max_tokens must be >= 1")
+        routes.append(ModelRoute(entry["match"], model, ceiling))
+    return tuple(routes)
+
+
+def _limits(table: Mapping[str, Any]) -> Limits:
+    defaults = Limits()
+    values: dict[str, Any] = {}
+    for field in attrs.fields(Limits):
+        kind: type | tuple[type, ...] = int if field.type in (int, "int") else (int, float)
+        value = _typed(table, field.name, kind, "limits")
+        if value is not None:
+            if value <= 0:
+                raise ConfigurationError(f"config file: limits.{field.name} must be > 0")
+            values[field.name] = value
+    return attrs.evolve(defaults, **values)
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read config file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigurationError(f"config file {path} is not valid TOML: {exc}") from None
+
+
+def load_settings(
+    *,
+    env: Mapping[str, str] | None = None,
+    config_file: Path | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    workers: int | None = None,
+    log_bodies: bool = False,
+    trace_dir: Path | None = None,
+) -> Settings:
+    """Settings from flags (the keyword arguments), *env* (default ``os.environ``) and the file."""
+    environ: Mapping[str, str] = os.environ if env is None else env
+    data = read_config_file(config_file) if config_file is not None else {}
+    server = _table(data, "server")
+    upstream = _table(data, "upstream")
+    limits = _limits(_table(data, "limits"))
+    merged = dict(environ)
+    base = _typed(upstream, "base_url", str, "upstream")
+    model = _typed(upstream, "model", str, "upstream")
+    ttl = _typed(upstream, "token_ttl", (int, float), "upstream") or 300.0
+    if model is not None and not (environ.get("TPX_MODEL") or "").strip():
+        merged["TPX_MODEL"] = model
+    command = (environ.get("TPX_OAUTH_TOKEN_COMMAND") or "").strip() or None
+    has_key = bool((environ.get("ANTHROPIC_API_KEY") or "").strip())
+    static_token = bool((environ.get("TPX_OAUTH_TOKEN") or "").strip())
+    credential: Credential | None = None
+    token: str | None = None
+    if not has_key and not static_token and command is not None:
+        credential = Credential.from_command(command, float(ttl))
+        token = credential.value()
+    if base is not None:
+        for name in ("ANTHROPIC_BASE_URL", "TPX_BASE_URL"):
+            if not (environ.get(name) or "").strip():
+                merged[name] = base
+    config = _configure(
+        api_key=None,
+        oauth_token=token,
+        anthropic_base_url=None,
+        tpx_base_url=None,
+        env=merged,
+        model=None,
+    )
+    if credential is None and config.secret is not None:
+        credential = Credential(config.secret.value)
+    key = (environ.get("TPX_GATEWAY_KEY") or "").strip() or None
+    if key is not None:
+        _check_credential(key, None, "TPX_GATEWAY_KEY", "gateway_key")
+    raw_secret = (environ.get("TPX_GATEWAY_SECRET") or "").strip()
+    secret = raw_secret.encode() if raw_secret else secrets.token_bytes(32)
+    file_host = _typed(server, "host", str, "server")
+    file_port = _typed(server, "port", int, "server")
+    file_workers = _typed(server, "workers", int, "server")
+    return Settings(
+        provider=config.provider,
+        base_url=config.base_url,
+        credential=credential,
+        gateway_key=key,
+        secret=secret,
+        model=config.model,
+        routes=_routes(data),
+        limits=limits,
+        host=host or file_host or DEFAULT_HOST,
+        port=port if port is not None else (file_port if file_port is not None else DEFAULT_PORT),
+        workers=workers or file_workers or 1,
+        log_bodies=log_bodies,
+        trace_dir=trace_dir,
+    )

@@ -1,0 +1,395 @@
+"""The gateway's I/O: the upstream over httpx2 and the drivers that run a :class:`Turn`.
+
+:class:`AsyncUpstream` holds the one pooled ``httpx2.AsyncClient`` of a process, adds the
+credential (``x-api-key`` for ANTHROPIC, ``Authorization: Bearer`` for TPX; a
+command-made token is refreshed before expiry and once on a 401), bounds the number of
+concurrent upstream requests and records the upstream latency. :func:`run_turn` drives a
+turn: it yields a whole :class:`~tpx.gateway.core.Response`, or SSE byte chunks
+(``event: ping`` during upstream silences longer than the ping interval). The sync twin
+(:class:`SyncUpstream`, :func:`run_turn_sync`) serves the in-process sync SDK client.
+
+No httpx2 exception leaves here: failures become :class:`~tpx.errors.ModelError` (mapped
+by :func:`tpx._http.error_from_httpx`, redacted, raised outside the handler so nothing is
+chained to the httpx2 exception, whose request headers hold the credential).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx2
+
+from tpx._http import error_from_httpx
+from tpx.errors import ModelError, secret_forms
+from tpx.exchange import Provider
+from tpx.gateway.core import PING, Forward, Response, Turn, UpstreamCall
+from tpx.gateway.settings import Settings
+
+__all__ = [
+    "AsyncUpstream",
+    "SyncUpstream",
+    "forward",
+    "forward_sync",
+    "run_turn",
+    "run_turn_sync",
+]
+
+
+def _timeout(settings: Settings) -> httpx2.Timeout:
+    limits = settings.limits
+    return httpx2.Timeout(limits.read_timeout, connect=limits.connect_timeout)
+
+
+class _Base:
+    def __init__(self, settings: Settings, observe: Any = None) -> None:
+        self.settings = settings
+        self._observe = observe
+
+    def _secrets(self) -> tuple[str, ...]:
+        return secret_forms(self.settings.secret_values())
+
+    def _headers(self, call: UpstreamCall, fresh: bool = False) -> dict[str, str]:
+        headers = dict(call.headers)
+        credential = self.settings.credential
+        if credential is None:
+            return headers
+        token = credential.refresh() if fresh else credential.value()
+        if self.settings.provider is Provider.ANTHROPIC:
+            headers["x-api-key"] = token
+        else:
+            headers["authorization"] = f"Bearer {token}"
+        return headers
+
+    def _url(self, call: UpstreamCall) -> str:
+        assert self.settings.base_url is not None
+        return self.settings.base_url + call.path
+
+    def _map(self, exc: httpx2.HTTPError) -> ModelError:
+        return error_from_httpx(exc, provider=self.settings.provider.name, secrets=self._secrets())
+
+    def _refreshable(self, status: int) -> bool:
+        credential = self.settings.credential
+        return status == 401 and credential is not None and credential.refreshable
+
+
+class AsyncUpstream(_Base):
+    """The upstream for one process: a pooled ``httpx2.AsyncClient`` (made here unless given)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        client: httpx2.AsyncClient | None = None,
+        transport: httpx2.AsyncBaseTransport | None = None,
+        observe: Any = None,
+    ) -> None:
+        super().__init__(settings, observe)
+        self._owns = client is None
+        limit = settings.limits.max_upstream
+        self.client = client or httpx2.AsyncClient(
+            transport=transport,
+            timeout=_timeout(settings),
+            limits=httpx2.Limits(max_connections=limit, max_keepalive_connections=limit),
+        )
+        self._slots: asyncio.Semaphore | None = None
+
+    @property
+    def slots(self) -> asyncio.Semaphore:
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.settings.limits.max_upstream)
+        return self._slots
+
+    async def open(self, call: UpstreamCall) -> httpx2.Response:
+        """Send *call*; the response with its body unread. Raises a ModelError."""
+        failure: httpx2.HTTPError | None = None
+        began = time.perf_counter()
+        for attempt in (0, 1):
+            credential = self.settings.credential
+            stale = credential is not None and (attempt == 1 or credential.stale())
+            headers = (
+                await asyncio.to_thread(self._headers, call, stale)
+                if stale
+                else self._headers(call)
+            )
+            request = self.client.build_request(
+                call.method, self._url(call), headers=headers, content=call.body or None
+            )
+            try:
+                response = await self.client.send(request, stream=True, follow_redirects=False)
+            except httpx2.HTTPError as exc:
+                failure = exc
+                break
+            if attempt == 0 and self._refreshable(response.status_code):
+                await response.aclose()
+                continue
+            if self._observe is not None:
+                self._observe(time.perf_counter() - began)
+            return response
+        assert failure is not None
+        raise self._map(failure)
+
+    async def aclose(self) -> None:
+        if self._owns:
+            await self.client.aclose()
+
+
+class SyncUpstream(_Base):
+    """The upstream over a sync ``httpx2.Client`` (in-process sync SDK clients)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        client: httpx2.Client | None = None,
+        transport: httpx2.BaseTransport | None = None,
+        observe: Any = None,
+    ) -> None:
+        super().__init__(settings, observe)
+        self._owns = client is None
+        self.client = client or httpx2.Client(transport=transport, timeout=_timeout(settings))
+
+    def open(self, call: UpstreamCall) -> httpx2.Response:
+        failure: httpx2.HTTPError | None = None
+        began = time.perf_counter()
+        for attempt in (0, 1):
+            credential = self.settings.credential
+            fresh = credential is not None and attempt == 1
+            request = self.client.build_request(
+                call.method,
+                self._url(call),
+                headers=self._headers(call, fresh),
+                content=call.body or None,
+            )
+            try:
+                response = self.client.send(request, stream=True, follow_redirects=False)
+            except httpx2.HTTPError as exc:
+                failure = exc
+                break
+            if attempt == 0 and self._refreshable(response.status_code):
+                response.close()
+                continue
+            if self._observe is not None:
+                self._observe(time.perf_counter() - began)
+            return response
+        assert failure is not None
+        raise self._map(failure)
+
+    def close(self) -> None:
+        if self._owns:
+            self.client.close()
+
+
+# -- drivers -------------------------------------------------------------------------------
+
+
+def _failed_before_reply(turn: Turn, error: ModelError) -> Response:
+    if turn.exchange.phase == "req":
+        error = turn.exchange.fail(error)
+    return turn.error_response(error)
+
+
+async def forward(fwd: Forward, upstream: AsyncUpstream) -> Response:
+    """Run an ANTHROPIC pass-through."""
+    try:
+        response = await upstream.open(fwd.call)
+    except ModelError as error:
+        return fwd.failed(error)
+    failure: httpx2.HTTPError | None = None
+    try:
+        body = await response.aread()
+    except httpx2.HTTPError as exc:
+        failure = exc
+    finally:
+        await response.aclose()
+    if failure is not None:
+        return fwd.failed(upstream._map(failure))
+    return fwd.respond(response.status_code, response.headers, body)
+
+
+def forward_sync(fwd: Forward, upstream: SyncUpstream) -> Response:
+    try:
+        response = upstream.open(fwd.call)
+    except ModelError as error:
+        return fwd.failed(error)
+    failure: httpx2.HTTPError | None = None
+    try:
+        body = response.read()
+    except httpx2.HTTPError as exc:
+        failure = exc
+    finally:
+        response.close()
+    if failure is not None:
+        return fwd.failed(upstream._map(failure))
+    return fwd.respond(response.status_code, response.headers, body)
+
+
+async def _wait(task: asyncio.Future[Any], timeout: float) -> bool:
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    return bool(done)
+
+
+async def run_turn(
+    turn: Turn, upstream: AsyncUpstream, *, ping_interval: float | None = None
+) -> AsyncIterator[Response | bytes]:
+    """Drive *turn*: yields one :class:`Response`, or SSE byte chunks (the first chunk
+    means: send the SSE headers). ``ProviderReply`` and ``Deliver`` of a stream happen
+    when the consumer asks for the chunk after the last one it took (``message_stop``).
+    Cancel the consuming task or ``aclose()`` the iterator when the client left, then
+    call :meth:`Turn.abandon`."""
+    ping = ping_interval or upstream.settings.limits.ping_interval
+    async with upstream.slots:
+        opening: asyncio.Future[httpx2.Response] = asyncio.ensure_future(upstream.open(turn.call))
+        try:
+            if turn.streaming:
+                while not await _wait(opening, ping):
+                    turn.started = True
+                    yield PING
+            response = await opening
+        except ModelError as error:
+            if turn.started:
+                yield turn.fail(error)
+            else:
+                yield _failed_before_reply(turn, error)
+            return
+        finally:
+            if not opening.done():
+                opening.cancel()
+        try:
+            if not turn.streaming:
+                failure: httpx2.HTTPError | None = None
+                try:
+                    body = await response.aread()
+                except httpx2.HTTPError as exc:
+                    failure = exc
+                if failure is not None:
+                    yield _failed_before_reply(turn, upstream._map(failure))
+                else:
+                    yield turn.reply(response.status_code, response.headers, body)
+                return
+            async for item in _stream(turn, upstream, response, ping):
+                yield item
+        finally:
+            await response.aclose()
+
+
+async def _stream(
+    turn: Turn, upstream: AsyncUpstream, response: httpx2.Response, ping: float
+) -> AsyncIterator[Response | bytes]:
+    ok = 200 <= response.status_code < 300
+    failure: httpx2.HTTPError | None = None
+    body = b""
+    if not ok:
+        try:
+            body = await response.aread()
+        except httpx2.HTTPError as exc:
+            failure = exc
+    if failure is not None:
+        yield _failed_before_reply(turn, upstream._map(failure))
+        return
+    refused = turn.start(response.status_code, response.headers, body)
+    if refused is not None:
+        if turn.started:  # pings went out already: the error goes as an event
+            yield b"event: error\ndata: " + refused.body + b"\n\n"
+        else:
+            yield refused
+        return
+    chunks = response.aiter_bytes()
+    pending: asyncio.Future[bytes] | None = None
+    try:
+        while not (turn.complete or turn.failed):
+            if pending is None:
+                pending = asyncio.ensure_future(chunks.__anext__())
+            if not await _wait(pending, ping):
+                turn.started = True
+                yield PING
+                continue
+            try:
+                chunk = pending.result()
+            except StopAsyncIteration:
+                data = turn.end()
+            except httpx2.HTTPError as exc:
+                failure = exc
+                data = b""
+            else:
+                data = turn.feed(chunk)
+            pending = None
+            if failure is not None:
+                data = turn.fail(upstream._map(failure))
+            if data:
+                yield data
+            elif turn.failed and not turn.started:
+                yield turn.error_response()
+                return
+            if failure is not None:
+                return
+            if not turn.complete and not turn.failed and turn.exchange.phase == "req":
+                continue
+        if turn.complete:
+            yield turn.finish()
+    finally:
+        if pending is not None and not pending.done():
+            pending.cancel()
+            with contextlib.suppress(BaseException):
+                await pending
+
+
+def run_turn_sync(turn: Turn, upstream: SyncUpstream) -> Iterator[Response | bytes]:
+    """:func:`run_turn` over the sync upstream (no pings: the reader is in-process)."""
+    try:
+        response = upstream.open(turn.call)
+    except ModelError as error:
+        yield _failed_before_reply(turn, error)
+        return
+    failure: httpx2.HTTPError | None = None
+    try:
+        ok = 200 <= response.status_code < 300
+        if not turn.streaming or not ok:
+            body = b""
+            try:
+                body = response.read()
+            except httpx2.HTTPError as exc:
+                failure = exc
+            if failure is not None:
+                yield _failed_before_reply(turn, upstream._map(failure))
+            elif not turn.streaming:
+                yield turn.reply(response.status_code, response.headers, body)
+            else:
+                refused = turn.start(response.status_code, response.headers, body)
+                assert refused is not None
+                yield refused
+            return
+        refused = turn.start(response.status_code, response.headers)
+        if refused is not None:
+            yield refused
+            return
+        try:
+            for chunk in response.iter_bytes():
+                data = turn.feed(chunk)
+                if data:
+                    yield data
+                elif turn.failed and not turn.started:
+                    yield turn.error_response()
+                    return
+                if turn.complete or turn.failed:
+                    break
+            else:
+                data = turn.end()
+                if data:
+                    yield data
+                elif turn.failed and not turn.started:
+                    yield turn.error_response()
+                    return
+        except httpx2.HTTPError as exc:
+            failure = exc
+        if failure is not None:
+            data = turn.fail(upstream._map(failure))
+            yield data if data else turn.error_response()
+            return
+        if turn.complete:
+            yield turn.finish()
+    finally:
+        response.close()
