@@ -11,6 +11,7 @@ Everything is JSON bytes (what the hot path sees).
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -192,3 +193,22 @@ def response_set(count: int = 200, seed: int = 0) -> list[bytes]:
     """*count* Chat Completions responses (0-3 tool calls each) as JSON bytes."""
     rng = random.Random(seed)
     return [orjson.dumps(_response(rng, index)) for index in range(count)]
+
+
+_CLIENTS = Path(__file__).parent.parent / "tests" / "fixtures" / "clients" / "claude-code"
+
+
+def claude_code_bytes() -> list[bytes]:
+    """Every recorded Claude Code turn (``POST /v1/messages``) as the JSON bytes it sent
+    (re-serialized from the redacted recording)."""
+    found: list[bytes] = []
+    for path in sorted(_CLIENTS.rglob("*.json")):
+        record = orjson.loads(path.read_bytes())
+        if (
+            isinstance(record, dict)
+            and record.get("method") == "POST"
+            and str(record.get("path", "")).startswith("/v1/messages")
+            and "count_tokens" not in record["path"]
+        ):
+            found.append(orjson.dumps(record["body"]))
+    return found

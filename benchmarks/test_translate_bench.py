@@ -11,6 +11,7 @@ prints the ratios (targets: translation <= 2x floor, <= 1x stdlib).
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
@@ -18,7 +19,7 @@ from collections.abc import Callable
 
 import orjson
 import pytest
-from corpus import HISTORY_TURNS, request_bytes, response_set
+from corpus import HISTORY_TURNS, claude_code_bytes, request_bytes, response_set
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from tpx.translate import request_bytes_to_openai, response_bytes_to_messages
@@ -26,11 +27,20 @@ from tpx.translate import request_bytes_to_openai, response_bytes_to_messages
 _SETS: dict[str, list[bytes]] = {
     **{f"history_{turns}": [request_bytes(turns)] for turns in HISTORY_TURNS},
     "responses": response_set(200),
+    # The recorded Claude Code 2.1.x turns (24 tools with $schema etc., thinking, a
+    # mid-conversation system message, a PNG and a PDF): under the default profile
+    # (generic: schemas sanitized), and under openai (schemas untouched).
+    "claude_code": claude_code_bytes(),
+    "claude_code_openai": claude_code_bytes(),
 }
 
 
 def _translate(name: str) -> Callable[[bytes], bytes]:
-    return response_bytes_to_messages if name == "responses" else request_bytes_to_openai
+    if name == "responses":
+        return response_bytes_to_messages
+    if name == "claude_code_openai":
+        return functools.partial(request_bytes_to_openai, profile="openai")
+    return request_bytes_to_openai
 
 
 def _floor(data: bytes) -> bytes:

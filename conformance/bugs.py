@@ -82,8 +82,10 @@ def _duplicate_id(mp: pytest.MonkeyPatch) -> None:
 def _swap_ids(mp: pytest.MonkeyPatch) -> None:
     original = tpx.translate.request_to_openai
 
-    def request_to_openai(request: Mapping[str, Any], *, model: str | None = None) -> Translation:
-        tr = original(request, model=model)
+    def request_to_openai(
+        request: Mapping[str, Any], *, model: str | None = None, **options: Any
+    ) -> Translation:
+        tr = original(request, model=model, **options)
         messages = tr.body.get("messages") or []
         last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
         tools = [m for m in messages[last + 1 :] if m.get("role") == "tool"]

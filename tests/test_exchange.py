@@ -682,7 +682,8 @@ def test_tpx_error_status_reads_openai_error_body() -> None:
 
 def test_tpx_unsupported_request_changes_nothing() -> None:
     ex = Exchange(Provider.TPX)
-    bad = request(user({"type": "document", "source": {"type": "text", "data": "x"}}))
+    url_pdf = {"type": "document", "source": {"type": "url", "url": "https://x.test/a.pdf"}}
+    bad = request(user(url_pdf))
     with pytest.raises((errors.UnsupportedError, errors.ProtocolError)):
         ex.send(bad)
     assert ex.snapshot() == Exchange(Provider.TPX).snapshot()
@@ -694,8 +695,8 @@ def test_tpx_translation_dropping_a_tool_result_is_caught(
     from tpx.translate import Translation
     from tpx.translate import request_to_openai as real
 
-    def lossy(req: Any, *, model: str | None = None) -> Translation:
-        body = real(req, model=model).body
+    def lossy(req: Any, *, model: str | None = None, **options: Any) -> Translation:
+        body = real(req, model=model, **options).body
         body["messages"] = [m for m in body["messages"] if m.get("role") != "tool"]
         return Translation(body, ())
 
@@ -966,8 +967,9 @@ def test_observer_is_not_called_when_nothing_changes() -> None:
         ex.send([])  # type: ignore[arg-type]
     with pytest.raises(errors.UnsupportedError):
         ex.send_bytes(b"{nope")
+    url_pdf = {"type": "document", "source": {"type": "url", "url": "https://x.test/a.pdf"}}
     with pytest.raises((errors.UnsupportedError, errors.ProtocolError)):
-        ex.send(request(user({"type": "document", "source": {"type": "text", "data": "x"}})))
+        ex.send(request(user(url_pdf)))
     assert seen.calls == []
     ex.send({**request(), "stream": True})
     ex.receive_stream_start(200, {"content-type": "text/event-stream"})  # no action

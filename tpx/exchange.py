@@ -125,7 +125,9 @@ from tpx.errors import (
     secret_forms,
 )
 from tpx.translate import request_to_openai, response_to_messages, tool_result_ids
+from tpx.translate.profiles import Profile, get_profile
 from tpx.translate.response import is_first_choice
+from tpx.translate.signing import signer_for
 from tpx.translate.stream import (
     AnthropicStreamReader,
     MessageAccumulator,
@@ -334,7 +336,9 @@ class Exchange:
     provider output; the exchange itself never sends credentials. ``observer`` is called
     with the spec action's name and the snapshot after every state-changing step (see the
     module docstring: never for a refused step; its exceptions propagate once the step is
-    complete).
+    complete). ``profile`` (the TPX upstream's kind) and ``thinking_secret`` (signs and
+    verifies thinking blocks; redacted like ``secrets``) go to the translator
+    (:mod:`tpx.translate.profiles`, :mod:`tpx.translate.signing`).
 
     An exchange cannot be pickled or copied (``pickle``, ``copy``, ``deepcopy`` raise
     :class:`TypeError`): it keeps the credentials' forms for redaction. Use
@@ -355,9 +359,11 @@ class Exchange:
         "_outbound",
         "_pending",
         "_phase",
+        "_profile",
         "_provider",
         "_req_ids",
         "_secrets",
+        "_signer",
         "_stream",
         "_streaming",
         "_turn",
@@ -374,6 +380,8 @@ class Exchange:
         model: str | None = None,
         secrets: Iterable[str | None] = (),
         observer: ExchangeObserver | None = None,
+        profile: str | Profile | None = None,
+        thinking_secret: str | bytes | None = None,
     ) -> None:
         if not isinstance(provider, Provider):
             raise TypeError(f"provider must be a Provider, got {type(provider).__name__}")
@@ -384,6 +392,11 @@ class Exchange:
         self._provider = provider
         self._max_turns = max_turns
         self._model = model
+        # The upstream profile and the thinking signer (tpx.translate.profiles / .signing).
+        self._profile = get_profile(profile)
+        self._signer = signer_for(thinking_secret)
+        if isinstance(thinking_secret, str):
+            secrets = (*secrets, thinking_secret)
         # Every rendered form of each secret (repr / bytes repr / JSON escapes too).
         self._secrets: tuple[str, ...] = secret_forms(secrets)
         self._turn = 0
@@ -608,7 +621,9 @@ class Exchange:
             headers.append(("anthropic-version", ANTHROPIC_VERSION))
             wire_ids = _tool_result_ids(request)
         else:
-            body = request_to_openai(request, model=self._model).body
+            body = request_to_openai(
+                request, model=self._model, profile=self._profile, secret=self._signer
+            ).body
             path = "/v1/chat/completions"
             wire_ids = _openai_request_tool_ids(body)
         try:
@@ -707,7 +722,7 @@ class Exchange:
         try:
             # Report the provider's model; if it named none, the model the request named.
             fallback = None if isinstance(decoded.get("model"), str) else self._wire_model
-            translated = response_to_messages(decoded, model=fallback).body
+            translated = response_to_messages(decoded, model=fallback, secret=self._signer).body
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             raise ProtocolError(f"cannot translate the response: {type(exc).__name__}") from None
         delivered = dict(translated)
@@ -776,7 +791,9 @@ class Exchange:
         if self._provider is Provider.ANTHROPIC:
             reader = AnthropicStreamReader(provider=name)
         else:
-            reader = OpenAIStreamTranslator(default_model=self._wire_model, provider=name)
+            reader = OpenAIStreamTranslator(
+                default_model=self._wire_model, provider=name, secret=self._signer
+            )
         self._stream = _StreamState(reader)
 
     def feed(self, chunk: bytes) -> list[dict[str, Any]]:

@@ -85,6 +85,7 @@ from tpx.exchange import (
     Provider,
     select_provider,
 )
+from tpx.translate.profiles import Profile, profile_from_env
 from tpx.translate.stream import serialize_event
 
 __all__ = [
@@ -494,15 +495,25 @@ class _Core:
 
 
 def _exchange_for(
-    config: _Config, max_turns: int | None, observer: ExchangeObserver | None
+    config: _Config,
+    max_turns: int | None,
+    observer: ExchangeObserver | None,
+    profile: str | Profile | None = None,
+    thinking_secret: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Exchange:
     secrets = (config.secret.value,) if config.secret else ()
+    environ: Mapping[str, str] = os.environ if env is None else env
+    if thinking_secret is None:
+        thinking_secret = environ.get("TPX_THINKING_SECRET") or None
     return Exchange(
         config.provider,
         max_turns=max_turns,
         model=config.model,
         secrets=secrets,
         observer=observer,
+        profile=profile_from_env(profile, environ),
+        thinking_secret=thinking_secret,
     )
 
 
@@ -750,6 +761,8 @@ def boot(
     model: str | None = None,
     max_turns: int | None = None,
     observer: ExchangeObserver | None = None,
+    profile: str | Profile | None = None,
+    thinking_secret: str | None = None,
 ) -> Transport:
     """Read credentials once and return a frozen :class:`Transport`.
 
@@ -764,6 +777,13 @@ def boot(
     made here and to the client's own timeout for an injected client. *observer*
     (``observer(action, snapshot)``) is the exchange's: it sees every spec action as it
     happens (see the module docstring for what its exceptions do).
+
+    *profile* names the kind of TPX upstream (``openai``, ``vllm``, ``sglang``, ``ollama``,
+    ``llama.cpp``, ``deepseek``, ``gemini``, ``openrouter``, ``generic``; see
+    :mod:`tpx.translate.profiles`), else ``TPX_PROFILE``, else ``generic``.
+    *thinking_secret* (else ``TPX_THINKING_SECRET``, else random per process) signs the
+    thinking blocks tpx makes from the upstream's reasoning and verifies them when they
+    come back (:mod:`tpx.translate.signing`; replicas must share it).
     """
     if client is not None and transport is not None:
         raise ConfigurationError("pass client= or transport=, not both")
@@ -782,7 +802,7 @@ def boot(
         config.provider,
         config.base_url,
         config.model,
-        _exchange_for(config, max_turns, observer),
+        _exchange_for(config, max_turns, observer, profile, thinking_secret, env),
         config.secret,
         None if owns else _timeout(timeout),
         owns,
@@ -803,6 +823,8 @@ def aboot(
     model: str | None = None,
     max_turns: int | None = None,
     observer: ExchangeObserver | None = None,
+    profile: str | Profile | None = None,
+    thinking_secret: str | None = None,
 ) -> AsyncTransport:
     """:func:`boot` for ``httpx2.AsyncClient`` (a plain function: booting does no I/O)."""
     if client is not None and transport is not None:
@@ -824,7 +846,7 @@ def aboot(
         config.provider,
         config.base_url,
         config.model,
-        _exchange_for(config, max_turns, observer),
+        _exchange_for(config, max_turns, observer, profile, thinking_secret, env),
         config.secret,
         None if owns else _timeout(timeout),
         owns,

@@ -32,8 +32,23 @@ _NON_STREAMING: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(CompletionCreat
 _STREAMING: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(CompletionCreateParamsStreaming)
 _MESSAGES_REQUEST: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(MessageCreateParams)
 
-#: Non-standard fields tpx emits on purpose (DeepSeek's reasoning_content on assistant turns).
-_EXTENSIONS = ("reasoning_content",)
+#: Non-standard assistant-message fields tpx emits on purpose (earlier reasoning going
+#: back: ``reasoning_content`` for DeepSeek / vLLM / SGLang / llama.cpp, ``reasoning`` for
+#: Ollama / OpenRouter).
+_EXTENSIONS = ("reasoning_content", "reasoning")
+#: Non-standard top-level fields some profiles take, with the shape each must have.
+_TOP_EXTENSIONS: dict[str, Any] = {
+    "chat_template_kwargs": lambda v: v in ({"enable_thinking": True}, {"enable_thinking": False}),
+    "thinking": lambda v: v in ({"type": "enabled"}, {"type": "disabled"}),
+    "reasoning": lambda v: (
+        v == {"enabled": True}
+        or (
+            isinstance(v, dict)
+            and set(v) == {"effort"}
+            and v["effort"] in ("none", "minimal", "low", "medium", "high", "xhigh")
+        )
+    ),
+}
 
 
 class SDKMismatch(AssertionError):
@@ -61,13 +76,19 @@ def _typed_dict(adapter: pydantic.TypeAdapter[Any], body: Mapping[str, Any]) -> 
 
 
 def _strip_extensions(body: Mapping[str, Any]) -> dict[str, Any]:
-    messages = [
-        {key: value for key, value in message.items() if key not in _EXTENSIONS}
-        if message.get("role") == "assistant"
-        else message
-        for message in body.get("messages", [])
-    ]
-    return {**body, "messages": messages}
+    for key, valid in _TOP_EXTENSIONS.items():
+        if key in body and not valid(body[key]):
+            raise SDKMismatch(f"extension field {key} has an unexpected shape: {body[key]!r}")
+    messages = []
+    for message in body.get("messages", []):
+        if message.get("role") == "assistant":
+            for key in _EXTENSIONS:
+                if key in message and not isinstance(message[key], str):
+                    raise SDKMismatch(f"assistant {key} must be a string")
+            message = {key: value for key, value in message.items() if key not in _EXTENSIONS}
+        messages.append(message)
+    top = {key: value for key, value in body.items() if key not in _TOP_EXTENSIONS}
+    return {**top, "messages": messages}
 
 
 def validate_openai_request(body: Mapping[str, Any]) -> None:

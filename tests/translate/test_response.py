@@ -10,13 +10,13 @@ import pytest
 
 from tpx.errors import ProtocolError
 from tpx.translate import (
-    REASONING_SIGNATURE,
     request_to_openai,
     response_bytes_to_messages,
     response_to_messages,
     tool_use_ids,
 )
 from tpx.translate.ids import to_caller_id
+from tpx.translate.signing import PROCESS_SIGNER
 
 from .quirks import ANTHROPIC_ERROR, OPENAI_ERROR, QUIRKS, VLLM_ERROR, completion
 from .sdk import validate_messages_response, validate_openai_request, validate_openai_response
@@ -139,7 +139,7 @@ def test_deepseek_reasoning_becomes_a_thinking_block_that_goes_back() -> None:
         {
             "type": "thinking",
             "thinking": "2 + 2 = 4, the user wants a number.",
-            "signature": REASONING_SIGNATURE,
+            "signature": PROCESS_SIGNER.sign("2 + 2 = 4, the user wants a number."),
         },
         {"type": "text", "text": "It is 4."},
     ]
@@ -152,7 +152,7 @@ def test_deepseek_reasoning_becomes_a_thinking_block_that_goes_back() -> None:
             {"role": "user", "content": "thanks"},
         ],
     }
-    body = request_to_openai(request).body
+    body = request_to_openai(request, profile="deepseek").body
     validate_openai_request(body)
     assert body["messages"][1] == {
         "role": "assistant",

@@ -19,6 +19,7 @@ from tests.translate.quirks import QUIRKS, completion
 from tests.translate.sdk import SDKMismatch, validate_messages_response
 from tpx import errors
 from tpx.translate.response import response_to_messages
+from tpx.translate.signing import PROCESS_SIGNER
 from tpx.translate.stream import (
     AnthropicStreamReader,
     MessageAccumulator,
@@ -433,7 +434,7 @@ def test_reasoning_content_is_a_signed_thinking_block() -> None:
     )
     got = message(events)
     assert got["content"] == [
-        {"type": "thinking", "thinking": "hmm", "signature": "tpx:reasoning_content"},
+        {"type": "thinking", "thinking": "hmm", "signature": PROCESS_SIGNER.sign("hmm")},
         {"type": "text", "text": "4"},
     ]
 

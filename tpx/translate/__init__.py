@@ -2,14 +2,28 @@
 
 Entry points
 ------------
-``request_to_openai(request, *, model=None) -> Translation``
+``request_to_openai(request, *, model=None, profile=None, secret=None) -> Translation``
     Messages request (a decoded dict) -> Chat Completions request.
-``response_to_messages(response, *, model=None) -> Translation``
-    Chat Completions response -> Messages response.
-``request_bytes_to_openai(data, *, model=None, warnings=None) -> bytes`` and
-``response_bytes_to_messages(data, *, model=None, warnings=None) -> bytes``
+``response_to_messages(response, *, model=None, nonce=None, profile=None, secret=None)``
+    Chat Completions response -> Messages response (a ``Translation``).
+``request_bytes_to_openai(data, *, model=None, warnings=None, profile=None, secret=None)``
+``response_bytes_to_messages(data, *, model=None, warnings=None, nonce=None, profile=None,
+secret=None)``
     The hot path: JSON bytes in, JSON bytes out (orjson). Same output as the dict
     functions; warnings are appended to *warnings* when a list is given.
+
+*profile* (a name or a :class:`Profile`; default ``generic``) says which kind of
+upstream the request is for -- ``openai``, ``vllm``, ``sglang``, ``ollama``,
+``llama.cpp``, ``deepseek``, ``gemini``, ``openrouter``, ``generic`` -- see
+:mod:`tpx.translate.profiles` (what each server accepts, as data) and
+:mod:`tpx.translate.options` (the decisions that depend on it). *secret* (a string,
+bytes or a :class:`ThinkingSigner`; default: random per process) signs the thinking
+blocks made from the upstream's reasoning and verifies them when they come back
+(:mod:`tpx.translate.signing`). The transport takes both from ``boot(profile=...,
+thinking_secret=...)`` or ``TPX_PROFILE`` / ``TPX_THINKING_SECRET``. HTTP headers
+(``anthropic-beta``, ``anthropic-version``, ``x-app`` ...) play no part in
+translation: a beta only makes the Messages API accept a field, and every field is
+decided below on its own.
 ``tool_use_ids`` / ``tool_result_ids`` / ``tool_ids_in_request`` (pairing.py) and the
 id codec (ids.py: ``to_caller_id``, ``to_foreign_id``, ``decode_caller_id``, ``wire_id``).
 
@@ -40,6 +54,19 @@ Messages                           Chat Completions
 ``system`` string / text blocks    first message ``role: system``; one block -> the
                                    string, several -> a list of text parts (no
                                    separator is invented); empty -> omitted
+``role: "system"`` inside          by ``profile.system``: ``anywhere`` (openai) -> a
+``messages`` (string or text       system message in place; ``first`` (gemini,
+blocks; Claude Code's mid-         deepseek) -> appended to the first system message;
+conversation system beta)          ``user`` (the rest) -> ``<system-message>...
+                                   </system-message>`` text in the user turn there
+                                   (merged with its neighbours); between a tool_use
+                                   and its tool_result -> 400
+``document`` (base64 PDF)          ``file`` part (``file_data`` data URL, ``filename``
+                                   = title) where ``profile.file_parts`` (openai,
+                                   openrouter); else its text extracted with pypdf as
+                                   ``<document title=..>text</document>`` + warning;
+                                   text / content sources -> that tagged text; inside
+                                   a tool_result -> text in the tool message
 user ``text`` / ``image`` blocks   ``role: user``; one text -> string, otherwise parts;
                                    image base64 -> ``image_url`` data URL
                                    ``data:<media_type>;base64,<data>``; url -> ``url``
@@ -54,9 +81,10 @@ user ``tool_result``               one ``role: tool`` message per call with
                                    only ``true`` / ``false`` / absent / ``null`` are
                                    accepted (``0``, ``1``, ``"true"`` -> 400)
 images inside a ``tool_result``    moved, in place, into the user message that follows
-                                   the tool messages; the tool message says
-                                   ``[N image(s) from this tool result follow in the
-                                   next user message]``
+                                   the tool messages (every profile: tool messages
+                                   carry text only), with a warning; the tool message
+                                   says ``[N image(s) from this tool result follow in
+                                   the next user message]``
 ordering                           the assistant message with tool_calls is followed at
                                    once by its tool messages, in the calls' order, then
                                    the user's other blocks (text, images) in their
@@ -68,7 +96,13 @@ an assistant turn with tool_use    the first leaves calls unanswered, the whole 
                                    else each message is translated on its own (a
                                    tool_result answering a call twice -> 400)
 ``tools`` (custom)                 ``{"type": "function", "function": {name,
-                                   description, parameters=input_schema, strict}}``
+                                   description, parameters=input_schema, strict}}``,
+                                   the schema sanitized for the profile
+                                   (:mod:`tpx.translate.schema`: gemini / generic keep
+                                   an OpenAPI 3.0 allow-list, ``const`` -> ``enum``;
+                                   llama.cpp / ollama / deepseek / openrouter drop
+                                   ``$schema``; openai / vllm / sglang: as is);
+                                   ``tools: []`` -> no ``tools``
 ``tool_choice`` auto/any/tool/none ``"auto"`` / ``"required"`` / ``{"type":
                                    "function", "function": {"name"}}`` / ``"none"``
 ``disable_parallel_tool_use``      ``parallel_tool_calls: false``
@@ -76,30 +110,58 @@ an assistant turn with tool_use    the first leaves calls unanswered, the whole 
                                    all sent -- OpenAI takes at most 4, other servers
                                    more -- with a warning; an empty string -> 400)
 ``temperature``, ``top_p``         unchanged (not rescaled)
-``max_tokens`` (required, as in     ``max_tokens``, never clamped
-the Messages API; missing -> 400)
-``metadata.user_id``               ``user``
+``max_tokens`` (required, as in     ``profile.token_field``: ``max_completion_tokens``
+the Messages API; missing -> 400)  (openai) or ``max_tokens``; clamped (warning) only
+                                   above a profile's ``max_tokens_ceiling`` (none set)
+``metadata.user_id``               ``user``; longer than ``profile.user_max`` (64) ->
+                                   ``tpx-`` + SHA-256 hex, cut to fit; gemini (no
+                                   ``user``) -> dropped with a warning
+``thinking`` (enabled / adaptive   the profile's reasoning control
+/ disabled), ``output_config.      (:mod:`tpx.translate.options`): ``reasoning_effort``
+effort``                           (openai, ollama, gemini), ``reasoning: {effort}``
+                                   (openrouter), ``chat_template_kwargs.
+                                   enable_thinking`` (vllm, sglang, llama.cpp),
+                                   ``thinking: {type}`` + ``reasoning_effort``
+                                   (deepseek), none (generic: warning); budget ->
+                                   effort: < 4096 low, < 16384 medium, else high
+``output_config.format`` /         ``response_format: {"type": "json_schema",
+``output_format`` (json_schema)    "json_schema": {"name": "output", "schema"}}``
+                                   (schema sanitized); deepseek / generic:
+                                   ``json_object`` + the schema in the system message
+``context_management``             applied by tpx: ``clear_thinking_20251015`` drops
+                                   the thinking of all but the ``keep`` last thinking
+                                   turns (``"all"``: none); ``clear_tool_uses``:
+                                   warning, not applied
+``cache_control`` (anywhere)       dropped silently (caching never changes a reply)
 ``stream: true``                   ``stream: true`` + ``stream_options.include_usage``
-thinking block signed              ``reasoning_content`` on that assistant message
-``tpx:reasoning_content``          (DeepSeek needs its reasoning sent back in tool turns)
+thinking block whose signature     ``profile.reasoning_back`` on that assistant message
+tpx verifies (a MAC over its       (``reasoning_content``: deepseek -- required in tool
+text with the thinking secret)     turns --, vllm, sglang, llama.cpp; ``reasoning``:
+                                   ollama, openrouter; openai / gemini / generic: not
+                                   sent); cleared by context_management: not sent
 =================================  =================================================
 
-Dropped with a warning: ``top_k``; ``thinking`` (request param); ``service_tier``;
-``inference_geo``; ``speed``; ``diagnostics``; ``user_profile_id``; ``workspace_id``;
-top-level and block ``cache_control``; ``citations`` on text blocks; ``metadata``
-keys other than ``user_id``; tool fields other than name, description, input_schema,
-strict, type, cache_control; thinking blocks not signed ``tpx:reasoning_content``
-(another provider's signed reasoning means nothing here); ``redacted_thinking``;
-thinking blocks in user turns; ``tool_choice`` auto / any when there are no tools; empty text
+Dropped with a warning: ``top_k``; ``service_tier``; ``inference_geo``; ``speed``;
+``diagnostics``; ``user_profile_id``; ``workspace_id``; ``citations`` on text blocks;
+``metadata`` keys other than ``user_id``; tool fields other than name, description,
+input_schema, strict, type, cache_control; thinking blocks without a valid tpx
+signature (another provider's, another secret's, edited: never forwarded as the
+model's own reasoning); ``redacted_thinking`` (encrypted for another provider);
+thinking blocks in user turns; what a profile cannot say (thinking on a profile
+without reasoning control, an effort on an on/off switch, "disabled" where it cannot
+be turned off); ``tool_choice`` auto / any when there are no tools; empty text
 blocks and messages left empty by that (never sent: providers reject them). A
 trailing assistant message (prefill) is sent as is, with a warning that the
 provider may start a new turn instead of continuing it.
 
 Refused with ``UnsupportedError``: server tools (any tool ``type`` other than
-``custom``); ``document``, ``search_result``, server-tool / MCP / container blocks;
-images in assistant messages; image sources other than base64 / url; request fields
-``mcp_servers``, ``container``, ``context_management``, ``output_format``,
-``output_config``; any unknown request field or block type (it could be a newer
+``custom``); ``search_result``, server-tool / MCP / container blocks; documents from
+a URL or a file id (tpx fetches nothing), base64 documents other than PDF, a PDF
+pypdf cannot read or without extractable text; images in assistant messages; image
+sources other than base64 / url; request fields ``mcp_servers``, ``container``;
+``output_config`` keys other than effort / format, output formats other than
+``json_schema``; ``context_management`` edits other than clear_thinking /
+clear_tool_uses; any unknown request field or block type (it could be a newer
 feature; guessing would be a silent mistranslation).
 
 Refused with ``ProtocolError`` (400): a body that is not an object; no ``messages``
@@ -121,8 +183,11 @@ the choice with ``index: 0``       the message; ``type: message``, ``role: assis
 null ``index`` counts as 0; the
 others dropped with a warning;
 none -> ProtocolError)
-``reasoning_content`` (DeepSeek)   first, a ``thinking`` block with ``signature:
-                                   "tpx:reasoning_content"`` so it can go back (above)
+``reasoning_content`` (DeepSeek,    first, a ``thinking`` block with ``signature`` =
+llama.cpp, SGLang) or              ``"tpx1."`` + base64url(HMAC-SHA256) of its text
+``reasoning`` (vLLM >= 0.26,       with the thinking secret, so it can go back
+Ollama, OpenRouter)                (above); streamed live as ``thinking_delta`` and
+                                   closed by one ``signature_delta``
 ``content`` (string or text parts) ``text`` blocks (empty ones are not emitted; an
                                    empty reply is ``content: []``)
 ``refusal``                        a ``text`` block with the refusal, and
@@ -157,7 +222,6 @@ Not a chat completion (not an object, ``choices`` missing / empty / not a list, 
 message that is not an object, wrong types) -> ProtocolError. An error body in
 OpenAI (``{"error": {...}}``), vLLM (``{"object": "error", ...}``) or Messages
 (``{"type": "error", ...}``) shape -> ProtocolError carrying the provider's message.
-``message.reasoning`` (non-DeepSeek reasoning field) is dropped with a warning.
 
 Tool ids
 --------
@@ -185,6 +249,7 @@ from tpx.errors import ProtocolError
 from tpx.translate._result import Translation
 from tpx.translate.ids import decode_caller_id, to_caller_id, to_foreign_id, wire_id
 from tpx.translate.pairing import tool_ids_in_request, tool_result_ids, tool_use_ids
+from tpx.translate.profiles import DEFAULT_PROFILE, PROFILES, Profile, get_profile
 from tpx.translate.request import (
     REASONING_SIGNATURE,
     TOOL_ERROR_PREFIX,
@@ -202,6 +267,7 @@ from tpx.translate.response import (
     translate_response,
     usage_to_messages,
 )
+from tpx.translate.signing import ThinkingSigner, signer_for
 from tpx.translate.stream import (
     AnthropicStreamReader,
     MessageAccumulator,
@@ -212,16 +278,21 @@ from tpx.translate.stream import (
 )
 
 __all__ = [
+    "DEFAULT_PROFILE",
+    "PROFILES",
     "REASONING_SIGNATURE",
     "TOOL_ERROR_PREFIX",
     "AnthropicStreamReader",
     "MessageAccumulator",
     "OpenAIStreamTranslator",
+    "Profile",
     "SSEEvent",
     "SSEParser",
+    "ThinkingSigner",
     "Translation",
     "decode_caller_id",
     "error_message",
+    "get_profile",
     "parse_arguments",
     "request_bytes_to_openai",
     "request_to_openai",
@@ -243,7 +314,12 @@ _dumps = orjson.dumps
 
 
 def request_bytes_to_openai(
-    data: bytes, *, model: str | None = None, warnings: list[str] | None = None
+    data: bytes,
+    *,
+    model: str | None = None,
+    warnings: list[str] | None = None,
+    profile: str | Profile | None = None,
+    secret: str | bytes | ThinkingSigner | None = None,
 ) -> bytes:
     """JSON Messages request -> JSON Chat Completions request (see :func:`request_to_openai`).
 
@@ -269,7 +345,7 @@ def request_bytes_to_openai(
                 status=400,
                 error_type="invalid_request_error",
             ) from None
-        st = new_state()
+        st = new_state(profile, secret)
         body = translate_request(request, model, st)
         if warnings is not None:
             warnings.extend(st.warnings)
@@ -285,8 +361,11 @@ def response_bytes_to_messages(
     model: str | None = None,
     warnings: list[str] | None = None,
     nonce: str | None = None,
+    profile: str | Profile | None = None,
+    secret: str | bytes | ThinkingSigner | None = None,
 ) -> bytes:
     """JSON Chat Completions response -> JSON Messages response (:func:`response_to_messages`)."""
+    get_profile(profile)  # validated; replies are read alike for every profile
     try:
         response: Any = _loads(data)
     except orjson.JSONDecodeError as exc:
@@ -298,4 +377,4 @@ def response_bytes_to_messages(
         if body is not None:
             return _dumps(body)
     sink: list[str] = [] if warnings is None else warnings
-    return orjson.dumps(translate_response(response, model, sink, nonce))
+    return orjson.dumps(translate_response(response, model, sink, nonce, signer_for(secret)))

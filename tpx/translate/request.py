@@ -6,12 +6,28 @@ import math
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
+import attrs
 import orjson
 
 from tpx.errors import ProtocolError, UnsupportedError
 from tpx.translate._result import Translation
+from tpx.translate.documents import document_part
 from tpx.translate.ids import RAW_ENCODED_ID as _RAW_ENCODED
 from tpx.translate.ids import wire_id
+from tpx.translate.options import (
+    SYSTEM_CLOSE,
+    SYSTEM_OPEN,
+    apply_options,
+    fold_system,
+    merge_user_runs,
+    system_text,
+    thinking_cleared,
+    user_value,
+)
+from tpx.translate.profiles import DEFAULT_PROFILE, Profile, get_profile
+from tpx.translate.signing import PROCESS_SIGNER, ThinkingSigner, signer_for
+from tpx.translate.signing import SIGNATURE_PREFIX as REASONING_SIGNATURE
+from tpx.translate.tools import tool_choice, translate_tools
 
 __all__ = [
     "REASONING_SIGNATURE",
@@ -20,17 +36,13 @@ __all__ = [
     "translate_request",
 ]
 
-#: ``signature`` of the thinking blocks tpx makes from a provider's ``reasoning_content``.
-REASONING_SIGNATURE = "tpx:reasoning_content"
 #: Prefix that carries ``is_error: true`` of a tool_result into the tool message text.
 TOOL_ERROR_PREFIX = "[tool error]"
 
 # Top-level request fields dropped with a warning: (field, reason).
 _DROPPED_FIELDS = {
     "top_k": "top_k has no Chat Completions equivalent",
-    "thinking": "extended thinking cannot be requested over Chat Completions",
     "service_tier": "service_tier values do not map onto the provider's tiers",
-    "cache_control": "prompt caching directives have no Chat Completions equivalent",
     "inference_geo": "inference_geo has no Chat Completions equivalent",
     "speed": "speed has no Chat Completions equivalent",
     "diagnostics": "prompt-cache diagnostics have no Chat Completions equivalent",
@@ -41,12 +53,14 @@ _DROPPED_FIELDS = {
 _REFUSED_FIELDS = {
     "mcp_servers": "MCP servers",
     "container": "code-execution containers",
-    "context_management": "context management",
-    "output_format": "structured output_format",
-    "output_config": "output_config",
 }
 _HANDLED_FIELDS = frozenset(
     {
+        "cache_control",  # dropped silently: caching never changes a reply's meaning
+        "thinking",
+        "output_config",
+        "output_format",
+        "context_management",
         "model",
         "messages",
         "system",
@@ -63,7 +77,6 @@ _HANDLED_FIELDS = frozenset(
 # Block types that exist in the Messages API but have no Chat Completions form.
 _UNSUPPORTED_BLOCKS = frozenset(
     {
-        "document",
         "search_result",
         "server_tool_use",
         "web_search_tool_result",
@@ -79,8 +92,15 @@ _UNSUPPORTED_BLOCKS = frozenset(
 )
 _MISSING = object()
 _dumps = orjson.dumps
-_CACHE_WARNING = "cache_control dropped: prompt caching has no Chat Completions equivalent"
 _CITATIONS_WARNING = "citations on text blocks dropped"
+_FOREIGN_THINKING_WARNING = (
+    "thinking blocks without a valid tpx signature dropped (another provider's, another "
+    "secret's, or edited): never forwarded as the model's own reasoning"
+)
+_TOOL_IMAGE_WARNING = (
+    "images in a tool_result moved to a user message after the tool messages "
+    "(Chat Completions tool messages carry text only)"
+)
 #: OpenAI's limit on ``stop``; other OpenAI-compatible servers take more, so more are sent.
 OPENAI_MAX_STOP = 4
 
@@ -148,16 +168,20 @@ def _wire_id(caller_id: Any, where: str) -> str:
 
 
 class _State:
-    __slots__ = ("cache_warned", "warnings")
+    __slots__ = ("cleared", "folded", "profile", "signer", "tagged_system", "warnings")
 
-    def __init__(self) -> None:
+    def __init__(
+        self, profile: Profile = DEFAULT_PROFILE, signer: ThinkingSigner = PROCESS_SIGNER
+    ) -> None:
         self.warnings: list[str] = []
-        self.cache_warned = False
-
-    def cache(self) -> None:
-        if not self.cache_warned:
-            self.cache_warned = True
-            self.warnings.append(_CACHE_WARNING)
+        self.profile = profile
+        self.signer = signer
+        #: indices of the assistant messages whose thinking context_management clears
+        self.cleared: frozenset[int] = frozenset()
+        #: mid-conversation system texts folded into the first system message
+        self.folded: list[str] = []
+        #: a mid-conversation system message became a user message (merge pass needed)
+        self.tagged_system = False
 
     def warn(self, message: str) -> None:
         if message not in self.warnings:
@@ -171,8 +195,6 @@ def _tool_message(
     content = block.get("content")
     is_error = block.get("is_error")
     if content.__class__ is str and (is_error is None or is_error is False):
-        if "cache_control" in block:
-            st.cache()
         return {"role": "tool", "tool_call_id": wire, "content": content}
     parts: list[dict[str, Any]]
     if content is None:
@@ -195,13 +217,14 @@ def _tool_message(
             elif kind == "image":
                 extra_parts.append(_image_part(inner))
                 images += 1
+            elif kind == "document":  # tool messages carry text only: always its text
+                parts.append(document_part(inner, _text_only(st.profile), st.warn))
             elif kind in _UNSUPPORTED_BLOCKS:
                 _unsupported(f"{kind} blocks inside a tool_result")
             else:
                 _unsupported(f"unknown tool_result content block type {kind!r}")
-            if "cache_control" in inner:
-                st.cache()
         if images:
+            st.warn(_TOOL_IMAGE_WARNING)
             parts.append(
                 {
                     "type": "text",
@@ -218,8 +241,6 @@ def _tool_message(
             parts.insert(0, {"type": "text", "text": TOOL_ERROR_PREFIX})
     elif is_error is not None and is_error is not False:  # 0 == False, but is not a bool
         _bad("tool_result is_error must be a boolean")
-    if "cache_control" in block:
-        st.cache()
     return {"role": "tool", "tool_call_id": wire, "content": _text_content(parts) if parts else ""}
 
 
@@ -322,29 +343,28 @@ def _assistant(content: Any, out: list[dict[str, Any]], st: _State, index: int) 
             if block.get("citations"):
                 st.warn(_CITATIONS_WARNING)
         elif kind == "thinking":
-            if block.get("signature") == REASONING_SIGNATURE:
-                thought = block.get("thinking")
-                if isinstance(thought, str) and thought:
-                    if reasoning is None:
-                        reasoning = [thought]
-                    else:
-                        reasoning.append(thought)
-            else:
-                st.warn("thinking blocks not produced by this provider dropped")
+            thought = block.get("thinking")
+            if thought.__class__ is not str:
+                _bad("thinking block without a string thinking")
+            if not st.signer.verify(thought, block.get("signature")):
+                st.warn(_FOREIGN_THINKING_WARNING)
+            elif thought and index not in st.cleared and st.profile.reasoning_back:
+                if reasoning is None:
+                    reasoning = [thought]
+                else:
+                    reasoning.append(thought)
         elif kind == "redacted_thinking":
-            st.warn("redacted_thinking blocks dropped")
+            st.warn("redacted_thinking blocks dropped: encrypted for another provider")
         elif kind == "image":
             _unsupported("images in assistant messages")
         elif kind in _UNSUPPORTED_BLOCKS:
             _unsupported(f"{kind} blocks")
         else:
             _unsupported(f"unknown content block type {kind!r} in an assistant message")
-        if "cache_control" in block:
-            st.cache()
     if first is None and not calls:
         if reasoning:
-            thoughts = "".join(reasoning)
-            out.append({"role": "assistant", "content": "", "reasoning_content": thoughts})
+            field: Any = st.profile.reasoning_back  # set whenever reasoning is collected
+            out.append({"role": "assistant", "content": "", field: "".join(reasoning)})
         else:
             st.warn(f"messages[{index}]: assistant message with nothing to carry dropped")
         return callers
@@ -354,7 +374,8 @@ def _assistant(content: Any, out: list[dict[str, Any]], st: _State, index: int) 
     if calls:
         message["tool_calls"] = calls
     if reasoning:
-        message["reasoning_content"] = "".join(reasoning)
+        back: Any = st.profile.reasoning_back  # set whenever reasoning is collected
+        message[back] = "".join(reasoning)
     out.append(message)
     return callers
 
@@ -412,7 +433,7 @@ def _user(
             result = block.get("content")
             is_error = block.get("is_error")
             message: dict[str, Any] | None = None
-            if (is_error is None or is_error is False) and "cache_control" not in block:
+            if is_error is None or is_error is False:
                 if result.__class__ is str:
                     message = {"role": "tool", "tool_call_id": wire, "content": result}
                 elif result.__class__ is list and len(result) == 1:
@@ -439,14 +460,14 @@ def _user(
                 parts.append({"type": "text", "text": text})
             if block.get("citations"):
                 st.warn(_CITATIONS_WARNING)
-            if "cache_control" in block:
-                st.cache()
         elif kind == "image":
             if parts is None:
                 parts = []
             parts.append(_image_part(block))
-            if "cache_control" in block:
-                st.cache()
+        elif kind == "document":
+            if parts is None:
+                parts = []
+            parts.append(document_part(block, st.profile, st.warn))
         elif kind in ("thinking", "redacted_thinking"):
             st.warn(f"{kind} blocks in user messages dropped")
         elif kind in _UNSUPPORTED_BLOCKS:
@@ -489,84 +510,10 @@ def _system(system: Any, out: list[dict[str, Any]], st: _State) -> None:
             _bad("text block without a string text")
         if text:
             parts.append({"type": "text", "text": text})
-        if "cache_control" in block:
-            st.cache()
         if block.get("citations"):
             st.warn(_CITATIONS_WARNING)
     if parts:
         out.append({"role": "system", "content": _text_content(parts)})
-
-
-_TOOL_KEYS = frozenset({"name", "description", "input_schema", "type", "strict", "cache_control"})
-
-
-def _tools(tools: Any, st: _State) -> list[dict[str, Any]]:
-    if not isinstance(tools, list):
-        _bad("tools must be a list")
-    result: list[dict[str, Any]] = []
-    for tool in tools:
-        if not isinstance(tool, dict):
-            _bad("tools entries must be objects")
-        kind = tool.get("type")
-        if kind is not None and kind != "custom":
-            _unsupported(f"server tool {kind!r} (only custom tools are carried)")
-        name = tool.get("name")
-        if not isinstance(name, str) or not name:
-            _bad("a tool needs a non-empty string name")
-        schema = tool.get("input_schema")
-        if not isinstance(schema, dict):
-            _bad(f"tool {name!r}: input_schema must be an object")
-        function: dict[str, Any] = {"name": name}
-        description = tool.get("description")
-        if description is not None:
-            if not isinstance(description, str):
-                _bad(f"tool {name!r}: description must be a string")
-            function["description"] = description
-        function["parameters"] = schema
-        strict = tool.get("strict")
-        if strict is not None:
-            if not isinstance(strict, bool):
-                _bad(f"tool {name!r}: strict must be a boolean")
-            function["strict"] = strict
-        if "cache_control" in tool:
-            st.cache()
-        for key in tool:
-            if key not in _TOOL_KEYS:
-                st.warn(f"tool field {key!r} dropped: no Chat Completions equivalent")
-        result.append({"type": "function", "function": function})
-    return result
-
-
-def _tool_choice(choice: Any, out: dict[str, Any], tools: list[dict[str, Any]], st: _State) -> None:
-    if not isinstance(choice, dict):
-        _bad("tool_choice must be an object")
-    kind = choice.get("type")
-    value: Any
-    if kind == "auto":
-        value = "auto"
-    elif kind == "any":
-        value = "required"
-    elif kind == "none":
-        value = "none"
-    elif kind == "tool":
-        name = choice.get("name")
-        if not isinstance(name, str) or not name:
-            _bad("tool_choice of type tool needs a name")
-        if all(tool["function"]["name"] != name for tool in tools):
-            _bad(f"tool_choice names the tool {name!r}, which the request does not declare")
-        value = {"type": "function", "function": {"name": name}}
-    else:
-        _bad(f"unknown tool_choice type {kind!r}")
-    if not tools:
-        if kind != "none":
-            st.warn("tool_choice dropped: the request has no tools")
-        return
-    out["tool_choice"] = value
-    parallel = choice.get("disable_parallel_tool_use")
-    if parallel is True and kind != "none":
-        out["parallel_tool_calls"] = False
-    elif parallel not in (None, False, True):
-        _bad("disable_parallel_tool_use must be a boolean")
 
 
 def _number(value: Any, name: str) -> float | int:
@@ -628,10 +575,12 @@ def translate_request(request: Any, model: str | None, st: _State) -> dict[str, 
     messages = request.get("messages")
     if not isinstance(messages, list):
         _bad("messages must be a list")
+    if "context_management" in request:
+        st.cleared = thinking_cleared(request, messages, st.warn)
     out: list[dict[str, Any]] = []
     if "system" in request:
         _system(request["system"], out, st)
-    system_messages = len(out)
+    placement = st.profile.system
     no_calls: dict[str, str] = {}  # shared by the turns without calls; never mutated
     callers = no_calls
     last = len(messages) - 1
@@ -670,28 +619,54 @@ def translate_request(request: Any, model: str | None, st: _State) -> dict[str, 
                     "a trailing assistant message (prefill) is sent as a complete turn; "
                     "the provider may not continue it"
                 )
+        elif role == "system":
+            if callers:
+                _bad(f"messages[{index}]: a system message between tool_use and tool_result")
+            text = system_text(content, index)
+            if not text:
+                st.warn(f"messages[{index}]: empty system message dropped")
+            elif placement == "anywhere":
+                out.append({"role": "system", "content": text})
+            elif placement == "first":
+                st.folded.append(text)
+            else:
+                out.append({"role": "user", "content": f"{SYSTEM_OPEN}{text}{SYSTEM_CLOSE}"})
+                st.tagged_system = True
         else:
-            _bad(f"messages[{index}].role must be 'user' or 'assistant', not {role!r}")
-    if len(out) == system_messages:
+            _bad(f"messages[{index}].role must be 'user', 'assistant' or 'system', not {role!r}")
+    if all(message["role"] == "system" for message in out):
         _bad(
             "no message left to send: the conversation is empty once empty messages are "
             "dropped (Chat Completions providers reject a request without messages)"
         )
+    if st.tagged_system:
+        out = merge_user_runs(out)
+    extra_system = apply_options(request, body, st.profile, st.warn)
+    if extra_system is not None:
+        st.folded.append(extra_system)
+    fold_system(out, st.folded)
     body["messages"] = out
     if "tools" in request:
-        tools = _tools(request["tools"], st)
+        tools = translate_tools(request["tools"], st.profile, st.warn)
         if tools:
             body["tools"] = tools
     else:
         tools = []
     if "tool_choice" in request:
-        _tool_choice(request["tool_choice"], body, tools, st)
+        tool_choice(request["tool_choice"], body, tools, st.warn)
     max_tokens = request.get("max_tokens")
     if max_tokens.__class__ is not int or max_tokens < 1:
         if "max_tokens" not in request:
             _bad("max_tokens is required (the Messages API requires it)")
         _bad("max_tokens must be a positive integer")
-    body["max_tokens"] = max_tokens
+    ceiling = st.profile.max_tokens_ceiling
+    if ceiling is not None and max_tokens > ceiling:
+        st.warn(
+            f"max_tokens {max_tokens} clamped to {ceiling}: the most profile "
+            f"{st.profile.name!r} accepts"
+        )
+        max_tokens = ceiling
+    body[st.profile.token_field] = max_tokens
     if "temperature" in request:
         body["temperature"] = _number(request["temperature"], "temperature")
     if "top_p" in request:
@@ -718,7 +693,12 @@ def translate_request(request: Any, model: str | None, st: _State) -> dict[str, 
                 if value is not None:
                     if not isinstance(value, str):
                         _bad("metadata.user_id must be a string")
-                    body["user"] = value
+                    if st.profile.user_field:
+                        body["user"] = user_value(value, st.profile)
+                    else:
+                        st.warn(
+                            f"metadata.user_id dropped: profile {st.profile.name!r} has no user"
+                        )
             else:
                 st.warn(f"metadata.{key} dropped: no Chat Completions equivalent")
     if "stream" in request:
@@ -731,19 +711,37 @@ def translate_request(request: Any, model: str | None, st: _State) -> dict[str, 
     return body
 
 
-def request_to_openai(request: Mapping[str, Any], *, model: str | None = None) -> Translation:
+def request_to_openai(
+    request: Mapping[str, Any],
+    *,
+    model: str | None = None,
+    profile: str | Profile | None = None,
+    secret: str | bytes | ThinkingSigner | None = None,
+) -> Translation:
     """Translate a Messages request into a Chat Completions request.
 
-    *model* overrides the request's ``model``. Raises :class:`~tpx.errors.ProtocolError`
+    *model* overrides the request's ``model``. *profile* names the upstream kind
+    (:mod:`tpx.translate.profiles`; default ``generic``); *secret* is the thinking
+    secret that verifies thinking blocks coming back (:mod:`tpx.translate.signing`;
+    default: the per-process one). Raises :class:`~tpx.errors.ProtocolError`
     (status 400) for a malformed request and :class:`~tpx.errors.UnsupportedError` for a
     feature that cannot be carried.
     """
-    st = _State()
+    st = _State(get_profile(profile), signer_for(secret))
     body = translate_request(request, model, st)
     _refuse_non_finite_inputs(request)
     return Translation(body, tuple(st.warnings))
 
 
-def new_state() -> _State:
-    """A fresh warning collector (for the bytes-level entry point)."""
-    return _State()
+def new_state(
+    profile: str | Profile | None = None, secret: str | bytes | ThinkingSigner | None = None
+) -> _State:
+    """A fresh translation state (for the bytes-level entry point)."""
+    return _State(get_profile(profile), signer_for(secret))
+
+
+def _text_only(profile: Profile) -> Profile:
+    """*profile* without file parts (for documents inside tool messages)."""
+    if not profile.file_parts:
+        return profile
+    return attrs.evolve(profile, file_parts=False)

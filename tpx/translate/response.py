@@ -12,13 +12,15 @@ from tpx.errors import ProtocolError
 from tpx.translate._result import Translation
 from tpx.translate.ids import NONCE_BITS, new_nonce, to_caller_id
 from tpx.translate.ids import RAW_FOREIGN_ID as _RAW_OK
-from tpx.translate.request import REASONING_SIGNATURE
+from tpx.translate.profiles import Profile, get_profile
+from tpx.translate.signing import PROCESS_SIGNER, ThinkingSigner, signer_for
 
 __all__ = [
     "check_nonce",
     "error_message",
     "is_first_choice",
     "parse_arguments",
+    "reasoning_text",
     "response_to_messages",
     "stable_message_id",
     "stop_reason",
@@ -351,8 +353,27 @@ def _fast_response(response: Any, model: str | None, nonce: str | None) -> dict[
     return body
 
 
+def reasoning_text(message: Mapping[str, Any], where: str = "message") -> str | None:
+    """The reasoning text of a reply message or delta: ``reasoning_content`` (DeepSeek,
+    llama.cpp, SGLang, older vLLM) or ``reasoning`` (vLLM >= 0.26, Ollama, OpenRouter)."""
+    for field in ("reasoning_content", "reasoning"):
+        value = message.get(field)
+        if value is not None:
+            if value.__class__ is not str:
+                raise ProtocolError(
+                    f"not a Chat Completions response: {where}.{field} must be a string"
+                )
+            if value:
+                return value
+    return None
+
+
 def translate_response(
-    response: Any, model: str | None, warnings: list[str], nonce: str | None = None
+    response: Any,
+    model: str | None,
+    warnings: list[str],
+    nonce: str | None = None,
+    signer: ThinkingSigner = PROCESS_SIGNER,
 ) -> dict[str, Any]:
     """Translate a decoded Chat Completions response into a Messages response body.
 
@@ -378,14 +399,11 @@ def translate_response(
     if message.__class__ is not dict:
         _bad("choice 0's message must be an object")
     blocks: list[dict[str, Any]] = []
-    reasoning = message.get("reasoning_content")
+    reasoning = reasoning_text(message)
     if reasoning is not None:
-        if reasoning.__class__ is not str:
-            _bad("reasoning_content must be a string")
-        if reasoning:
-            blocks.append(
-                {"type": "thinking", "thinking": reasoning, "signature": REASONING_SIGNATURE}
-            )
+        blocks.append(
+            {"type": "thinking", "thinking": reasoning, "signature": signer.sign(reasoning)}
+        )
     content = message.get("content")
     if content.__class__ is str:
         if content:
@@ -450,8 +468,6 @@ def translate_response(
                 _bad("function_call must be an object")
             blocks.append(_tool_use({"function": legacy}, 0, nonce or new_nonce()))
             has_calls = True
-    if message.get("reasoning"):
-        warnings.append("message.reasoning dropped (only reasoning_content is carried)")
     if has_calls:
         reason: str = "tool_use"
         sequence: str | None = None
@@ -516,7 +532,12 @@ def check_nonce(nonce: str | None) -> str | None:
 
 
 def response_to_messages(
-    response: Mapping[str, Any], *, model: str | None = None, nonce: str | None = None
+    response: Mapping[str, Any],
+    *,
+    model: str | None = None,
+    nonce: str | None = None,
+    profile: str | Profile | None = None,
+    secret: str | bytes | ThinkingSigner | None = None,
 ) -> Translation:
     """Translate a Chat Completions response into a Messages response.
 
@@ -524,10 +545,14 @@ def response_to_messages(
     tool-id nonce (12 lowercase hex digits; for tests and replays) -- by default
     every translation draws a fresh one, so caller ids never repeat across responses.
     Raises :class:`~tpx.errors.ProtocolError` for anything that is not a chat
-    completion (error bodies included, with the provider's message).
+    completion (error bodies included, with the provider's message). Reasoning
+    (``reasoning_content`` or ``reasoning``) becomes a first ``thinking`` block signed
+    with *secret* (:mod:`tpx.translate.signing`); *profile* is accepted for symmetry
+    with :func:`~tpx.translate.request_to_openai` (replies read alike for every profile).
     """
     warnings: list[str] = []
     if nonce is not None:
         check_nonce(nonce)
-    body = translate_response(response, model, warnings, nonce)
+    get_profile(profile)
+    body = translate_response(response, model, warnings, nonce, signer_for(secret))
     return Translation(body, tuple(warnings))

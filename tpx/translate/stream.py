@@ -13,10 +13,11 @@ Pieces
     ``data: [DONE]\\n``); an unterminated last line is dropped (a cut-off read).
 :class:`OpenAIStreamTranslator`
     Chat Completions chunks (``data: {...}`` ... ``data: [DONE]``) -> Messages events:
-    ``message_start``; ``thinking`` (from ``reasoning_content``, signed
-    ``tpx:reasoning_content`` like the non-streaming path) and ``text`` blocks streamed
-    live; ``tool_use`` blocks; ``message_delta`` (stop reason, cumulative usage);
-    ``message_stop``.
+    ``message_start``; ``thinking`` (from ``reasoning_content`` or ``reasoning``:
+    live ``thinking_delta`` events, closed by one ``signature_delta`` carrying the MAC
+    of the block's whole text, as the non-streaming path signs it; ``secret=`` as
+    there) and ``text`` blocks streamed live; ``tool_use`` blocks; ``message_delta``
+    (stop reason, cumulative usage); ``message_stop``.
 :class:`AnthropicStreamReader`
     Native Messages streams: events pass through unchanged (``ping`` and unknown types
     included), but are parsed and shape-checked so the exchange learns the tool_use ids;
@@ -85,16 +86,18 @@ from tpx.errors import (
     UnauthorizedError,
 )
 from tpx.translate.ids import new_nonce, to_caller_id
-from tpx.translate.request import REASONING_SIGNATURE
+from tpx.translate.profiles import Profile, get_profile
 from tpx.translate.response import (
     check_nonce,
     error_message,
     is_first_choice,
     parse_arguments,
+    reasoning_text,
     stable_message_id,
     stop_reason,
     usage_to_messages,
 )
+from tpx.translate.signing import ThinkingSigner, signer_for
 
 __all__ = [
     "DEFAULT_MAX_LINE",
@@ -524,8 +527,13 @@ class OpenAIStreamTranslator:
         default_model: str | None = None,
         nonce: str | None = None,
         provider: str | None = "TPX",
+        profile: str | Profile | None = None,
+        secret: str | bytes | ThinkingSigner | None = None,
     ) -> None:
         check_nonce(nonce)
+        get_profile(profile)  # validated; streams are read alike for every profile
+        self._signer = signer_for(secret)
+        self._thinking: list[str] = []
         self.nonce = nonce or new_nonce()
         self.provider = provider
         self.warnings: list[str] = []
@@ -644,14 +652,12 @@ class OpenAIStreamTranslator:
         delta = choice.get("delta", _NO_DELTA)
         if not isinstance(delta, Mapping):
             raise _bad("choice 0's delta is " + ("null" if delta is None else "not an object"))
-        reasoning = delta.get("reasoning_content")
+        try:
+            reasoning = reasoning_text(delta, "delta")
+        except ProtocolError:
+            raise _bad("delta reasoning is not a string") from None
         if reasoning is not None:
-            if not isinstance(reasoning, str):
-                raise _bad("reasoning_content is not a string")
-            if reasoning:
-                self._live("thinking", reasoning, out)
-        if delta.get("reasoning"):
-            self._warn_once("delta.reasoning dropped (only reasoning_content is carried)")
+            self._live("thinking", reasoning, out)
         content = delta.get("content")
         if isinstance(content, str):
             if content:
@@ -703,7 +709,10 @@ class OpenAIStreamTranslator:
                 {
                     "type": "content_block_delta",
                     "index": index,
-                    "delta": {"type": "signature_delta", "signature": REASONING_SIGNATURE},
+                    "delta": {
+                        "type": "signature_delta",
+                        "signature": self._signer.sign("".join(self._thinking)),
+                    },
                 }
             )
         out.append({"type": "content_block_stop", "index": index})
@@ -722,6 +731,10 @@ class OpenAIStreamTranslator:
             )
             self._next_index += 1
             self._open = kind
+            if kind == "thinking":
+                self._thinking = []  # the signature covers this block's text only
+        if kind == "thinking":
+            self._thinking.append(text)
         delta = (
             {"type": "thinking_delta", "thinking": text}
             if kind == "thinking"

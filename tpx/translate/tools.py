@@ -1,0 +1,141 @@
+"""Messages ``tools`` / ``tool_choice`` -> Chat Completions ``tools`` / ``tool_choice``.
+
+Custom tools become ``{"type": "function", "function": {name, description, parameters,
+strict}}`` with the schema sanitized for the profile (:mod:`tpx.translate.schema`);
+server tools are refused. See the package docstring for the table.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import orjson
+
+from tpx.errors import ProtocolError, UnsupportedError
+from tpx.translate.profiles import Profile
+from tpx.translate.schema import sanitize_schema
+
+__all__ = ["tool_choice", "translate_tools"]
+
+_dumps = orjson.dumps
+
+
+def _bad(message: str) -> NoReturn:
+    raise ProtocolError(
+        f"invalid Messages request: {message}", status=400, error_type="invalid_request_error"
+    )
+
+
+def _unsupported(message: str) -> NoReturn:
+    raise UnsupportedError(f"cannot translate to Chat Completions: {message}")
+
+
+_TOOL_KEYS = frozenset({"name", "description", "input_schema", "type", "strict", "cache_control"})
+
+
+def translate_tools(
+    tools: Any, profile: Profile, warn: Callable[[str], None]
+) -> list[dict[str, Any]]:
+    """The translated tools; cached by content (a client sends the same tools every turn).
+
+    Only for profiles that rewrite schemas (for the others the walk is cheaper than the
+    key): a hit costs one ``orjson.dumps`` of the list instead of a Python walk over every
+    schema; the cached function objects are shared between translations (read-only).
+    """
+    if (
+        tools.__class__ is list
+        and tools
+        and (profile.schema_keep is not None or profile.schema_drop or profile.openapi_subset)
+    ):
+        try:
+            key = _dumps(tools)
+        except TypeError:  # not JSON (the dict entry point): translated uncached
+            return _translate_tools(tools, profile, warn)
+        result, warnings = _cached_tools(key, profile)
+        for warning in warnings:
+            warn(warning)
+        return list(result)
+    return _translate_tools(tools, profile, warn)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_tools(
+    key: bytes, profile: Profile
+) -> tuple[tuple[dict[str, Any], ...], tuple[str, ...]]:
+    warnings: list[str] = []
+    result = _translate_tools(orjson.loads(key), profile, warnings.append)
+    return tuple(result), tuple(dict.fromkeys(warnings))
+
+
+def _translate_tools(
+    tools: Any, profile: Profile, warn: Callable[[str], None]
+) -> list[dict[str, Any]]:
+    if not isinstance(tools, list):
+        _bad("tools must be a list")
+    result: list[dict[str, Any]] = []
+    for tool in tools:
+        if not isinstance(tool, dict):
+            _bad("tools entries must be objects")
+        kind = tool.get("type")
+        if kind is not None and kind != "custom":
+            _unsupported(f"server tool {kind!r} (only custom tools are carried)")
+        name = tool.get("name")
+        if not isinstance(name, str) or not name:
+            _bad("a tool needs a non-empty string name")
+        schema = tool.get("input_schema")
+        if not isinstance(schema, dict):
+            _bad(f"tool {name!r}: input_schema must be an object")
+        function: dict[str, Any] = {"name": name}
+        description = tool.get("description")
+        if description is not None:
+            if not isinstance(description, str):
+                _bad(f"tool {name!r}: description must be a string")
+            function["description"] = description
+        function["parameters"] = sanitize_schema(schema, profile)
+        strict = tool.get("strict")
+        if strict is not None:
+            if not isinstance(strict, bool):
+                _bad(f"tool {name!r}: strict must be a boolean")
+            function["strict"] = strict
+        for key in tool:
+            if key not in _TOOL_KEYS:
+                warn(f"tool field {key!r} dropped: no Chat Completions equivalent")
+        result.append({"type": "function", "function": function})
+    return result
+
+
+def tool_choice(
+    choice: Any, out: dict[str, Any], tools: list[dict[str, Any]], warn: Callable[[str], None]
+) -> None:
+    """``tool_choice`` (+ ``disable_parallel_tool_use``) into *out*."""
+    if not isinstance(choice, dict):
+        _bad("tool_choice must be an object")
+    kind = choice.get("type")
+    value: Any
+    if kind == "auto":
+        value = "auto"
+    elif kind == "any":
+        value = "required"
+    elif kind == "none":
+        value = "none"
+    elif kind == "tool":
+        name = choice.get("name")
+        if not isinstance(name, str) or not name:
+            _bad("tool_choice of type tool needs a name")
+        if all(tool["function"]["name"] != name for tool in tools):
+            _bad(f"tool_choice names the tool {name!r}, which the request does not declare")
+        value = {"type": "function", "function": {"name": name}}
+    else:
+        _bad(f"unknown tool_choice type {kind!r}")
+    if not tools:
+        if kind != "none":
+            warn("tool_choice dropped: the request has no tools")
+        return
+    out["tool_choice"] = value
+    parallel = choice.get("disable_parallel_tool_use")
+    if parallel is True and kind != "none":
+        out["parallel_tool_calls"] = False
+    elif parallel not in (None, False, True):
+        _bad("disable_parallel_tool_use must be a boolean")
