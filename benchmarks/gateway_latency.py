@@ -56,7 +56,7 @@ from tpx.translate import request_to_openai
 
 FIXTURE = ROOT / "tests/fixtures/clients/claude-code/2.1.197/bash/002-post-v1-messages.json"
 LITELLM_VENV = ROOT / ".cache" / "litellm-venv"
-LITELLM_VERSION = "1.108.14"  # 1.109+ proxy extra needs litellm-proxy, not on PyPI
+LITELLM_VERSION = "1.108.7"  # newer proxy extras pin packages PyPI does not have
 LITELLM_KEY = "sk-tpx-bench"
 REFUSED_HERE = ("context_management", "output_config", "thinking")
 

@@ -12,7 +12,9 @@ retried request gets the same reply. Tags in the user text steer a conversation:
 - ``[fail-turn:N]`` / ``[fail-status:S]``: answer turn N once with HTTP S (default 529) before
   answering it normally (the retry);
 - ``[turns:T]``: the ``load`` script asks for tools on turns 0..T-1 (default 3), then ends;
-- ``[hold:SECONDS]``: a streamed reply pauses that long after its first chunk (open streams).
+- ``[hold:SECONDS]``: a streamed reply pauses that long after its first chunk (open streams);
+  ``[hold:gate]`` pauses until ``POST /_release`` (at most 300 s), so a test can keep any number
+  of streams open at once without guessing how long opening them takes.
 
 Scripts: ``bash`` asks for one ``Bash`` tool call (``--command``) then answers text containing
 ``tpx-e2e-final``; ``load`` asks on turn k for ``1 + k % 3`` parallel ``echo`` calls whose
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import re
 import secrets
 import socket
@@ -126,6 +129,7 @@ class FakeOpenAI:
     command: str = DEFAULT_COMMAND
     token: str | None = None
     ledger: Ledger = field(default_factory=Ledger)
+    gate: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -147,6 +151,10 @@ class FakeOpenAI:
         path: str = scope["path"]
         if scope["method"] == "GET" and path == "/_ledger":
             await _respond(send, 200, self.ledger.snapshot())
+            return
+        if scope["method"] == "POST" and path == "/_release":
+            self.gate.set()
+            await _respond(send, 200, {"released": True})
             return
         if scope["method"] != "POST" or path not in ("/v1/chat/completions", "/chat/completions"):
             await _respond(
@@ -195,7 +203,9 @@ class FakeOpenAI:
         text, calls = self._reply(cid, conv, turn, tags, side)
         if request.get("stream"):
             conv.streamed += 1
-            await _stream(send, request, text, calls, float(tags.get("hold", "0")))
+            hold = tags.get("hold", "0")
+            wait = self.gate if hold == "gate" else float(hold)
+            await _stream(send, request, text, calls, wait)
         else:
             await _respond(send, 200, _completion(request, text, calls))
 
@@ -322,7 +332,7 @@ async def _respond(send: Send, status: int, payload: JSON, retry_after: bool = F
 
 
 async def _stream(
-    send: Send, request: JSON, text: str | None, calls: list[Call], hold: float
+    send: Send, request: JSON, text: str | None, calls: list[Call], hold: float | asyncio.Event
 ) -> None:
     await send(
         {
@@ -346,7 +356,10 @@ async def _stream(
         await send({"type": "http.response.body", "body": data, "more_body": True})
 
     await emit(chunk({"role": "assistant", "content": ""}))
-    if hold > 0:
+    if isinstance(hold, asyncio.Event):
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(hold.wait(), 300)
+    elif hold > 0:
         await asyncio.sleep(hold)
     if text is not None:
         half = len(text) // 2

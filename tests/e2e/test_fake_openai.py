@@ -181,3 +181,27 @@ def test_wrong_token_and_unknown_path() -> None:
             return bad.status_code, missing.status_code
 
     assert anyio.run(main) == (401, 404)
+
+
+def test_gated_stream_waits_for_release() -> None:
+    app = FakeOpenAI(script="load")
+
+    async def main() -> tuple[bool, list[tuple[str, str, str]]]:
+        client = _client(app)
+        result: list[tuple[str | None, list[tuple[str, str, str]]]] = []
+        messages: Any = [{"role": "user", "content": "[conv:g] [hold:gate]"}]
+
+        async def one() -> None:
+            result.append(await _turn(client, messages, True))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(one)
+            await anyio.sleep(0.3)
+            waited = not result
+            async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app)) as http:
+                assert (await http.post("http://fake/_release")).status_code == 200
+        return waited, result[0][1]
+
+    waited, calls = anyio.run(main)
+    assert waited
+    assert [orjson.loads(a) for _, _, a in calls] == [{"conv": "g", "turn": 0, "i": 0}]
