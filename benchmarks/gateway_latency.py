@@ -48,6 +48,7 @@ from tests.e2e.procs import (
     HarnessError,
     Proc,
     base_env,
+    cpu_seconds,
     fake_upstream,
     free_port,
     gateway,
@@ -108,7 +109,14 @@ def litellm_proxy(logdir: Path, upstream: Proc, model: str) -> Iterator[Proc]:
     }
     config.write_text(json.dumps(settings))  # YAML is a superset of JSON
     env = base_env()
-    env.update({"LITELLM_TELEMETRY": "False", "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    env.update(
+        {
+            "LITELLM_TELEMETRY": "False",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            # its openai/ provider would otherwise send /v1/messages to the Responses API
+            "LITELLM_USE_CHAT_COMPLETIONS_URL_FOR_ANTHROPIC_MESSAGES": "True",
+        }
+    )
     cmd = [str(LITELLM_VENV / "bin" / "litellm"), "--config", str(config)]
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"]
     log = logdir / "litellm.log"
@@ -251,11 +259,23 @@ def main() -> None:
                 )
             size = len(bodies["messages"][False])
             print(f"request: {size / 1024:.1f} KB Messages body, {args.rounds} rounds", flush=True)
+            procs = {"direct": up, "tpx": gw, **({"litellm": lite} if not args.no_litellm else {})}
+            before = {name: cpu_seconds(p.popen.pid) for name, p in procs.items()}
             results = measure(targets, args.rounds, args.warmup)
+            requests = {name: 2 * (args.rounds + args.warmup) for name in procs}
+            requests["direct"] *= len(targets)  # the upstream serves every target's requests
+            cpu_ms = {
+                name: (cpu_seconds(p.popen.pid) - before[name]) * 1e3 / requests[name]
+                for name, p in procs.items()
+            }
             rps = throughput(targets[1], args.throughput_seconds, 32)
     finally:
         shutil.rmtree(logdir, ignore_errors=True)
     report(results, rps)
+    print(
+        "CPU ms per request (process CPU time over the measured requests; robust to machine "
+        "load): " + ", ".join(f"{name} {ms:.2f}" for name, ms in cpu_ms.items())
+    )
 
 
 def report(results: dict[str, dict[str, list[float]]], rps: float) -> None:

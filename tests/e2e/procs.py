@@ -269,7 +269,7 @@ def cpu_seconds(pid: int) -> float:
         except OSError:
             continue
         total += (int(fields[11]) + int(fields[12])) / ticks
-    return round(total, 1)
+    return total
 
 
 def rss_bytes(pid: int) -> int:

@@ -234,7 +234,7 @@ def test_load_conversations_none_lost_none_cross_paired(stack: tuple[Proc, Proc]
     snap = ledger(up)
     requests_phase1 = snap["requests"] - before
     workers = gw.name.rsplit(" ", 1)[-1]
-    cpu = {p.name: cpu_seconds(p.popen.pid) for p in (gw, up)}
+    cpu = {p.name: round(cpu_seconds(p.popen.pid), 1) for p in (gw, up)}
     print(f"\nCPU seconds used: {cpu} (client process: {time.process_time():.1f})")
     per_stream = (peak - baseline) / max(max_open, 1)
     print(
