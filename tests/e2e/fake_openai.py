@@ -14,7 +14,10 @@ retried request gets the same reply. Tags in the user text steer a conversation:
 - ``[turns:T]``: the ``load`` script asks for tools on turns 0..T-1 (default 3), then ends;
 - ``[hold:SECONDS]``: a streamed reply pauses that long after its first chunk (open streams);
   ``[hold:gate]`` pauses until ``POST /_release`` (at most 300 s), so a test can keep any number
-  of streams open at once without guessing how long opening them takes.
+  of streams open at once without guessing how long opening them takes;
+- ``[reasoning:1]``: every reply carries ``reasoning_content`` (``reasoning <conv> turn <n>``),
+  streamed as its own deltas first; the ledger counts assistant turns that come back carrying
+  reasoning (``reasoning_back``).
 
 Scripts: ``bash`` asks for one ``Bash`` tool call (``--command``) then answers text containing
 ``tpx-e2e-final``; ``load`` asks on turn k for ``1 + k % 3`` parallel ``echo`` calls whose
@@ -48,7 +51,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 JSON = dict[str, Any]
 
-TAG = re.compile(r"\[(conv|fail-turn|fail-status|turns|hold):([\w.-]+)\]")
+TAG = re.compile(r"\[(conv|fail-turn|fail-status|turns|hold|reasoning):([\w.-]+)\]")
 DEFAULT_COMMAND = "echo tpx-e2e-ok > tpx-e2e.txt"
 
 
@@ -67,6 +70,7 @@ class Conversation:
     final: bool = False
     max_turn: int = 0
     streamed: int = 0
+    reasoning_back: int = 0
 
 
 @dataclass
@@ -90,6 +94,7 @@ class Ledger:
                     "final": c.final,
                     "max_turn": c.max_turn,
                     "streamed": c.streamed,
+                    "reasoning_back": c.reasoning_back,
                     "emitted": {
                         str(t): [[k.id, k.name, k.arguments] for k in calls]
                         for t, calls in c.emitted.items()
@@ -201,13 +206,16 @@ class FakeOpenAI:
                 await _respond(send, status, {"error": error}, retry_after=True)
                 return
         text, calls = self._reply(cid, conv, turn, tags, side)
+        reasoning = f"reasoning {cid} turn {turn}" if tags.get("reasoning") == "1" else None
+        if any(m.get("reasoning_content") or m.get("reasoning") for m in messages):
+            conv.reasoning_back += 1
         if request.get("stream"):
             conv.streamed += 1
             hold = tags.get("hold", "0")
             wait = self.gate if hold == "gate" else float(hold)
-            await _stream(send, request, text, calls, wait)
+            await _stream(send, request, text, calls, wait, reasoning)
         else:
-            await _respond(send, 200, _completion(request, text, calls))
+            await _respond(send, 200, _completion(request, text, calls, reasoning))
 
     def _reply(
         self, cid: str, conv: Conversation, turn: int, tags: dict[str, str], side: bool
@@ -299,8 +307,12 @@ def _usage() -> JSON:
     return {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}
 
 
-def _completion(request: JSON, text: str | None, calls: list[Call]) -> JSON:
+def _completion(
+    request: JSON, text: str | None, calls: list[Call], reasoning: str | None = None
+) -> JSON:
     message: JSON = {"role": "assistant", "content": text}
+    if reasoning is not None:
+        message["reasoning_content"] = reasoning
     if calls:
         message["tool_calls"] = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
@@ -332,7 +344,12 @@ async def _respond(send: Send, status: int, payload: JSON, retry_after: bool = F
 
 
 async def _stream(
-    send: Send, request: JSON, text: str | None, calls: list[Call], hold: float | asyncio.Event
+    send: Send,
+    request: JSON,
+    text: str | None,
+    calls: list[Call],
+    hold: float | asyncio.Event,
+    reasoning: str | None = None,
 ) -> None:
     await send(
         {
@@ -361,6 +378,10 @@ async def _stream(
             await asyncio.wait_for(hold.wait(), 300)
     elif hold > 0:
         await asyncio.sleep(hold)
+    if reasoning is not None:
+        half = len(reasoning) // 2
+        await emit(chunk({"reasoning_content": reasoning[:half]}))
+        await emit(chunk({"reasoning_content": reasoning[half:]}))
     if text is not None:
         half = len(text) // 2
         await emit(chunk({"content": text[:half]}))

@@ -216,6 +216,7 @@ def run_claude(
     key: str = GATEWAY_KEY,
     timeout: float = 300,
     max_retries: int | None = None,
+    extra: list[str] | None = None,
 ) -> ClaudeRun:
     """``claude -p PROMPT --allowedTools Bash`` in ``workdir`` with its own HOME.
 
@@ -236,7 +237,7 @@ def run_claude(
         env["CLAUDE_CODE_MAX_RETRIES"] = str(max_retries)
     try:
         done = subprocess.run(
-            [str(claude), "-p", prompt, "--allowedTools", "Bash"],
+            [str(claude), "-p", prompt, "--allowedTools", "Bash", *(extra or [])],
             cwd=workdir,
             env=env,
             capture_output=True,

@@ -7,8 +7,10 @@ also when the upstream fails the tool turn once (529 / 503) and the CLI retries 
 
 from __future__ import annotations
 
+import json
 import secrets
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,3 +64,34 @@ def test_claude_code_with_a_wrong_gateway_key_reaches_nothing(tmp_path: Path) ->
     assert "Invalid API key" in run.stdout + run.stderr, detail
     assert snap["requests"] == 0, detail
     assert not (work / "tpx-e2e.txt").exists(), detail
+
+
+def test_claude_code_keeps_the_signed_thinking_the_gateway_sends(tmp_path: Path) -> None:
+    """Upstream reasoning reaches the CLI as a signed thinking block (an unsigned one would be
+    discarded with its reply), and the tool turn still completes."""
+    marker = f"tpx-e2e-{secrets.token_hex(6)}"
+    work = tmp_path / "work"
+    work.mkdir()
+    prompt = "Think, write the marker file, report. [conv:think] [reasoning:1]"
+    command = f"echo {marker} >> tpx-e2e.txt"
+    verbose = ["--output-format", "stream-json", "--verbose"]
+    with fake_upstream(tmp_path, "bash", command) as up, gateway(tmp_path, up) as gw:
+        run = run_claude(gw.url, prompt, work, extra=verbose)
+        snap = ledger(up)
+        detail = _detail(run, gw, up)
+    assert run.returncode == 0, detail
+    assert (work / "tpx-e2e.txt").read_text().splitlines() == [marker], detail
+    events: list[Any] = [json.loads(line) for line in run.stdout.splitlines() if line.strip()]
+    blocks = [
+        block
+        for event in events
+        if event.get("type") == "assistant"
+        for block in event["message"]["content"]
+    ]
+    thinking = [b for b in blocks if b["type"] == "thinking"]
+    assert [b["thinking"] for b in thinking] == ["reasoning think turn 0", "reasoning think turn 1"]
+    assert all(b.get("signature") for b in thinking), detail
+    assert [b["name"] for b in blocks if b["type"] == "tool_use"] == ["Bash"], detail
+    assert any(e.get("type") == "result" and "tpx-e2e-final think" in e["result"] for e in events)
+    assert snap["violations"] == [], detail
+    assert snap["conversations"]["think"]["final"] is True, detail
