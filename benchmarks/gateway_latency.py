@@ -211,6 +211,58 @@ def throughput(target: Target, seconds: float, inflight: int) -> float:
         return done / (time.monotonic() - start)
 
 
+def in_process_cpu_ms(rounds: int) -> float:
+    """CPU ms per request of the gateway core run in-process (``tpx.sdk``'s httpx2 transport,
+    the upstream a MockTransport answering one tool call): the translation without HTTP."""
+    import tpx.sdk
+
+    reply = orjson.dumps(
+        {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "id": "call_1",
+                                "type": "function",
+                                "function": {"name": "Bash", "arguments": '{"command":"ls"}'},
+                            }
+                        ],
+                    },
+                    "finish_reason": "tool_calls",
+                }
+            ],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }
+    )
+    upstream = httpx2.MockTransport(
+        lambda _: httpx2.Response(200, content=reply, headers={"content-type": "application/json"})
+    )
+    env = {"TPX_OAUTH_TOKEN": UPSTREAM_TOKEN, "TPX_BASE_URL": "http://upstream.invalid/v1"}
+    http = tpx.sdk.anthropic_client(env=env, upstream=upstream)._client
+    body = orjson.dumps(messages_body(False))
+    headers = {"content-type": "application/json", "anthropic-version": "2023-06-01"}
+
+    def once() -> None:
+        r = http.post("http://tpx.in-process/v1/messages?beta=true", content=body, headers=headers)
+        if r.status_code != 200:
+            raise HarnessError(f"in-process: {r.status_code} {r.text[:300]}")
+
+    for _ in range(20):
+        once()
+    start = time.process_time()
+    for _ in range(rounds):
+        once()
+    return (time.process_time() - start) * 1e3 / rounds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="gateway added latency, side by side")
     parser.add_argument("--rounds", type=int, default=300)
@@ -272,10 +324,12 @@ def main() -> None:
     finally:
         shutil.rmtree(logdir, ignore_errors=True)
     report(results, rps)
+    core_ms = in_process_cpu_ms(args.rounds)
     print(
         "CPU ms per request (process CPU time over the measured requests; robust to machine "
         "load): " + ", ".join(f"{name} {ms:.2f}" for name, ms in cpu_ms.items())
     )
+    print(f"tpx gateway core in-process (no HTTP server, no sockets): {core_ms:.2f} CPU ms/request")
 
 
 def report(results: dict[str, dict[str, list[float]]], rps: float) -> None:
