@@ -2,7 +2,8 @@
 
 The fake upstream asks for one Bash tool call (a command that appends a random marker to a file)
 and then answers text. The CLI must run the tool exactly once, print the final text and exit 0;
-also when the upstream fails the tool turn once (529 / 503) and the CLI retries it.
+also when the upstream fails the tool turn once (529 / 503) and the CLI retries it, and with two
+gateway workers (the retry may land on the other worker: the signed tool ids must hold there).
 """
 
 from __future__ import annotations
@@ -24,8 +25,12 @@ def _detail(run: ClaudeRun, *procs: Proc) -> str:
     return f"exit {run.returncode}\nstdout: {run.stdout}\nstderr: {run.stderr[-3000:]}\n{logs}"
 
 
-@pytest.mark.parametrize("fail_status", [None, 529, 503])
-def test_claude_code_bash_tool_through_the_gateway(tmp_path: Path, fail_status: int | None) -> None:
+@pytest.mark.parametrize(
+    ("fail_status", "workers"), [(None, 1), (529, 1), (503, 1), (529, 2)], ids=str
+)
+def test_claude_code_bash_tool_through_the_gateway(
+    tmp_path: Path, fail_status: int | None, workers: int
+) -> None:
     marker = f"tpx-e2e-{secrets.token_hex(6)}"
     work = tmp_path / "work"
     work.mkdir()
@@ -34,7 +39,7 @@ def test_claude_code_bash_tool_through_the_gateway(tmp_path: Path, fail_status: 
     if fail_status is not None:
         prompt += f" [fail-turn:1] [fail-status:{fail_status}]"
     command = f"echo {marker} >> tpx-e2e.txt"
-    with fake_upstream(tmp_path, "bash", command) as up, gateway(tmp_path, up) as gw:
+    with fake_upstream(tmp_path, "bash", command) as up, gateway(tmp_path, up, workers) as gw:
         run = run_claude(gw.url, prompt, work)
         snap = ledger(up)
         detail = _detail(run, gw, up)
