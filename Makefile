@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 SPEC   ?= spec/TpxTransport.tla
 CFG    ?= spec/TpxTransport.cfg
 
-.PHONY: all setup graphviz tlc explore test conformance conformance-deep bench lint clean
+.PHONY: all setup graphviz tlc explore test conformance conformance-deep bench lint clean e2e load bench-gateway
 
 all: test
 
@@ -43,7 +43,7 @@ explore: $(STAMP)
 
 ## The test suite (fast; deep runs and benchmarks have their own targets).
 test: $(STAMP) graphviz
-	$(PY) -m pytest -n 2 -m "not slow" -q
+	$(PY) -m pytest -n 2 -m "not slow and not e2e" -q
 
 conformance: $(STAMP) graphviz
 	$(PY) -m pytest conformance -n 2 -q
@@ -53,6 +53,31 @@ conformance-deep: $(STAMP) graphviz
 
 bench: $(STAMP)
 	$(PY) -m pytest benchmarks -p no:xdist --benchmark-only -q
+	$(MAKE) bench-gateway
+
+## The gateway's added latency vs the upstream called directly and vs LiteLLM's proxy, side by side
+## (benchmarks/gateway_latency.py; installs LiteLLM into .cache/litellm-venv on first use).
+bench-gateway: $(STAMP)
+	$(PY) -m benchmarks.gateway_latency
+
+## End to end: the Claude Code CLI (installed into .cache/claude-code, pinned) through `tpx serve`
+## to a scripted fake OpenAI upstream (tests/e2e). Loopback only; not part of `make test`.
+CLAUDE_CODE_VERSION ?= 2.1.197
+CLAUDE_DIR := .cache/claude-code
+CLAUDE     := $(CLAUDE_DIR)/node_modules/.bin/claude
+
+$(CLAUDE):
+	npm install --prefix $(CLAUDE_DIR) --no-audit --no-fund --loglevel=error \
+	  @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION)
+	$(CLAUDE) --version
+
+e2e: $(STAMP) $(CLAUDE)
+	TPX_CLAUDE=$(CLAUDE) $(PY) -m pytest tests/e2e/test_claude_code.py -m e2e -p no:xdist -q \
+	  --basetemp=.cache/e2e-tmp
+
+## Load: >= 1,000 concurrent conversations through one `tpx serve` (1 and 2 workers).
+load: $(STAMP)
+	$(PY) -m pytest tests/e2e/test_load.py -m e2e -p no:xdist -q -s --basetemp=.cache/load-tmp
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check tpx tests conformance benchmarks

@@ -1,0 +1,355 @@
+"""Added latency of ``tpx serve`` (and of LiteLLM's proxy) over calling the upstream directly.
+
+    python -m benchmarks.gateway_latency [--rounds 300] [--no-litellm]     (make bench-gateway)
+
+One run, side by side, all on loopback, against the same scripted fake OpenAI upstream
+(tests/e2e/fake_openai.py):
+
+- ``direct``: the Chat Completions request (tpx's own translation of the body below) posted to
+  the fake upstream;
+- ``tpx``: the Messages request posted to ``tpx serve`` (1 worker) in front of it;
+- ``litellm``: the same Messages request posted to LiteLLM's proxy ``/v1/messages`` (its
+  ``openai/`` provider pointed at the same upstream), installed by this script into its own
+  venv (.cache/litellm-venv, pinned) so none of its dependencies touch tpx's.
+
+The request is the first turn Claude Code 2.1.197 really sent (tests/fixtures/clients/
+claude-code/2.1.197/bash/002-post-v1-messages.json: 24 tools, about 70 KB), less the fields the
+translator on this branch refuses (``context_management``, ``output_config``, ``thinking``, the
+``role: "system"`` message); each round sends it once to every target in turn, so machine noise
+hits all three alike. Measured: total latency (non-streaming) and time to the first body byte
+(streaming); added latency = a target's percentile minus ``direct``'s. Then throughput: requests
+per second through one gateway worker with 32 requests in flight for a few seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import orjson
+
+from tests.e2e.procs import (
+    GATEWAY_KEY,
+    ROOT,
+    UPSTREAM_TOKEN,
+    HarnessError,
+    Proc,
+    base_env,
+    cpu_seconds,
+    fake_upstream,
+    free_port,
+    gateway,
+)
+from tpx.translate import request_to_openai
+
+FIXTURE = ROOT / "tests/fixtures/clients/claude-code/2.1.197/bash/002-post-v1-messages.json"
+LITELLM_VENV = ROOT / ".cache" / "litellm-venv"
+LITELLM_VERSION = "1.108.7"  # newer proxy extras pin packages PyPI does not have
+LITELLM_KEY = "sk-tpx-bench"
+REFUSED_HERE = ("context_management", "output_config", "thinking")
+
+
+def messages_body(stream: bool) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads(FIXTURE.read_text())["body"]
+    for key in REFUSED_HERE:
+        body.pop(key, None)
+    body["messages"] = [m for m in body["messages"] if m["role"] != "system"]
+    body["stream"] = stream
+    return body
+
+
+def chat_body(stream: bool) -> dict[str, Any]:
+    out: dict[str, Any] = dict(request_to_openai(messages_body(stream)).body)
+    return out
+
+
+def litellm_python() -> Path:
+    """The venv's python, installing LiteLLM's proxy into it on first use."""
+    python = LITELLM_VENV / "bin" / "python"
+    if not (LITELLM_VENV / "bin" / "litellm").exists():
+        print(f"installing litellm[proxy]=={LITELLM_VERSION} into {LITELLM_VENV} ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(LITELLM_VENV)], check=True)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", f"litellm[proxy]=={LITELLM_VERSION}"],
+            check=True,
+        )
+    return python
+
+
+@contextmanager
+def litellm_proxy(logdir: Path, upstream: Proc, model: str) -> Iterator[Proc]:
+    litellm_python()
+    port = free_port()
+    config = logdir / "litellm.yaml"
+    entry = {
+        "model_name": model,
+        "litellm_params": {
+            "model": f"openai/{model}",
+            "api_base": upstream.url + "/v1",
+            "api_key": UPSTREAM_TOKEN,
+        },
+    }
+    settings = {
+        "model_list": [entry],
+        "general_settings": {"master_key": LITELLM_KEY},
+        "litellm_settings": {"telemetry": False, "drop_params": True},
+    }
+    config.write_text(json.dumps(settings))  # YAML is a superset of JSON
+    env = base_env()
+    env.update(
+        {
+            "LITELLM_TELEMETRY": "False",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            # its openai/ provider would otherwise send /v1/messages to the Responses API
+            "LITELLM_USE_CHAT_COMPLETIONS_URL_FOR_ANTHROPIC_MESSAGES": "True",
+        }
+    )
+    cmd = [str(LITELLM_VENV / "bin" / "litellm"), "--config", str(config)]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"]
+    log = logdir / "litellm.log"
+    with log.open("wb") as out:
+        popen = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    proc = Proc("litellm proxy", popen, log, port)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            if not proc.alive():
+                raise HarnessError(f"litellm exited {popen.returncode}:\n{proc.output()}")
+            try:
+                if httpx2.get(proc.url + "/health/liveliness", timeout=1).status_code == 200:
+                    break
+            except httpx2.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise HarnessError(f"litellm not ready:\n{proc.output()}")
+            time.sleep(0.5)
+        yield proc
+    finally:
+        proc.stop()
+
+
+Target = tuple[str, str, dict[str, str], Callable[[bool], bytes]]
+
+
+def _timed(client: httpx2.Client, target: Target, stream: bool) -> float:
+    """Seconds to the full response (non-streaming) or to the first body byte (streaming)."""
+    _, url, headers, body = target
+    content = body(stream)
+    start = time.perf_counter()
+    with client.stream("POST", url, content=content, headers=headers) as r:
+        if r.status_code != 200:
+            raise HarnessError(f"{url}: {r.status_code} {r.read()[:500]!r}")
+        it = r.iter_raw()
+        first = next(it)
+        elapsed = time.perf_counter() - start
+        rest = b"".join(it)
+    if not stream:
+        elapsed = time.perf_counter() - start
+        orjson.loads(first + rest)  # a complete JSON reply
+    return elapsed
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def measure(targets: list[Target], rounds: int, warmup: int) -> dict[str, dict[str, list[float]]]:
+    out: dict[str, dict[str, list[float]]] = {t[0]: {"plain": [], "ttfb": []} for t in targets}
+    with httpx2.Client(timeout=60) as client:
+        for i in range(warmup + rounds):
+            for stream, kind in ((False, "plain"), (True, "ttfb")):
+                for target in targets:
+                    seconds = _timed(client, target, stream)
+                    if i >= warmup:
+                        out[target[0]][kind].append(seconds)
+    return out
+
+
+def throughput(target: Target, seconds: float, inflight: int) -> float:
+    """Requests per second with ``inflight`` threads sharing one pooled client."""
+    _, url, headers, body = target
+    content = body(False)
+    done = 0
+    lock = threading.Lock()
+    ready = threading.Barrier(inflight + 1)
+    stop = 0.0
+    limits = httpx2.Limits(max_connections=inflight, max_keepalive_connections=inflight)
+
+    def worker(client: httpx2.Client) -> None:
+        nonlocal done
+        ready.wait()
+        while time.monotonic() < stop:
+            r = client.post(url, content=content, headers=headers)
+            if r.status_code != 200:
+                raise HarnessError(f"{url}: {r.status_code}")
+            with lock:
+                done += 1
+
+    with httpx2.Client(timeout=60, limits=limits) as client:
+        threads = [threading.Thread(target=worker, args=(client,)) for _ in range(inflight)]
+        for t in threads:
+            t.start()
+        start = time.monotonic()
+        stop = start + seconds
+        ready.wait()
+        for t in threads:
+            t.join()
+        return done / (time.monotonic() - start)
+
+
+def in_process_cpu_ms(rounds: int) -> float:
+    """CPU ms per request of the gateway core run in-process (``tpx.sdk``'s httpx2 transport,
+    the upstream a MockTransport answering one tool call): the translation without HTTP."""
+    import tpx.sdk
+
+    reply = orjson.dumps(
+        {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "id": "call_1",
+                                "type": "function",
+                                "function": {"name": "Bash", "arguments": '{"command":"ls"}'},
+                            }
+                        ],
+                    },
+                    "finish_reason": "tool_calls",
+                }
+            ],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }
+    )
+    upstream = httpx2.MockTransport(
+        lambda _: httpx2.Response(200, content=reply, headers={"content-type": "application/json"})
+    )
+    env = {"TPX_OAUTH_TOKEN": UPSTREAM_TOKEN, "TPX_BASE_URL": "http://upstream.invalid/v1"}
+    http = tpx.sdk.anthropic_client(env=env, upstream=upstream)._client
+    body = orjson.dumps(messages_body(False))
+    headers = {"content-type": "application/json", "anthropic-version": "2023-06-01"}
+
+    def once() -> None:
+        r = http.post("http://tpx.in-process/v1/messages?beta=true", content=body, headers=headers)
+        if r.status_code != 200:
+            raise HarnessError(f"in-process: {r.status_code} {r.text[:300]}")
+
+    for _ in range(20):
+        once()
+    start = time.process_time()
+    for _ in range(rounds):
+        once()
+    return (time.process_time() - start) * 1e3 / rounds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="gateway added latency, side by side")
+    parser.add_argument("--rounds", type=int, default=300)
+    parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument("--no-litellm", action="store_true")
+    parser.add_argument("--throughput-seconds", type=float, default=5.0)
+    args = parser.parse_args()
+    bodies = {
+        "direct": {s: orjson.dumps(chat_body(s)) for s in (False, True)},
+        "messages": {s: orjson.dumps(messages_body(s)) for s in (False, True)},
+    }
+    model = str(messages_body(False)["model"])
+    json_headers = {"content-type": "application/json"}
+    logdir = Path(tempfile.mkdtemp(prefix="tpx-bench-"))
+    try:
+        with ExitStack() as stack:
+            up = stack.enter_context(fake_upstream(logdir, "bash"))
+            gw = stack.enter_context(gateway(logdir, up))
+            targets: list[Target] = [
+                (
+                    "direct",
+                    up.url + "/v1/chat/completions",
+                    {**json_headers, "authorization": f"Bearer {UPSTREAM_TOKEN}"},
+                    bodies["direct"].__getitem__,
+                ),
+                (
+                    "tpx",
+                    gw.url + "/v1/messages?beta=true",
+                    {**json_headers, "x-api-key": GATEWAY_KEY, "anthropic-version": "2023-06-01"},
+                    bodies["messages"].__getitem__,
+                ),
+            ]
+            if not args.no_litellm:
+                lite = stack.enter_context(litellm_proxy(logdir, up, model))
+                targets.append(
+                    (
+                        "litellm",
+                        lite.url + "/v1/messages",
+                        {
+                            **json_headers,
+                            "x-api-key": LITELLM_KEY,
+                            "anthropic-version": "2023-06-01",
+                        },
+                        bodies["messages"].__getitem__,
+                    )
+                )
+            size = len(bodies["messages"][False])
+            print(f"request: {size / 1024:.1f} KB Messages body, {args.rounds} rounds", flush=True)
+            procs = {"direct": up, "tpx": gw, **({"litellm": lite} if not args.no_litellm else {})}
+            before = {name: cpu_seconds(p.popen.pid) for name, p in procs.items()}
+            results = measure(targets, args.rounds, args.warmup)
+            requests = {name: 2 * (args.rounds + args.warmup) for name in procs}
+            requests["direct"] *= len(targets)  # the upstream serves every target's requests
+            cpu_ms = {
+                name: (cpu_seconds(p.popen.pid) - before[name]) * 1e3 / requests[name]
+                for name, p in procs.items()
+            }
+            rps = throughput(targets[1], args.throughput_seconds, 32)
+    finally:
+        shutil.rmtree(logdir, ignore_errors=True)
+    report(results, rps)
+    core_ms = in_process_cpu_ms(args.rounds)
+    print(
+        "CPU ms per request (process CPU time over the measured requests; robust to machine "
+        "load): " + ", ".join(f"{name} {ms:.2f}" for name, ms in cpu_ms.items())
+    )
+    print(f"tpx gateway core in-process (no HTTP server, no sockets): {core_ms:.2f} CPU ms/request")
+
+
+def report(results: dict[str, dict[str, list[float]]], rps: float) -> None:
+    base = results["direct"]
+    print(f"{'target':<9} {'kind':<6} {'p50 ms':>8} {'p99 ms':>8} {'+p50 ms':>8} {'+p99 ms':>8}")
+    added: dict[tuple[str, str], float] = {}
+    for name, kinds in results.items():
+        for kind, values in kinds.items():
+            p50, p99 = _pct(values, 0.5) * 1e3, _pct(values, 0.99) * 1e3
+            b50, b99 = _pct(base[kind], 0.5) * 1e3, _pct(base[kind], 0.99) * 1e3
+            added[(name, kind)] = p50 - b50
+            print(f"{name:<9} {kind:<6} {p50:8.2f} {p99:8.2f} {p50 - b50:8.2f} {p99 - b99:8.2f}")
+    if "litellm" in results:
+        for kind in ("plain", "ttfb"):
+            ratio = added[("litellm", kind)] / max(added[("tpx", kind)], 1e-6)
+            print(f"litellm / tpx added p50 latency ({kind}): {ratio:.1f}x")
+    print(f"tpx throughput, 1 worker, 32 in flight, non-streaming: {rps:.0f} req/s")
+    spread = statistics.pstdev(base["plain"]) * 1e3
+    print(f"direct non-streaming spread (stdev): {spread:.2f} ms; load average {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
