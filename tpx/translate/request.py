@@ -8,6 +8,8 @@ from typing import Any, NoReturn
 
 import orjson
 
+from tpx import _safe
+from tpx._safe import quote
 from tpx.errors import ProtocolError, UnsupportedError
 from tpx.translate._result import Translation
 from tpx.translate.ids import RAW_ENCODED_ID as _RAW_ENCODED
@@ -137,7 +139,7 @@ def _image_part(block: Mapping[str, Any]) -> dict[str, Any]:
             _bad("url image source needs a non-empty url")
         url = url_value
     else:
-        _unsupported(f"image source of type {kind!r} (only base64 and url are carried)")
+        _unsupported(f"image source of type {quote(kind)} (only base64 and url are carried)")
     return {"type": "image_url", "image_url": {"url": url}}
 
 
@@ -195,10 +197,10 @@ def _tool_message(
             elif kind == "image":
                 extra_parts.append(_image_part(inner))
                 images += 1
-            elif kind in _UNSUPPORTED_BLOCKS:
+            elif kind.__class__ is str and kind in _UNSUPPORTED_BLOCKS:
                 _unsupported(f"{kind} blocks inside a tool_result")
             else:
-                _unsupported(f"unknown tool_result content block type {kind!r}")
+                _unsupported(f"unknown tool_result content block type {quote(kind)}")
             if "cache_control" in inner:
                 st.cache()
         if images:
@@ -246,7 +248,7 @@ def _refuse_non_finite_inputs(request: Mapping[str, Any]) -> None:
         if message["role"] == "assistant" and content.__class__ is list:
             for block in content:
                 if block.get("type") == "tool_use" and _non_finite(block["input"]):
-                    _bad(f"tool_use {block['id']!r}: input holds NaN or Infinity (not JSON)")
+                    _bad(f"tool_use {quote(block['id'])}: input holds NaN or Infinity (not JSON)")
 
 
 def _tool_use_slow(block: dict[str, Any]) -> NoReturn:
@@ -256,7 +258,7 @@ def _tool_use_slow(block: dict[str, Any]) -> NoReturn:
     name = block.get("name")
     if not isinstance(name, str) or not name:
         _bad("tool_use needs a non-empty string name")
-    _bad(f"tool_use {caller_id!r}: input must be an object")
+    _bad(f"tool_use {quote(caller_id)}: input must be an object")
 
 
 def _assistant(content: Any, out: list[dict[str, Any]], st: _State, index: int) -> dict[str, str]:
@@ -299,7 +301,7 @@ def _assistant(content: Any, out: list[dict[str, Any]], st: _State, index: int) 
             try:
                 arguments = _dumps(tool_input).decode()
             except TypeError as exc:
-                _bad(f"tool_use {caller_id!r}: input is not JSON-serialisable ({exc})")
+                _bad(f"tool_use {quote(caller_id)}: input is not JSON-serialisable ({exc})")
             calls.append(
                 {
                     "id": wire,
@@ -335,10 +337,10 @@ def _assistant(content: Any, out: list[dict[str, Any]], st: _State, index: int) 
             st.warn("redacted_thinking blocks dropped")
         elif kind == "image":
             _unsupported("images in assistant messages")
-        elif kind in _UNSUPPORTED_BLOCKS:
+        elif kind.__class__ is str and kind in _UNSUPPORTED_BLOCKS:
             _unsupported(f"{kind} blocks")
         else:
-            _unsupported(f"unknown content block type {kind!r} in an assistant message")
+            _unsupported(f"unknown content block type {quote(kind)} in an assistant message")
         if "cache_control" in block:
             st.cache()
     if first is None and not calls:
@@ -400,7 +402,7 @@ def _user(
             wire = wire_of.get(caller_id) if caller_id.__class__ is str else None
             if wire is None:
                 _bad(
-                    f"messages[{index}]: tool_result {caller_id!r} answers no tool_use of the "
+                    f"messages[{index}]: tool_result {quote(caller_id)} answers no tool_use of the "
                     "assistant turn before it (or one its user turn already answered)"
                 )
             if answers is None and caller_id != next(expected, None):
@@ -408,7 +410,7 @@ def _user(
                 answers = dict(zip(wire_of, out[tools_at:], strict=False))
                 del out[tools_at:]
             if answers is not None and caller_id in answers:
-                _bad(f"messages[{index}]: tool_use {caller_id!r} answered twice")
+                _bad(f"messages[{index}]: tool_use {quote(caller_id)} answered twice")
             result = block.get("content")
             is_error = block.get("is_error")
             message: dict[str, Any] | None = None
@@ -449,22 +451,26 @@ def _user(
                 st.cache()
         elif kind in ("thinking", "redacted_thinking"):
             st.warn(f"{kind} blocks in user messages dropped")
-        elif kind in _UNSUPPORTED_BLOCKS:
+        elif kind.__class__ is str and kind in _UNSUPPORTED_BLOCKS:
             _unsupported(f"{kind} blocks")
         else:
-            _unsupported(f"unknown content block type {kind!r} in a user message")
+            _unsupported(f"unknown content block type {quote(kind)} in a user message")
     if answers is None:
         answered = len(out) - tools_at
         if answered != len(wire_of):
             missing = list(wire_of)[answered:]
             raise _Unanswered(
-                f"messages[{index}]: tool_use ids without a tool_result: {missing!r}", tools_at
+                f"messages[{index}]: tool_use ids without a tool_result: "
+                f"[{', '.join(map(quote, missing))}]",
+                tools_at,
             )
     else:
         if len(answers) != len(wire_of):
             missing = [caller for caller in wire_of if caller not in answers]
             raise _Unanswered(
-                f"messages[{index}]: tool_use ids without a tool_result: {missing!r}", tools_at
+                f"messages[{index}]: tool_use ids without a tool_result: "
+                f"[{', '.join(map(quote, missing))}]",
+                tools_at,
             )
         out.extend(map(answers.__getitem__, wire_of))  # one tool message per call, in order
     if parts:
@@ -509,30 +515,30 @@ def _tools(tools: Any, st: _State) -> list[dict[str, Any]]:
             _bad("tools entries must be objects")
         kind = tool.get("type")
         if kind is not None and kind != "custom":
-            _unsupported(f"server tool {kind!r} (only custom tools are carried)")
+            _unsupported(f"server tool {quote(kind)} (only custom tools are carried)")
         name = tool.get("name")
         if not isinstance(name, str) or not name:
             _bad("a tool needs a non-empty string name")
         schema = tool.get("input_schema")
         if not isinstance(schema, dict):
-            _bad(f"tool {name!r}: input_schema must be an object")
+            _bad(f"tool {quote(name)}: input_schema must be an object")
         function: dict[str, Any] = {"name": name}
         description = tool.get("description")
         if description is not None:
             if not isinstance(description, str):
-                _bad(f"tool {name!r}: description must be a string")
+                _bad(f"tool {quote(name)}: description must be a string")
             function["description"] = description
         function["parameters"] = schema
         strict = tool.get("strict")
         if strict is not None:
             if not isinstance(strict, bool):
-                _bad(f"tool {name!r}: strict must be a boolean")
+                _bad(f"tool {quote(name)}: strict must be a boolean")
             function["strict"] = strict
         if "cache_control" in tool:
             st.cache()
         for key in tool:
             if key not in _TOOL_KEYS:
-                st.warn(f"tool field {key!r} dropped: no Chat Completions equivalent")
+                st.warn(f"tool field {quote(key)} dropped: no Chat Completions equivalent")
         result.append({"type": "function", "function": function})
     return result
 
@@ -553,10 +559,10 @@ def _tool_choice(choice: Any, out: dict[str, Any], tools: list[dict[str, Any]], 
         if not isinstance(name, str) or not name:
             _bad("tool_choice of type tool needs a name")
         if all(tool["function"]["name"] != name for tool in tools):
-            _bad(f"tool_choice names the tool {name!r}, which the request does not declare")
+            _bad(f"tool_choice names the tool {quote(name)}, which the request does not declare")
         value = {"type": "function", "function": {"name": name}}
     else:
-        _bad(f"unknown tool_choice type {kind!r}")
+        _bad(f"unknown tool_choice type {quote(kind)}")
     if not tools:
         if kind != "none":
             st.warn("tool_choice dropped: the request has no tools")
@@ -618,9 +624,9 @@ def translate_request(request: Any, model: str | None, st: _State) -> dict[str, 
             if key in _DROPPED_FIELDS:
                 st.warn(f"{key} dropped: {_DROPPED_FIELDS[key]}")
             elif key in _REFUSED_FIELDS:
-                _unsupported(f"{_REFUSED_FIELDS[key]} ({key!r})")
+                _unsupported(f"{_REFUSED_FIELDS[key]} ({quote(key)})")
             else:
-                _unsupported(f"unknown request field {key!r}")
+                _unsupported(f"unknown request field {quote(key)}")
     name = model if model is not None else request.get("model")
     if not isinstance(name, str) or not name:
         _bad("model must be a non-empty string")
@@ -671,7 +677,7 @@ def translate_request(request: Any, model: str | None, st: _State) -> dict[str, 
                     "the provider may not continue it"
                 )
         else:
-            _bad(f"messages[{index}].role must be 'user' or 'assistant', not {role!r}")
+            _bad(f"messages[{index}].role must be 'user' or 'assistant', not {quote(role)}")
     if len(out) == system_messages:
         _bad(
             "no message left to send: the conversation is empty once empty messages are "
@@ -738,6 +744,8 @@ def request_to_openai(request: Mapping[str, Any], *, model: str | None = None) -
     (status 400) for a malformed request and :class:`~tpx.errors.UnsupportedError` for a
     feature that cannot be carried.
     """
+    if _safe.too_deep(request):
+        _bad(f"the request nests deeper than {_safe.MAX_DEPTH} levels")
     st = _State()
     body = translate_request(request, model, st)
     _refuse_non_finite_inputs(request)
