@@ -342,6 +342,7 @@ class Exchange:
         "_model",
         "_notifying",
         "_observer",
+        "_observer_failure",
         "_outbound",
         "_pending",
         "_phase",
@@ -393,6 +394,7 @@ class Exchange:
         self._last_error: ModelError | None = None
         self._outbound: OutboundRequest | None = None
         self._observer = observer
+        self._observer_failure: BaseException | None = None
         self._notifying = False
 
     # -- read-only state ---------------------------------------------------
@@ -532,8 +534,15 @@ class Exchange:
         self._notifying = True
         try:
             observer(action, self.snapshot())
+        except BaseException as exc:
+            self._observer_failure = exc  # so a shell can tell it from its own failures
+            raise
         finally:
             self._notifying = False
+
+    def raised_by_observer(self, exc: BaseException) -> bool:
+        """*exc* is what the observer raised at the last step (it propagates as is)."""
+        return exc is self._observer_failure
 
     # -- CallerSend / CallerAbort / NoProvider ----------------------------------
 
