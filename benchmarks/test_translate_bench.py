@@ -21,6 +21,7 @@ import pytest
 from corpus import HISTORY_TURNS, request_bytes, response_set
 from pytest_benchmark.fixture import BenchmarkFixture
 
+from tpx.shape import check_message
 from tpx.translate import request_bytes_to_openai, response_bytes_to_messages
 
 _SETS: dict[str, list[bytes]] = {
@@ -94,3 +95,47 @@ def test_ratio_summary(benchmark: BenchmarkFixture, capsys: pytest.CaptureFixtur
         sys.stdout.write(table + "\n")
     benchmark.extra_info["table"] = table
     benchmark(_runner("responses", "translate"))
+
+
+# -- the native (ANTHROPIC) path: ShapeInv validation against the JSON floor --------
+
+_NATIVE: list[bytes] = [response_bytes_to_messages(data) for data in _SETS["responses"]]
+
+
+def _native(data: bytes) -> bytes:
+    body = orjson.loads(data)
+    check_message(body)  # what Exchange.receive adds on the native path
+    return orjson.dumps(body)
+
+
+def test_native_validation_ratio(
+    benchmark: BenchmarkFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Native path (loads + tpx.shape.check_message + dumps) over the floor (loads + dumps)
+    on the 200 responses as Messages bodies; target <= 1.10."""
+    size = sum(len(data) for data in _NATIVE)
+    loops = max(1, int(2_000_000 / size))
+
+    def native() -> None:
+        for data in _NATIVE:
+            _native(data)
+
+    def floor() -> None:
+        for data in _NATIVE:
+            _floor(data)
+
+    runs: dict[str, Callable[[], None]] = {"native": native, "floor": floor}
+    best = dict.fromkeys(runs, float("inf"))
+    for _ in range(15):
+        for kind, run in runs.items():
+            best[kind] = min(best[kind], _best(run, loops))
+    ratio = best["native"] / best["floor"]
+    line = (
+        f"native path  {size / 1024:>8.1f} KB  validated {best['native'] * 1e6:>9.1f} us  "
+        f"floor {best['floor'] * 1e6:>8.1f} us  x floor {ratio:5.2f}  "
+        f"{'ok' if ratio <= 1.10 else 'MISS'} (target <= 1.10)"
+    )
+    with capsys.disabled():
+        sys.stdout.write("\n" + line + "\n")
+    benchmark.extra_info["native_ratio"] = ratio
+    benchmark(runs["native"])
