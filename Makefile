@@ -47,7 +47,7 @@ conformance-deep: $(STAMP) graphviz
 ## by default), niced; prints the cases run and cases/s. Takes a while on a shared machine.
 FUZZ_EXAMPLES ?= 12500
 fuzz: $(STAMP)
-	TPX_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) nice -n 10 $(PY) -m pytest tests/fuzz -p no:xdist -p no:logging -q
+	TPX_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) nice -n 10 $(PY) -m pytest tests/fuzz -n 2 -p no:logging -q
 
 bench: $(STAMP)
 	$(PY) -m pytest benchmarks -p no:xdist --benchmark-only -q

@@ -314,10 +314,82 @@ def check_block(block: Any, path: str = "content_block") -> None:
         _bad(f"{path} is a {kind} block with an invalid id {quote(block['id'])}")
 
 
+_CANONICAL = frozenset(
+    ("id", "type", "role", "model", "content", "stop_reason", "stop_sequence", "usage")
+)
+_TEXT_KEYS = frozenset(("type", "text"))
+_TOOL_KEYS = frozenset(("type", "id", "name", "input"))
+_COUNTS = frozenset(
+    ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+)
+
+
 def check_message(body: Any) -> list[str]:
     """Validate a Messages ``Message`` (a body, or ``message_start``'s message); return
-    its tool_use ids (in order). Raises :class:`~tpx.errors.ProtocolError` naming the first problem.
+    its tool_use ids (in order). Raises :class:`~tpx.errors.ProtocolError` naming the
+    first problem.
+
+    The common body (exactly the eight core fields, integer token counts, text and
+    tool_use blocks of their core fields) is recognised by a fast path of C-level key-set
+    comparisons; anything else, valid or not, goes through the full check.
     """
+    if body.__class__ is dict and body.keys() == _CANONICAL:
+        ids = _fast(body)
+        if ids is not None:
+            return ids
+    return _check_message(body)
+
+
+def _fast(body: dict[str, Any]) -> list[str] | None:
+    """The tool_use ids of a common, valid body; ``None``: take the full check."""
+    stop = body["stop_reason"]
+    sequence = body["stop_sequence"]
+    usage = body["usage"]
+    content = body["content"]
+    if (
+        body["type"] != "message"
+        or body["role"] != "assistant"
+        or body["id"].__class__ is not str
+        or body["model"].__class__ is not str
+        or (stop is not None and (stop.__class__ is not str or stop not in STOP_REASONS))
+        or (sequence is not None and sequence.__class__ is not str)
+        or usage.__class__ is not dict
+        or not usage.keys() <= _COUNTS
+        or usage.get("input_tokens").__class__ is not int
+        or usage.get("output_tokens").__class__ is not int
+        or content.__class__ is not list
+    ):
+        return None
+    for value in usage.values():
+        if value is not None and value.__class__ is not int:
+            return None
+    ids: list[str] = []
+    for block in content:
+        if block.__class__ is not dict:
+            return None
+        keys = block.keys()
+        if keys == _TEXT_KEYS:
+            if block["type"] != "text" or block["text"].__class__ is not str:
+                return None
+        elif keys == _TOOL_KEYS:
+            tool_id = block["id"]
+            if (
+                block["type"] != "tool_use"
+                or tool_id.__class__ is not str
+                or valid_tool_id(tool_id) is None
+                or block["name"].__class__ is not str
+                or block["input"].__class__ is not dict
+            ):
+                return None
+            ids.append(tool_id)
+        else:
+            return None
+    if len(ids) > 1 and len(set(ids)) != len(ids):
+        return None
+    return ids
+
+
+def _check_message(body: Any) -> list[str]:
     if body.__class__ is not dict:
         _bad("the message is not a JSON object")
     if body.get("type") != "message":

@@ -1,4 +1,4 @@
-"""Reports the fuzz cases run and their rate (``make fuzz``)."""
+"""Reports the fuzz cases run and their rate (``make fuzz``), xdist workers included."""
 
 from __future__ import annotations
 
@@ -7,18 +7,24 @@ import time
 import pytest
 from _pytest.terminal import TerminalReporter
 
-_START = {"t": 0.0}
+_RUN = {"start": 0.0, "cases": 0}
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    _START["t"] = time.perf_counter()
+    _RUN["start"] = time.perf_counter()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call":
+        for name, value in report.user_properties:
+            if name == "fuzz_cases" and isinstance(value, int):
+                _RUN["cases"] += value
 
 
 def pytest_terminal_summary(terminalreporter: TerminalReporter) -> None:
-    from tests.fuzz.test_fuzz import CASES
-
-    if CASES["n"]:
-        elapsed = time.perf_counter() - _START["t"]
+    cases = _RUN["cases"]
+    if cases:
+        elapsed = time.perf_counter() - _RUN["start"]
         terminalreporter.write_line(
-            f"fuzz: {CASES['n']} cases in {elapsed:.1f} s ({CASES['n'] / elapsed:.0f} cases/s)"
+            f"fuzz: {cases} cases in {elapsed:.1f} s ({cases / elapsed:.0f} cases/s)"
         )

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import httpx2
@@ -253,5 +253,9 @@ def _fuzz(anthropic: bool, aio: bool, stream: bool) -> Any:
 @pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
 @pytest.mark.parametrize("aio", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("anthropic", [True, False], ids=["ANTHROPIC", "TPX"])
-def test_fuzz_transport(anthropic: bool, aio: bool, stream: bool) -> None:
+def test_fuzz_transport(
+    anthropic: bool, aio: bool, stream: bool, record_property: Callable[[str, object], None]
+) -> None:
+    before = CASES["n"]
     _fuzz(anthropic, aio, stream)()
+    record_property("fuzz_cases", CASES["n"] - before)  # summed by conftest (xdist too)
