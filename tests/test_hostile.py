@@ -11,17 +11,26 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import typing
 import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
+import anthropic.types.shared as anthropic_shared
 import httpx2
 import orjson
 import pytest
 
 import tpx.transport
 from tpx import errors
-from tpx.errors import MESSAGES_ERROR_TYPES, ModelError
+from tpx.errors import ModelError
+
+#: The Messages API's error types, read from the official SDK (the oracle).
+MESSAGES_ERROR_TYPES = frozenset(
+    typing.get_args(getattr(anthropic_shared, name).model_fields["type"].annotation)[0]
+    for name in dir(anthropic_shared)
+    if name.endswith("ErrorObject") and name != "ErrorObject"
+)
 
 KEY = "sk-ant-canary'0123456789abcdefghij"
 REQ: dict[str, Any] = {
