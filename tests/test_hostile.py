@@ -561,3 +561,61 @@ def test_choice_index_must_be_the_integer_0(index: str) -> None:
     )
     _, error, _ = run_sync("T", [(200, body, "")], stream=False)
     assert isinstance(error, errors.ProtocolError)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("provider", ["A", "T"])
+@pytest.mark.parametrize(
+    "echo",
+    [KEY, "".join(f"\\u{ord(c):04x}" if i % 2 else c for i, c in enumerate(KEY))],
+    ids=["raw", "half-escaped"],
+)
+def test_a_credential_echoed_in_a_good_reply_is_not_delivered(
+    provider: str, stream: bool, echo: str
+) -> None:
+    if provider == "A":
+        message = orjson.loads(GOOD_MESSAGE)
+        if stream:
+            start = {**message, "content": [], "echo": "@"}
+            events = [
+                {"type": "message_start", "message": start},
+                {
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": {"type": "text", "text": ""},
+                },
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "text_delta", "text": "@"},
+                },
+                {"type": "content_block_stop", "index": 0},
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "end_turn"},
+                    "usage": {"output_tokens": 1},
+                },
+                {"type": "message_stop"},
+            ]
+            body = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events)
+        else:
+            body = orjson.dumps(
+                {**message, "content": [{"type": "text", "text": "@"}], "echo": "@"}
+            )
+    else:
+        if stream:
+            chunk = {
+                "id": "c",
+                "model": "m",
+                "choices": [{"index": 0, "delta": {"content": "@"}, "finish_reason": "stop"}],
+            }
+            body = b"data: " + orjson.dumps(chunk) + b"\n\ndata: [DONE]\n\n"
+        else:
+            body = GOOD_COMPLETION.replace(b'"hi"', b'"@"')
+    # the echo, spelled as the provider chose (the half-escaped form only exists in JSON text)
+    body = body.replace(b"@", json.dumps(KEY)[1:-1].encode() if echo == KEY else echo.encode())
+    result, error, _t = run_sync(provider, [(200, body, SSE if stream else "")], stream=stream)
+    assert error is None
+    text = result.decode() if isinstance(result, bytes) else json.dumps(result)
+    assert "[REDACTED]" in text
+    assert not _leaks(text)

@@ -114,6 +114,7 @@ import orjson
 
 from tpx import _safe
 from tpx._safe import quote
+from tpx._scrub import Scrubber
 from tpx.errors import (
     ExchangeStateError,
     ModelError,
@@ -133,6 +134,7 @@ from tpx.translate.stream import (
     AnthropicStreamReader,
     MessageAccumulator,
     OpenAIStreamTranslator,
+    SSEEvent,
     SSEParser,
 )
 
@@ -348,6 +350,7 @@ class Exchange:
         "_phase",
         "_provider",
         "_req_ids",
+        "_scrub",
         "_secrets",
         "_stream",
         "_streaming",
@@ -377,6 +380,7 @@ class Exchange:
         self._model = model
         # Every rendered form of each secret (repr / bytes repr / JSON escapes too).
         self._secrets: tuple[str, ...] = secret_forms(secrets)
+        self._scrub = Scrubber(self._secrets)  # echoes in delivered replies
         self._turn = 0
         self._phase: Phase = "idle"
         self._pending: frozenset[str] = frozenset()
@@ -721,6 +725,9 @@ class Exchange:
 
     def _read_reply(self, body: bytes) -> tuple[dict[str, Any], list[str], list[str]]:
         """(Messages body, its tool_use ids, the tool ids on the wire)."""
+        walk = False
+        if self._scrub:  # a credential echoed by the provider never reaches the caller
+            body, walk = self._scrub.reply(body)
         try:
             decoded = _safe.loads(body)
         except _safe.DepthError:
@@ -731,6 +738,8 @@ class Exchange:
             raise ProtocolError("response body is not JSON") from None
         if not isinstance(decoded, dict):
             raise ProtocolError("response body is not a JSON object")
+        if walk:
+            decoded = self._scrub.value(decoded)
         if self._provider is Provider.ANTHROPIC:
             ids = _check_messages_response(decoded)
             return decoded, ids, ids
@@ -879,8 +888,16 @@ class Exchange:
         return out
 
     def _consume(self, stream: _StreamState, events: Iterable[Any], out: list[Any]) -> None:
+        scrub = self._scrub
         for event in events:
+            walk = False
+            if scrub:  # a credential echoed by the provider never reaches the caller
+                data, walk = scrub.text(event.data)
+                if data != event.data:
+                    event = SSEEvent(data, event.event, event.id)
             produced = stream.reader.on_event(event)
+            if walk:
+                produced = [scrub.value(item) for item in produced]
             if stream.own is not None:
                 stream.own.add_all(produced)
             for item in produced:  # ShapeInv: only Messages events reach the caller
@@ -899,6 +916,8 @@ class Exchange:
         else:
             assert isinstance(stream.reader, AnthropicStreamReader)
             delivered = stream.reader.message()
+        if self._scrub:
+            delivered = self._scrub.value(delivered)
         ids = _check_messages_response(delivered)
         if isinstance(stream.reader, OpenAIStreamTranslator):
             wire_ids = [str(i) for i in stream.reader.wire_ids]
