@@ -61,6 +61,19 @@ _ECHOES = [
 ]
 
 
+_BOOL = st.booleans()
+_U16 = st.integers(0, 2**16 - 1)
+_KEY = st.text(max_size=8)
+_JUNK_BYTES = st.binary(max_size=40)
+_STATUSES = (200,) * 8 + (400, 401, 413, 429, 500, 529)
+
+
+def _int(draw: st.DrawFn, low: int, high: int) -> int:
+    """An integer in [low, high] from one static strategy (cheaper than a fresh
+    ``st.integers(low, high)`` per draw)."""
+    return low + draw(_U16) % (high - low + 1)
+
+
 def deep(depth: int) -> Any:
     value: Any = 1
     for level in range(depth):
@@ -97,15 +110,16 @@ def dumps(value: Any) -> bytes:
 
 def _mutate(draw: st.DrawFn, value: Any, junk: st.SearchStrategy[Any] = hostile_in_body) -> Any:
     """One random mutation somewhere inside *value* (a JSON tree), or none."""
-    if not draw(st.booleans()):
+    if not draw(_BOOL):
         return value
     path: list[Any] = []
     node = value
-    while isinstance(node, dict | list) and node and draw(st.booleans()):
-        key = draw(st.sampled_from(sorted(node) if isinstance(node, dict) else range(len(node))))
+    while isinstance(node, dict | list) and node and draw(_BOOL):
+        keys = sorted(node) if isinstance(node, dict) else list(range(len(node)))
+        key = keys[_int(draw, 0, len(keys) - 1)]
         path.append(key)
         node = node[key]
-    action = draw(st.sampled_from(["replace", "drop", "add"]))
+    action = ("replace", "drop", "add")[_int(draw, 0, 2)]
     if not path:
         return draw(junk) if action == "replace" else value
     parent = value
@@ -117,32 +131,40 @@ def _mutate(draw: st.DrawFn, value: Any, junk: st.SearchStrategy[Any] = hostile_
     elif action == "drop":
         del parent[last]
     elif isinstance(parent, dict):
-        parent[draw(st.text(max_size=8))] = draw(junk)
+        parent[draw(_KEY)] = draw(junk)
     else:
         parent.append(draw(junk))
     return value
 
 
+_BLOCKS: list[dict[str, Any]] = [
+    {"type": "text", "text": "hello"},
+    {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"a": 1}},
+    {"type": "tool_use", "id": "toolu_2", "name": "g", "input": {}},
+    {"type": "thinking", "thinking": "hm", "signature": "sig"},
+]
+_CALLS: list[dict[str, Any]] = [
+    {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+    {"id": "c 2", "type": "function", "function": {"name": "g", "arguments": '{"x":1}'}},
+    {"id": "", "type": "function", "function": {"name": "h", "arguments": ""}},
+]
+
+
+def _subset(draw: st.DrawFn, items: list[dict[str, Any]], most: int) -> list[dict[str, Any]]:
+    """Up to *most* distinct items, in a drawn order, as fresh copies."""
+    pool = list(range(len(items)))
+    chosen = [pool.pop(_int(draw, 0, len(pool) - 1)) for _ in range(_int(draw, 0, most))]
+    return [orjson.loads(orjson.dumps(items[i])) for i in chosen]
+
+
 def _message(draw: st.DrawFn) -> dict[str, Any]:
-    kinds: list[dict[str, Any]] = [
-        {"type": "text", "text": "hello"},
-        {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"a": 1}},
-        {"type": "tool_use", "id": "toolu_2", "name": "g", "input": {}},
-        {"type": "thinking", "thinking": "hm", "signature": "sig"},
-    ]
-    blocks: list[dict[str, Any]] = draw(
-        st.lists(
-            st.sampled_from(kinds),
-            max_size=3,
-            unique_by=lambda b: b.get("id", b["type"]),
-        )
-    )
+    blocks = _subset(draw, _BLOCKS, 3)
     return {
         "id": "msg_1",
         "type": "message",
         "role": "assistant",
         "model": "claude",
-        "content": orjson.loads(orjson.dumps(blocks)),  # fresh: mutations stay local
+        "content": blocks,
         "stop_reason": "tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn",
         "stop_sequence": None,
         "usage": {"input_tokens": 3, "output_tokens": 2},
@@ -151,38 +173,19 @@ def _message(draw: st.DrawFn) -> dict[str, Any]:
 
 @st.composite
 def anthropic_body(draw: st.DrawFn) -> bytes:
-    if draw(st.integers(0, 9)) == 0:
-        return draw(st.binary(max_size=40))
+    if _int(draw, 0, 9) == 0:
+        return draw(_JUNK_BYTES)
     return dumps(_mutate(draw, _message(draw)))
 
 
 def _completion(draw: st.DrawFn) -> dict[str, Any]:
-    calls = draw(
-        st.lists(
-            st.sampled_from(
-                [
-                    {
-                        "id": "call_1",
-                        "type": "function",
-                        "function": {"name": "f", "arguments": "{}"},
-                    },
-                    {
-                        "id": "c 2",
-                        "type": "function",
-                        "function": {"name": "g", "arguments": '{"x":1}'},
-                    },
-                    {"id": "", "type": "function", "function": {"name": "h", "arguments": ""}},
-                ]
-            ),
-            max_size=2,
-        )
-    )
+    calls = _subset(draw, _CALLS, 2)
     message: dict[str, Any] = {
         "role": "assistant",
-        "content": draw(st.sampled_from(["hi", None, ""])),
+        "content": ("hi", None, "")[_int(draw, 0, 2)],
     }
     if calls:
-        message["tool_calls"] = [json.loads(json.dumps(c)) for c in calls]
+        message["tool_calls"] = calls
     return {
         "id": "chatcmpl-1",
         "object": "chat.completion",
@@ -196,8 +199,8 @@ def _completion(draw: st.DrawFn) -> dict[str, Any]:
 
 @st.composite
 def openai_body(draw: st.DrawFn) -> bytes:
-    if draw(st.integers(0, 9)) == 0:
-        return draw(st.binary(max_size=40))
+    if _int(draw, 0, 9) == 0:
+        return draw(_JUNK_BYTES)
     return dumps(_mutate(draw, _completion(draw)))
 
 
@@ -256,43 +259,40 @@ def anthropic_stream(draw: st.DrawFn) -> bytes:
         }
     )
     events.append({"type": "message_stop"})
-    if draw(st.booleans()):
-        events.insert(draw(st.integers(1, len(events) - 1)), {"type": "ping"})
+    if draw(_BOOL):
+        events.insert(_int(draw, 1, len(events) - 1), {"type": "ping"})
     events = _mutate_events(draw, events)
-    named = draw(st.booleans())
+    named = draw(_BOOL)
     return b"".join(_sse(e, named) for e in events)
 
 
+_JUNK_EVENTS: list[bytes] = [
+    b"data: {" + CANARY.encode() + b"\n\n",
+    b"data: "
+    + orjson.dumps({"type": "error", "error": {"type": "overloaded_error", "message": CANARY}})
+    + b"\n\n",
+    b"event: error\ndata: "
+    + orjson.dumps({"error": {"type": "server_error", "message": repr(CANARY)}})
+    + b"\n\n",
+    b"data: " + dumps({"error": {"message": "\x00DEEP300\x00"}}) + b"\n\n",
+    b"data: " + orjson.dumps({"type": "future_event", "x": 1}) + b"\n\n",
+    b"data: [DONE]\n\n",
+    b": comment\n\n",
+]
+
+
 def _mutate_events(draw: st.DrawFn, events: list[Any]) -> list[Any]:
-    choice = draw(st.integers(0, 5))
+    choice = _int(draw, 0, 5)
     if choice == 0 and events:
-        del events[draw(st.integers(0, len(events) - 1))]
+        del events[_int(draw, 0, len(events) - 1)]
     elif choice == 1 and events:
-        position = draw(st.integers(0, len(events) - 1))
+        position = _int(draw, 0, len(events) - 1)
         events[position] = _mutate(draw, events[position])
     elif choice == 2:
-        junk = draw(
-            st.sampled_from(
-                [
-                    b"data: {" + CANARY.encode() + b"\n\n",
-                    b"data: "
-                    + orjson.dumps(
-                        {"type": "error", "error": {"type": "overloaded_error", "message": CANARY}}
-                    )
-                    + b"\n\n",
-                    b"event: error\ndata: "
-                    + orjson.dumps({"error": {"type": "server_error", "message": repr(CANARY)}})
-                    + b"\n\n",
-                    b"data: " + dumps({"error": {"message": "\x00DEEP300\x00"}}) + b"\n\n",
-                    b"data: " + orjson.dumps({"type": "future_event", "x": 1}) + b"\n\n",
-                    b"data: [DONE]\n\n",
-                    b": comment\n\n",
-                ]
-            )
-        )
-        events.insert(draw(st.integers(0, len(events))), junk)
+        junk = _JUNK_EVENTS[_int(draw, 0, len(_JUNK_EVENTS) - 1)]
+        events.insert(_int(draw, 0, len(events)), junk)
     elif choice == 3 and len(events) > 1:
-        del events[draw(st.integers(1, len(events) - 1)) :]
+        del events[_int(draw, 1, len(events) - 1) :]
     return events
 
 
@@ -313,7 +313,7 @@ def openai_stream(draw: st.DrawFn) -> bytes:
         )
     for position, call in enumerate(message.get("tool_calls", [])):
         arguments = call["function"]["arguments"]
-        cut = draw(st.integers(0, len(arguments)))
+        cut = _int(draw, 0, len(arguments))
         for part_index, part in enumerate((arguments[:cut], arguments[cut:])):
             fragment: dict[str, Any] = {"index": position, "function": {"arguments": part}}
             if part_index == 0:
@@ -332,23 +332,24 @@ def split(draw: st.DrawFn, data: bytes) -> list[bytes]:
     """*data* cut at arbitrary byte boundaries (every boundary is reachable)."""
     if not data:
         return [b""]
-    cuts = sorted(set(draw(st.lists(st.integers(0, len(data)), max_size=6))))
+    cuts = sorted({_int(draw, 0, len(data)) for _ in range(_int(draw, 0, 6))})
     pieces = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
     return [p for p in pieces if p] or [b""]
+
+
+_ERROR_BODIES = st.one_of(
+    st.sampled_from([e.encode() for e in _ECHOES]),
+    anthropic_body(),
+    st.integers(100, 1200).map(lambda n: b"[" * n + b"]" * n),
+)
 
 
 @st.composite
 def reply(draw: st.DrawFn, stream: bool, anthropic: bool) -> tuple[int, list[bytes]]:
     """``(status, body chunks)`` of one provider reply."""
-    status = draw(st.sampled_from([200] * 8 + [400, 401, 413, 429, 500, 529]))
+    status = _STATUSES[_int(draw, 0, len(_STATUSES) - 1)]
     if status != 200:
-        body = draw(
-            st.one_of(
-                st.sampled_from([e.encode() for e in _ECHOES]),
-                anthropic_body(),
-                st.integers(100, 1200).map(lambda n: b"[" * n + b"]" * n),
-            )
-        )
+        body = draw(_ERROR_BODIES)
         return status, [body]
     if stream:
         data = draw(anthropic_stream() if anthropic else openai_stream())
@@ -365,9 +366,9 @@ def caller_request(draw: st.DrawFn) -> dict[str, Any]:
         "max_tokens": 16,
         "messages": [{"role": "user", "content": "hi"}],
     }
-    if draw(st.booleans()):
+    if draw(_BOOL):
         request["tools"] = [{"name": "f", "input_schema": {"type": "object"}}]
-    if draw(st.integers(0, 3)) == 0:
+    if _int(draw, 0, 3) == 0:
         mutated = _mutate(draw, request, hostile)
         if isinstance(mutated, dict):  # a request that is not a mapping is a TypeError
             request = mutated

@@ -42,6 +42,8 @@ FUZZ = settings(
     suppress_health_check=list(HealthCheck),
 )
 CASES = {"n": 0}
+#: One event loop for every async case (``asyncio.run`` per case costs more than the case).
+LOOP = asyncio.Runner()
 
 _EVENT: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(RawMessageStreamEvent)
 GOOD_MESSAGE = orjson.dumps(
@@ -184,7 +186,7 @@ def _run_case(
             return await t.create(request)
 
         try:
-            result = asyncio.run(go())
+            result = LOOP.run(go())
         except ModelError as exc:
             error = exc
     else:
@@ -213,8 +215,8 @@ def _run_case(
     provider.fresh = True
     fresh = _fresh_request(result if isinstance(result, dict) else None, ex.pending)
     if aio:
-        body = asyncio.run(t.create(fresh))
-        asyncio.run(t.aclose())
+        body = LOOP.run(t.create(fresh))
+        LOOP.run(t.aclose())
     else:
         body = t.create(fresh)
         t.close()
@@ -232,6 +234,12 @@ def _fresh_request(delivered: dict[str, Any] | None, pending: frozenset[str]) ->
         ]
         messages += [{"role": "assistant", "content": uses}, {"role": "user", "content": results}]
     return {"model": "m", "max_tokens": 8, "messages": messages}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_loop() -> Iterator[None]:
+    yield
+    LOOP.close()
 
 
 @st.composite
