@@ -80,3 +80,12 @@ def test_a_secret_cut_by_a_quote_is_redacted() -> None:
         cleaned = redact(text, secret_forms([secret]))
         for size in range(4, len(secret) + 1):
             assert secret[:size] not in cleaned, (prefix, cleaned)
+
+
+def test_a_secret_broken_up_by_unforeseen_escapes_leaves_no_readable_piece() -> None:
+    secret = "sk-canary'Q7fZ9xY2wV4uT6sR8pO1"
+    text = "\"{'k': 'sk-canary\\\\'Q7fZ9xY2wV4uT6sR8pO1\\\"'}\""  # repr in JSON in repr
+    cleaned = redact(text, secret_forms([secret]))
+    assert "Q7fZ9xY2" not in cleaned
+    assert "sk-canary" not in cleaned
+    assert redact("nothing secret here", secret_forms([secret])) == "nothing secret here"

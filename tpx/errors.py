@@ -86,6 +86,8 @@ __all__ = [
 _REDACTED = "[REDACTED]"
 #: Fewest characters of a secret's start that :func:`redact` removes before a cut marker.
 _MIN_PARTIAL = 4
+#: Fewest consecutive characters of a secret that :func:`redact` removes anywhere.
+_MIN_FRAGMENT = 8
 _CUT_MARKERS = ("\u2026", "...")
 
 
@@ -102,7 +104,40 @@ def redact(text: str, secrets: Iterable[str | None]) -> str:
     for marker in _CUT_MARKERS:
         if marker in text:
             text = _redact_cut(text, marker, present)
-    return text
+    return _redact_fragments(text, present)
+
+
+def _redact_fragments(text: str, secrets: list[str]) -> str:
+    """Every run of at least :data:`_MIN_FRAGMENT` characters of a secret, wherever it
+    stands: a secret broken up by escapes no form foresaw (a ``repr`` inside JSON inside
+    a ``repr``, ...) leaves no readable piece."""
+    spans: list[tuple[int, int]] = []
+    size = len(text)
+    for secret in secrets:
+        if len(secret) < _MIN_FRAGMENT:
+            continue
+        start = 0
+        while start <= size - _MIN_FRAGMENT:
+            if text[start : start + _MIN_FRAGMENT] in secret:
+                end = start + _MIN_FRAGMENT
+                while end < size and text[start : end + 1] in secret:
+                    end += 1
+                spans.append((start, end))
+                start = end
+            else:
+                start += 1
+    if not spans:
+        return text
+    pieces: list[str] = []
+    position = 0
+    for start, end in sorted(spans):
+        if end <= position:
+            continue
+        pieces.append(text[position : max(start, position)])
+        pieces.append(_REDACTED)
+        position = end
+    pieces.append(text[position:])
+    return "".join(pieces)
 
 
 def _redact_cut(text: str, marker: str, secrets: list[str]) -> str:
@@ -161,6 +196,7 @@ def secret_forms(secrets: Iterable[str | None]) -> tuple[str, ...]:
         for quoted in (urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret)):
             forms.add(quoted)
             forms.add(re.sub("%[0-9A-F]{2}", lambda m: m.group().lower(), quoted))
+    forms.update([json.dumps(form)[1:-1] for form in forms])  # each form inside JSON text
     return tuple(sorted((f for f in forms if len(f) >= _MIN_PARTIAL), key=lambda f: (-len(f), f)))
 
 
