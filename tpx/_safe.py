@@ -40,7 +40,7 @@ QUOTE_LIMIT = 80
 #: Marks the place where :func:`quote` (or any tpx message) cut a text.
 CUT = "\u2026"
 
-_OPEN = (b"[", b"{")
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 class NotJSONError(ValueError):
@@ -59,7 +59,8 @@ def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
     """*value* (dicts / mappings, lists / tuples) nests deeper than *limit* levels.
 
     Level by level, each container visited once per level (a cyclic value is simply too
-    deep), no recursion.
+    deep), no recursion. JSON's own types are told apart by class (cheap); only other
+    types pay for an ``isinstance`` check.
     """
     level: list[Any] = [value] if isinstance(value, Mapping | list | tuple) else []
     depth = 0
@@ -69,10 +70,18 @@ def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
             return True
         following: dict[int, Any] = {}
         for container in level:
-            items = container.values() if isinstance(container, Mapping) else container
+            kind = container.__class__
+            if kind is dict:
+                items: Any = container.values()
+            elif kind is list or kind is tuple:
+                items = container
+            else:
+                items = container.values() if isinstance(container, Mapping) else container
             for item in items:
                 kind = item.__class__
-                if kind is dict or kind is list or isinstance(item, Mapping | list | tuple):
+                if (kind is dict or kind is list) or (
+                    kind not in _SCALARS and isinstance(item, Mapping | list | tuple)
+                ):
                     following[id(item)] = item
         level = list(following.values())
     return False
@@ -101,9 +110,27 @@ def loads(data: bytes | str, limit: int = MAX_DEPTH) -> Any:
         if "depth limit" in failure:  # deeper than orjson's own bound (1024)
             raise DepthError(limit)
         raise NotJSONError(failure)
-    if bytes_may_be_too_deep(data, limit) and too_deep(value, limit):
+    if bytes_may_be_too_deep(data, limit) and _parsed_too_deep(value, limit):
         raise DepthError(limit)
     return value
+
+
+#: orjson.dumps writes at most this many nested levels (it raises beyond).
+_ORJSON_DEPTH = 254
+
+
+def _parsed_too_deep(value: Any, limit: int) -> bool:
+    """:func:`too_deep` for a value orjson parsed, at C speed: wrapped in enough lists to
+    put depth *limit* exactly at orjson's own bound, it serializes iff it is not too
+    deep."""
+    wrapped = value
+    for _ in range(_ORJSON_DEPTH - limit):
+        wrapped = [wrapped]
+    try:
+        orjson.dumps(wrapped)
+    except TypeError:
+        return True
+    return False
 
 
 def quote(value: Any, limit: int = QUOTE_LIMIT) -> str:
