@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 SPEC   ?= spec/TpxTransport.tla
 CFG    ?= spec/TpxTransport.cfg
 
-.PHONY: all setup graphviz tlc explore test conformance conformance-deep bench lint clean e2e load bench-gateway
+.PHONY: all setup graphviz tlc explore test conformance conformance-deep bench lint clean e2e load bench-gateway fuzz
 
 all: test
 
@@ -50,6 +50,12 @@ conformance: $(STAMP) graphviz
 
 conformance-deep: $(STAMP) graphviz
 	TPX_HYPOTHESIS_PROFILE=deep $(PY) -m pytest conformance -n 2 -q
+
+## Hostile-input fuzzing of both transports (tests/fuzz): 8 x FUZZ_EXAMPLES cases (>= 100,000
+## by default), niced; prints the cases run and cases/s. Takes a while on a shared machine.
+FUZZ_EXAMPLES ?= 12500
+fuzz: $(STAMP)
+	TPX_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) nice -n 10 $(PY) -m pytest tests/fuzz -n 2 -p no:logging -q
 
 bench: $(STAMP)
 	$(PY) -m pytest benchmarks -p no:xdist --benchmark-only -q

@@ -16,12 +16,16 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import orjson
 import pytest
 from corpus import HISTORY_TURNS, claude_code_bytes, request_bytes, response_set
 from pytest_benchmark.fixture import BenchmarkFixture
 
+import tpx.exchange
+from tpx.exchange import Exchange, Provider
+from tpx.shape import check_message
 from tpx.translate import request_bytes_to_openai, response_bytes_to_messages
 
 _SETS: dict[str, list[bytes]] = {
@@ -104,3 +108,90 @@ def test_ratio_summary(benchmark: BenchmarkFixture, capsys: pytest.CaptureFixtur
         sys.stdout.write(table + "\n")
     benchmark.extra_info["table"] = table
     benchmark(_runner("responses", "translate"))
+
+
+# -- the native (ANTHROPIC) path: ShapeInv validation against the JSON floor --------
+
+_NATIVE: list[bytes] = [response_bytes_to_messages(data) for data in _SETS["responses"]]
+
+
+def _native(data: bytes) -> bytes:
+    body = orjson.loads(data)
+    check_message(body)  # what Exchange.receive adds on the native path
+    return orjson.dumps(body)
+
+
+def test_native_validation_ratio(
+    benchmark: BenchmarkFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Native path (loads + tpx.shape.check_message + dumps) over the floor (loads + dumps)
+    on the 200 responses as Messages bodies; target <= 1.10."""
+    size = sum(len(data) for data in _NATIVE)
+    loops = max(1, int(2_000_000 / size))
+
+    def native() -> None:
+        for data in _NATIVE:
+            _native(data)
+
+    def floor() -> None:
+        for data in _NATIVE:
+            _floor(data)
+
+    runs: dict[str, Callable[[], None]] = {"native": native, "floor": floor}
+    best = dict.fromkeys(runs, float("inf"))
+    for _ in range(15):
+        for kind, run in runs.items():
+            best[kind] = min(best[kind], _best(run, loops))
+    ratio = best["native"] / best["floor"]
+    line = (
+        f"native path  {size / 1024:>8.1f} KB  validated {best['native'] * 1e6:>9.1f} us  "
+        f"floor {best['floor'] * 1e6:>8.1f} us  x floor {ratio:5.2f}  "
+        f"{'ok' if ratio <= 1.10 else 'MISS'} (target <= 1.10)"
+    )
+    with capsys.disabled():
+        sys.stdout.write("\n" + line + "\n")
+    benchmark.extra_info["native_ratio"] = ratio
+    benchmark(runs["native"])
+
+
+def _ids_only(body: Any) -> list[str]:
+    """What the native path did before ShapeInv was enforced: tool_use ids only."""
+    return [b["id"] for b in body["content"] if b.get("type") == "tool_use"]
+
+
+def test_native_exchange_validation_ratio(
+    benchmark: BenchmarkFixture,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The whole native exchange (send + receive + deliver_bytes) with tpx.shape's check
+    over the same exchange taking only the tool ids; target <= 1.10."""
+    request = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+    exchange = Exchange(Provider.ANTHROPIC, secrets=("sk-bench-credential-0123456789",))
+
+    def run() -> None:
+        for data in _NATIVE:
+            exchange.send(request)
+            exchange.receive(200, None, data)
+            exchange.deliver_bytes()
+            if exchange.pending:
+                exchange.abort()  # the next send answers nothing
+
+    size = sum(len(data) for data in _NATIVE)
+    loops = max(1, int(1_000_000 / size))
+    best = {"checked": float("inf"), "ids only": float("inf")}
+    for _ in range(9):
+        best["checked"] = min(best["checked"], _best(run, loops))
+        with monkeypatch.context() as patch:
+            patch.setattr(tpx.exchange, "check_message", _ids_only)
+            best["ids only"] = min(best["ids only"], _best(run, loops))
+    ratio = best["checked"] / best["ids only"]
+    line = (
+        f"native exchange  checked {best['checked'] * 1e6:>9.1f} us  ids only "
+        f"{best['ids only'] * 1e6:>9.1f} us  x {ratio:5.2f}  "
+        f"{'ok' if ratio <= 1.10 else 'MISS'} (target <= 1.10)"
+    )
+    with capsys.disabled():
+        sys.stdout.write("\n" + line + "\n")
+    benchmark.extra_info["native_exchange_ratio"] = ratio
+    benchmark(run)

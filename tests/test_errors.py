@@ -34,7 +34,7 @@ def _openai_error(message: str, kind: str = "invalid_request_error") -> bytes:
         (529, errors.OverloadedError, "overloaded_error"),
         (400, errors.HTTPStatusError, "invalid_request_error"),
         (404, errors.HTTPStatusError, "not_found_error"),
-        (413, errors.HTTPStatusError, "request_too_large"),
+        (413, errors.HTTPStatusError, "invalid_request_error"),  # not an SDK error type
         (418, errors.HTTPStatusError, "invalid_request_error"),
         (500, errors.HTTPStatusError, "api_error"),
         (502, errors.HTTPStatusError, "api_error"),

@@ -445,7 +445,7 @@ def test_error_body_echoing_the_key_is_redacted() -> None:
         (
             b'{"type": "message", "role": "assistant", "content": '
             b'[{"type": "tool_use", "id": "t1", "name": "f", "input": []}]}',
-            "without name or input",
+            "input must be an object",
         ),
         # An OpenAI body from the Anthropic provider is not its native shape.
         (openai_reply(), "type is None"),
@@ -706,7 +706,7 @@ def test_tpx_translation_dropping_a_tool_result_is_caught(
     ids = [b["id"] for b in ex.deliver()["content"] if b["type"] == "tool_use"]
     monkeypatch.setattr("tpx.exchange.request_to_openai", lossy)
     before = ex.snapshot()
-    with pytest.raises(errors.ProtocolError, match="carried 0 tool results for 1"):
+    with pytest.raises(errors.ProtocolError, match="carries 0 tool results on the wire for 1"):
         ex.send(answer(ids, ids))
     assert ex.snapshot() == before
 

@@ -329,7 +329,7 @@ def test_redaction_covers_escaped_forms() -> None:
         assert "SECRET" not in cleaned
         assert "[REDACTED]" in cleaned
     assert secret_forms([None, ""]) == ()
-    assert secret_forms(["plain"]) == ("plain",)
+    assert "plain" in secret_forms(["plain"])
 
 
 def _unchecked(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -37,15 +37,21 @@ output pass it through :func:`redact` with the secrets they hold.
 
 from __future__ import annotations
 
+import base64
 import builtins
 import datetime
 import email.utils
 import json
 import math
+import re
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
+from tpx import _safe
+
 __all__ = [
+    "MESSAGES_ERROR_TYPES",
     "ConfigurationError",
     "ExchangeStateError",
     "HTTPStatusError",
@@ -68,43 +74,138 @@ __all__ = [
     "TpxError",
     "UnauthorizedError",
     "UnsupportedError",
+    "detached",
     "error_for_status",
     "error_message_from_body",
+    "messages_error_type",
     "parse_retry_after",
     "redact",
     "secret_forms",
 ]
 
 _REDACTED = "[REDACTED]"
+#: Fewest characters of a secret's start that :func:`redact` removes before a cut marker.
+_MIN_PARTIAL = 4
+#: Fewest consecutive characters of a secret that :func:`redact` removes anywhere.
+_MIN_FRAGMENT = 8
+_CUT_MARKERS = ("\u2026", "...")
 
 
 def redact(text: str, secrets: Iterable[str | None]) -> str:
-    """Return *text* with every non-empty secret replaced by ``[REDACTED]``."""
+    """Return *text* with every non-empty secret replaced by ``[REDACTED]``.
+
+    A secret cut short by a message (its start right before a cut marker, ``\u2026`` or
+    ``...``) is redacted too: at least :data:`_MIN_PARTIAL` characters of a secret's start
+    never survive a cut. Pass :func:`secret_forms` to catch escaped and encoded forms.
+    """
+    present = [s for s in secrets if s]
+    for secret in present:
+        text = text.replace(secret, _REDACTED)
+    for marker in _CUT_MARKERS:
+        if marker in text:
+            text = _redact_cut(text, marker, present)
+    return _redact_fragments(text, present)
+
+
+def _redact_fragments(text: str, secrets: list[str]) -> str:
+    """Every run of at least :data:`_MIN_FRAGMENT` characters of a secret, wherever it
+    stands: a secret broken up by escapes no form foresaw (a ``repr`` inside JSON inside
+    a ``repr``, ...) leaves no readable piece."""
+    spans: list[tuple[int, int]] = []
+    size = len(text)
     for secret in secrets:
-        if secret:
-            text = text.replace(secret, _REDACTED)
-    return text
+        if len(secret) < _MIN_FRAGMENT:
+            continue
+        start = 0
+        while start <= size - _MIN_FRAGMENT:
+            if text[start : start + _MIN_FRAGMENT] in secret:
+                end = start + _MIN_FRAGMENT
+                while end < size and text[start : end + 1] in secret:
+                    end += 1
+                spans.append((start, end))
+                start = end
+            else:
+                start += 1
+    if not spans:
+        return text
+    pieces: list[str] = []
+    position = 0
+    for start, end in sorted(spans):
+        if end <= position:
+            continue
+        pieces.append(text[position : max(start, position)])
+        pieces.append(_REDACTED)
+        position = end
+    pieces.append(text[position:])
+    return "".join(pieces)
+
+
+def _redact_cut(text: str, marker: str, secrets: list[str]) -> str:
+    pieces = text.split(marker)
+    for position in range(len(pieces) - 1):
+        before = pieces[position]
+        for secret in secrets:
+            for size in range(min(len(secret) - 1, len(before)), _MIN_PARTIAL - 1, -1):
+                if before.endswith(secret[:size]):
+                    before = before[:-size] + _REDACTED
+                    break
+        pieces[position] = before
+    return marker.join(pieces)
+
+
+def _base64_forms(raw: bytes) -> set[str]:
+    """Base64 (standard and URL-safe) of *raw* at each of the three alignments it may take
+    inside a longer encoded text: only the characters that depend on *raw* alone."""
+    forms: set[str] = set()
+    for offset in range(3):
+        padded = b"\0" * offset + raw
+        first = -(-8 * offset // 6)  # characters touched by the padding bytes
+        last = (len(padded) * 8) // 6  # characters made of whole bits of *raw*
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            forms.add(encode(padded).decode("ascii")[first:last])
+    return forms
 
 
 def secret_forms(secrets: Iterable[str | None]) -> tuple[str, ...]:
-    """Every non-empty secret plus the escaped forms it takes when a value is rendered.
+    """Every non-empty secret plus the escaped and encoded forms it takes in a text.
 
-    Exact-string redaction misses a secret shown through ``repr`` of a str or of its
-    bytes (``b'Bearer tok\\nX'``, ``\\xc3\\xa9``), ``unicode_escape`` or JSON
-    (``\\u00e9``); pass the result to :func:`redact` instead of the bare secrets.
-    Longest first, so a form is never half-replaced by a shorter one.
+    Exact-string redaction misses a secret shown through ``repr`` of a str (with either
+    quote escaped, ``\\'``) or of its bytes (``b'Bearer tok\\nX'``, ``\\xc3\\xa9``),
+    ``unicode_escape``, JSON (``\\u00e9``), every character ``\\u``-escaped, base64 (any
+    alignment, both alphabets) or URL-encoding; pass the result to :func:`redact` instead
+    of the bare secrets. Longest first, so a form is never half-replaced by a shorter one.
     """
     forms: set[str] = set()
     for secret in secrets:
         if not secret:
             continue
         forms.add(secret)
+        escaped = secret.encode("unicode_escape").decode("ascii")
+        forms.add(escaped)
         forms.add(repr(secret)[1:-1])
+        forms.add(escaped.replace("'", "\\'"))
+        forms.add(escaped.replace('"', '\\"'))
         forms.add(json.dumps(secret)[1:-1])
-        forms.add(secret.encode("unicode_escape").decode("ascii"))
+        forms.add(json.dumps(secret, ensure_ascii=False)[1:-1])
+        for digits in ("04x", "04X"):
+            forms.add("".join(f"\\u{ord(c):{digits}}" for c in secret if ord(c) < 0x10000))
         for encoding in ("utf-8", "latin-1"):
             forms.add(repr(secret.encode(encoding, "backslashreplace"))[2:-1])
-    return tuple(sorted((f for f in forms if f), key=lambda f: (-len(f), f)))
+        raw = secret.encode("utf-8", "surrogatepass")
+        forms.update(_base64_forms(raw))
+        for quoted in (urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret)):
+            forms.add(quoted)
+            forms.add(re.sub("%[0-9A-F]{2}", lambda m: m.group().lower(), quoted))
+    forms.update([json.dumps(form)[1:-1] for form in forms])  # each form inside JSON text
+    return tuple(sorted((f for f in forms if len(f) >= _MIN_PARTIAL), key=lambda f: (-len(f), f)))
+
+
+def detached(error: BaseException) -> BaseException:
+    """*error* without ``__cause__`` / ``__context__`` (they may hold unredacted text)."""
+    error.__cause__ = None
+    error.__context__ = None
+    error.__suppress_context__ = True
+    return error
 
 
 class TpxError(Exception):
@@ -136,7 +237,7 @@ class ModelError(TpxError):
         super().__init__(message)
         self.message = message
         self.status = self.default_status if status is None else status
-        self.error_type = error_type or self.default_error_type
+        self.error_type = messages_error_type(error_type or self.default_error_type, self.status)
         self.provider = provider
         self.retry_after = retry_after
 
@@ -264,14 +365,39 @@ _ERROR_TYPE_BY_STATUS: dict[int, str] = {
     402: "billing_error",
     403: "permission_error",
     404: "not_found_error",
-    413: "request_too_large",
     429: "rate_limit_error",
     500: "api_error",
     503: "overloaded_error",
     504: "timeout_error",
     529: "overloaded_error",
 }
-_MESSAGES_ERROR_TYPES = frozenset(_ERROR_TYPE_BY_STATUS.values())
+#: The error types of the Messages API (the official SDK's ``ErrorObject`` union).
+MESSAGES_ERROR_TYPES = frozenset(
+    {
+        "invalid_request_error",
+        "authentication_error",
+        "billing_error",
+        "permission_error",
+        "not_found_error",
+        "rate_limit_error",
+        "timeout_error",
+        "api_error",
+        "overloaded_error",
+    }
+)
+_MESSAGES_ERROR_TYPES = MESSAGES_ERROR_TYPES
+
+
+def messages_error_type(error_type: object, status: int) -> str:
+    """*error_type* if it is a Messages API error type, else the one *status* maps to
+    (any other 4xx: ``invalid_request_error``; anything else: ``api_error``)."""
+    if isinstance(error_type, str) and error_type in MESSAGES_ERROR_TYPES:
+        return error_type
+    if isinstance(status, int) and status in _ERROR_TYPE_BY_STATUS:
+        return _ERROR_TYPE_BY_STATUS[status]
+    if isinstance(status, int) and 400 <= status < 500:
+        return "invalid_request_error"
+    return "api_error"
 
 
 class ConfigurationError(TpxError, ValueError):
@@ -318,8 +444,8 @@ def error_message_from_body(body: bytes | str) -> tuple[str | None, str | None]:
     ``error_type`` is only returned when it is a Messages-API error type.
     """
     try:
-        data = json.loads(body)
-    except (ValueError, TypeError):
+        data = _safe.loads(body)
+    except (ValueError, TypeError):  # not JSON, or nested deeper than the depth rule
         return None, None
     if not isinstance(data, dict):
         return None, None

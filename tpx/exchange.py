@@ -106,13 +106,15 @@ the set of enabled actions state by state.
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import attrs
 import orjson
 
+from tpx import _safe
+from tpx._safe import quote
+from tpx._scrub import Scrubber
 from tpx.errors import (
     ExchangeStateError,
     ModelError,
@@ -120,10 +122,12 @@ from tpx.errors import (
     ProtocolError,
     UnauthorizedError,
     UnsupportedError,
+    detached,
     error_for_status,
     redact,
     secret_forms,
 )
+from tpx.shape import check_event, check_message
 from tpx.translate import request_to_openai, response_to_messages, tool_result_ids
 from tpx.translate.profiles import Profile, get_profile
 from tpx.translate.response import is_first_choice
@@ -132,6 +136,7 @@ from tpx.translate.stream import (
     AnthropicStreamReader,
     MessageAccumulator,
     OpenAIStreamTranslator,
+    SSEEvent,
     SSEParser,
 )
 
@@ -155,7 +160,12 @@ Phase = Literal["idle", "req", "resp"]
 Outcome = Literal["none", "ok", "err"]
 Shape = Literal["messages", "openai"]
 
-_TOOL_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
+
+def _caller_error(message: str) -> ProtocolError:
+    """The error for a request the caller got wrong (400 ``invalid_request_error``)."""
+    return ProtocolError(
+        f"invalid Messages request: {message}", status=400, error_type="invalid_request_error"
+    )
 
 
 class Provider(enum.Enum):
@@ -221,7 +231,7 @@ ExchangeObserver = Callable[[str, ExchangeSnapshot], None]
 
 def _tool_result_ids(request: Mapping[str, Any]) -> list[str]:
     """tool_result ids of the last user turn (duplicates kept; odd ids shown by repr)."""
-    return [i if isinstance(i, str) else repr(i) for i in tool_result_ids(request)]
+    return [i if isinstance(i, str) else quote(i) for i in tool_result_ids(request)]
 
 
 def _openai_request_tool_ids(body: Mapping[str, Any]) -> list[str]:
@@ -258,33 +268,9 @@ def _openai_response_tool_ids(body: Mapping[str, Any]) -> list[str]:
 
 
 def _check_messages_response(body: Any) -> list[str]:
-    """Validate a Messages response body; return its tool_use ids. Raises ProtocolError."""
-    if not isinstance(body, Mapping):
-        raise ProtocolError("response body is not a JSON object")
-    if body.get("type") != "message":
-        raise ProtocolError(f"response type is {body.get('type')!r}, expected 'message'")
-    if body.get("role") != "assistant":
-        raise ProtocolError(f"response role is {body.get('role')!r}, expected 'assistant'")
-    content = body.get("content")
-    if not isinstance(content, list):
-        raise ProtocolError("response content is not a list")
-    ids: list[str] = []
-    for block in content:
-        if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
-            raise ProtocolError("response content block without a type")
-        if block["type"] == "tool_use":
-            tool_id = block.get("id")
-            if not isinstance(tool_id, str) or not _TOOL_ID.match(tool_id):
-                raise ProtocolError(f"tool_use block with invalid id {tool_id!r}")
-            if not isinstance(block.get("name"), str) or not isinstance(
-                block.get("input"), Mapping
-            ):
-                raise ProtocolError(f"tool_use block {tool_id} without name or input object")
-            ids.append(tool_id)
-    duplicated = sorted({i for i in ids if ids.count(i) > 1})
-    if duplicated:
-        raise ProtocolError(f"duplicated tool_use ids {duplicated}")
-    return ids
+    """Validate a Messages response body (ShapeInv, :mod:`tpx.shape`); return its tool_use
+    ids. Raises ProtocolError."""
+    return check_message(body)
 
 
 def _reply_headers(status: Any, headers: Any) -> Mapping[str, str]:
@@ -315,6 +301,12 @@ def _pairing_problem(answered: Sequence[str], pending: frozenset[str]) -> str | 
 # --------------------------------------------------------------------------
 # The machine.
 # --------------------------------------------------------------------------
+
+
+def _internal(exc: BaseException) -> ProtocolError:
+    """The ProtocolError for an exception tpx did not foresee while reading a reply (only
+    its class is kept: its text may quote the reply)."""
+    return ProtocolError(f"the reply could not be read ({type(exc).__name__})")
 
 
 class _StreamState:
@@ -356,12 +348,14 @@ class Exchange:
         "_model",
         "_notifying",
         "_observer",
+        "_observer_failure",
         "_outbound",
         "_pending",
         "_phase",
         "_profile",
         "_provider",
         "_req_ids",
+        "_scrub",
         "_secrets",
         "_signer",
         "_stream",
@@ -399,6 +393,7 @@ class Exchange:
             secrets = (*secrets, thinking_secret)
         # Every rendered form of each secret (repr / bytes repr / JSON escapes too).
         self._secrets: tuple[str, ...] = secret_forms(secrets)
+        self._scrub = Scrubber(self._secrets)  # echoes in delivered replies
         self._turn = 0
         self._phase: Phase = "idle"
         self._pending: frozenset[str] = frozenset()
@@ -416,6 +411,7 @@ class Exchange:
         self._last_error: ModelError | None = None
         self._outbound: OutboundRequest | None = None
         self._observer = observer
+        self._observer_failure: BaseException | None = None
         self._notifying = False
 
     # -- read-only state ---------------------------------------------------
@@ -555,8 +551,15 @@ class Exchange:
         self._notifying = True
         try:
             observer(action, self.snapshot())
+        except BaseException as exc:
+            self._observer_failure = exc  # so a shell can tell it from its own failures
+            raise
         finally:
             self._notifying = False
+
+    def raised_by_observer(self, exc: BaseException) -> bool:
+        """*exc* is what the observer raised at the last step (it propagates as is)."""
+        return exc is self._observer_failure
 
     # -- CallerSend / CallerAbort / NoProvider ----------------------------------
 
@@ -572,7 +575,17 @@ class Exchange:
         )
         if not isinstance(request, Mapping):
             raise TypeError(f"request must be a mapping, got {type(request).__name__}")
-        answered = _tool_result_ids(request)
+        if _safe.too_deep(request):
+            raise _caller_error(
+                f"the request nests deeper than {_safe.MAX_DEPTH} levels; nothing was sent"
+            )
+        refused: ModelError | None = None
+        try:
+            answered = _tool_result_ids(request)
+        except Exception as exc:  # a hostile Mapping; no state changed yet
+            refused = _caller_error(f"the request cannot be read ({type(exc).__name__})")
+        if refused is not None:
+            raise refused
         problem = _pairing_problem(answered, self._pending)
         if problem is not None:
             if self._pending:
@@ -580,11 +593,21 @@ class Exchange:
                 raise PairingError(f"{problem}; the turn was aborted and nothing was sent")
             raise PairingError(f"{problem}; nothing was sent")
         streaming = request.get("stream") is True
-        outbound, wire_ids, wire_model = self._frame(request, streaming)
+        try:
+            outbound, wire_ids, wire_model = self._frame(request, streaming)
+        except ModelError as exc:
+            refused = exc
+        except Exception as exc:  # unforeseen: still the request's doing, nothing was sent
+            refused = _caller_error(f"the request cannot be framed ({type(exc).__name__})")
+        if refused is not None:
+            raise detached(refused)  # outside the handler: no chained context
         if len(wire_ids) != len(answered):
-            raise ProtocolError(
-                f"translation carried {len(wire_ids)} tool results for "
-                f"{len(answered)} tool_result blocks; nothing was sent"
+            # e.g. a tool_result turn followed by an empty assistant turn: the history is
+            # malformed (the Messages API requires non-empty assistant content there)
+            raise _caller_error(
+                f"the history carries {len(wire_ids)} tool results on the wire for "
+                f"{len(answered)} tool_result blocks in its last user turn (an assistant "
+                "message with empty content?); nothing was sent"
             )
         self._req_ids = frozenset(answered)
         self._wire_shape = native_shape(self._provider)
@@ -600,10 +623,13 @@ class Exchange:
 
     def send_bytes(self, request: bytes) -> OutboundRequest:
         """:meth:`send` for a JSON-encoded request body."""
+        failure: str | None = None
         try:
-            decoded = orjson.loads(request)
-        except orjson.JSONDecodeError as exc:
-            raise UnsupportedError(f"request body is not JSON: {exc}") from None
+            decoded = _safe.loads(request)
+        except ValueError as exc:  # not JSON, or nested too deep
+            failure = str(exc)
+        if failure is not None:
+            raise UnsupportedError(f"request body is not JSON: {failure}")
         if not isinstance(decoded, dict):
             raise UnsupportedError("request body is not a JSON object")
         return self.send(decoded)
@@ -626,10 +652,13 @@ class Exchange:
             ).body
             path = "/v1/chat/completions"
             wire_ids = _openai_request_tool_ids(body)
+        problem: str | None = None
         try:
             data = orjson.dumps(body)
         except TypeError as exc:
-            raise UnsupportedError(f"request is not JSON-serializable: {exc}") from None
+            problem = str(exc)
+        if problem is not None:
+            raise UnsupportedError(f"request is not JSON-serializable: {problem}")
         model = body.get("model")
         return (
             OutboundRequest("POST", path, tuple(headers), data),
@@ -687,16 +716,20 @@ class Exchange:
         self._require("ProviderReply", self._phase == "req" and not self._streaming)
         headers = _reply_headers(status, headers)
         name = self._provider.name
-        if not 200 <= status < 300:
-            raise self._provider_fail(
-                error_for_status(status, headers, body, provider=name, secrets=self._secrets)
-            )
+        failure: ModelError | None = None
         try:
-            delivered, ids, wire_ids = self._read_reply(body)
-        except (UnsupportedError, ProtocolError) as exc:
-            raise self._provider_fail(
-                ProtocolError(exc.message, provider=name, status=exc.status)
-            ) from None
+            if not 200 <= status < 300:
+                failure = error_for_status(
+                    status, headers, body, provider=name, secrets=self._secrets
+                )
+            else:
+                delivered, ids, wire_ids = self._read_reply(body)
+        except ModelError as exc:
+            failure = ProtocolError(exc.message, provider=name)
+        except Exception as exc:  # unforeseen: the reply still cannot be delivered
+            failure = _internal(exc)
+        if failure is not None:  # raised outside the handlers: nothing chained
+            raise self._provider_fail(failure)
         self._delivered = delivered
         self._delivered_ids = frozenset(ids)
         self._emitted = frozenset(wire_ids)
@@ -707,12 +740,21 @@ class Exchange:
 
     def _read_reply(self, body: bytes) -> tuple[dict[str, Any], list[str], list[str]]:
         """(Messages body, its tool_use ids, the tool ids on the wire)."""
+        walk = False
+        if self._scrub:  # a credential echoed by the provider never reaches the caller
+            body, walk = self._scrub.reply(body)
         try:
-            decoded = orjson.loads(body)
-        except orjson.JSONDecodeError:
+            decoded = _safe.loads(body)
+        except _safe.DepthError:
+            raise ProtocolError(
+                f"response body nests deeper than {_safe.MAX_DEPTH} levels"
+            ) from None
+        except ValueError:
             raise ProtocolError("response body is not JSON") from None
         if not isinstance(decoded, dict):
             raise ProtocolError("response body is not a JSON object")
+        if walk:
+            decoded = self._scrub.value(decoded)
         if self._provider is Provider.ANTHROPIC:
             ids = _check_messages_response(decoded)
             return decoded, ids, ids
@@ -744,6 +786,7 @@ class Exchange:
         return self._provider_fail(error)
 
     def _provider_fail(self, error: ModelError) -> ModelError:
+        detached(error)
         if self._secrets:
             error.message = redact(error.message, self._secrets)
             error.args = (error.message,)
@@ -812,6 +855,8 @@ class Exchange:
             self._consume(stream, stream.parser.feed(chunk), out)
         except ModelError as error:
             self._stream_fail(error, out)
+        except Exception as exc:  # unforeseen: still a ProviderFail, never a stuck "req"
+            self._stream_fail(_internal(exc), out)
         return out
 
     def flush(self) -> list[dict[str, Any]]:
@@ -833,6 +878,8 @@ class Exchange:
             self._consume(stream, stream.parser.close(), out)
         except ModelError as error:
             self._stream_fail(error, out)
+        except Exception as exc:
+            self._stream_fail(_internal(exc), out)
         return out
 
     def end_stream(self) -> list[dict[str, Any]]:
@@ -851,20 +898,32 @@ class Exchange:
             self._stream_reply(stream)
         except ModelError as error:
             self._stream_fail(error, out)
+        except Exception as exc:
+            self._stream_fail(_internal(exc), out)
         else:
             self._notify("ProviderReply")
         return out
 
     def _consume(self, stream: _StreamState, events: Iterable[Any], out: list[Any]) -> None:
+        scrub = self._scrub
         for event in events:
+            walk = False
+            if scrub:  # a credential echoed by the provider never reaches the caller
+                data, walk = scrub.text(event.data)
+                if data != event.data:
+                    event = SSEEvent(data, event.event, event.id)
             produced = stream.reader.on_event(event)
+            if walk:
+                produced = [scrub.value(item) for item in produced]
             if stream.own is not None:
                 stream.own.add_all(produced)
-            out.extend(produced)
+            for item in produced:  # ShapeInv: only Messages events reach the caller
+                if check_event(item):
+                    out.append(item)
 
     def _stream_fail(self, error: ModelError, out: list[dict[str, Any]]) -> None:
         if isinstance(error, ProtocolError | UnsupportedError) and error.provider is None:
-            error = ProtocolError(error.message, provider=self._provider.name, status=error.status)
+            error = ProtocolError(error.message, provider=self._provider.name)
         self._provider_fail(error)
         out.append(error.body())
 
@@ -874,6 +933,8 @@ class Exchange:
         else:
             assert isinstance(stream.reader, AnthropicStreamReader)
             delivered = stream.reader.message()
+        if self._scrub:
+            delivered = self._scrub.value(delivered)
         ids = _check_messages_response(delivered)
         if isinstance(stream.reader, OpenAIStreamTranslator):
             wire_ids = [str(i) for i in stream.reader.wire_ids]

@@ -75,6 +75,8 @@ from tpx.errors import (
     ExchangeStateError,
     ModelError,
     NetworkError,
+    ProtocolError,
+    detached,
     redact,
     secret_forms,
 )
@@ -378,6 +380,37 @@ class _Core:
     def _interrupted(self) -> None:
         self.exchange.fail(NetworkError("the exchange was interrupted before the provider replied"))
 
+    def _settle(self, exc: BaseException) -> BaseException:
+        """What to raise for *exc*, which escaped a step after ``CallerSend``.
+
+        The exchange never stays in ``req``: it takes ``ProviderFail`` first (for
+        ``KeyboardInterrupt`` / cancellation too, which are then re-raised as they are).
+        A :class:`ModelError` and whatever the observer raised propagate as they are; any
+        other ``Exception`` (one tpx did not foresee) becomes a :class:`ProtocolError`
+        naming only its class (its text may quote the reply). Raise the result outside the
+        ``except`` block: nothing is chained to *exc*.
+        """
+        ex = self.exchange
+        if isinstance(exc, ModelError) and ex.phase == "req":
+            ex.fail(exc)
+            return exc
+        if isinstance(exc, ModelError) or ex.raised_by_observer(exc):
+            if ex.phase == "req":
+                self._interrupted()
+            return exc
+        if not isinstance(exc, Exception):  # KeyboardInterrupt, cancellation, GeneratorExit
+            if ex.phase == "req":
+                self._interrupted()
+            return exc
+        error = ProtocolError(
+            f"{self.provider.name}: the reply could not be read ({type(exc).__name__})",
+            provider=self.provider.name,
+        )
+        if ex.phase == "req":
+            error = ex.fail(error)  # type: ignore[assignment]
+        logger.info("tpx exchange failed: %s: %s", error.code, error.message)
+        return error
+
     def _receive(self, response: httpx2.Response) -> None:
         logger.debug(
             "tpx %s turn %d: HTTP %d", self.provider.name, self.exchange.turn, response.status_code
@@ -482,6 +515,14 @@ class _Core:
         error = self._transport_failed(exc)
         return ([serialize_event(error.body())] if started and in_flight else []), error
 
+    def _stream_settle(self, exc: BaseException) -> BaseException:
+        """:meth:`_settle` for a stream: closing it early or an interruption is
+        ``ProviderFail`` with a :class:`NetworkError` (see :meth:`_stream_abandoned`)."""
+        if isinstance(exc, Exception) and not isinstance(exc, ModelError):
+            return self._settle(exc)
+        self._stream_abandoned()
+        return exc
+
     def _stream_abandoned(self) -> None:
         if self.exchange.phase == "req":
             error = self.exchange.fail(
@@ -571,8 +612,16 @@ class Transport(_Core):
             self._interrupted()
             raise
         else:
-            self._receive(response)
-            return
+            settled: BaseException | None = None
+            try:
+                self._receive(response)
+            except BaseException as exc:
+                settled = self._settle(exc)
+            if settled is None:
+                return
+            if isinstance(settled, ModelError):
+                raise detached(settled)  # outside the handler: not chained to it
+            raise settled
         raise self._transport_failed(failure)  # outside the handler: not chained to it
 
     def finish(self) -> dict[str, Any]:
@@ -604,6 +653,7 @@ class Transport(_Core):
         """
         http_request = self.begin(self._stream_request(request))
         out = _Handover()
+        settled: BaseException | None = None
         # httpx2 failures are kept by the handlers and mapped (ProviderFail) outside them,
         # so nothing raised is chained to the httpx2 exception (see _transport_failed).
         failure: httpx2.HTTPError | None = None
@@ -641,9 +691,12 @@ class Transport(_Core):
                     raise out.error
             finally:
                 response.close()
-        except BaseException:  # GeneratorExit (closed early), KeyboardInterrupt, bugs
-            self._stream_abandoned()
-            raise
+        except BaseException as exc:  # GeneratorExit (closed early), KeyboardInterrupt, bugs
+            settled = self._stream_settle(exc)
+            if settled is exc:
+                raise
+        if settled is not None:
+            raise detached(settled)  # an unforeseen exception, as a ProtocolError (unchained)
 
     def close(self) -> None:
         """Close the HTTP client if :func:`boot` created it."""
@@ -679,7 +732,14 @@ class AsyncTransport(_Core):
             self._interrupted()
             raise
         else:
-            return self._finish(response)
+            settled: BaseException | None = None
+            try:
+                return self._finish(response)
+            except BaseException as exc:
+                settled = self._settle(exc)
+            if isinstance(settled, ModelError):
+                raise detached(settled)  # outside the handler: not chained to it
+            raise settled
         raise self._transport_failed(failure)  # outside the handler: not chained to it
 
     async def stream(self, request: Mapping[str, Any]) -> AsyncIterator[bytes]:
@@ -687,6 +747,7 @@ class AsyncTransport(_Core):
         cancellation and ``aclose()`` of the iterator are ``ProviderFail``)."""
         http_request = self._open(self.client, self._stream_request(request))
         out = _Handover()
+        settled: BaseException | None = None
         # httpx2 failures are kept by the handlers and mapped (ProviderFail) outside them,
         # so nothing raised is chained to the httpx2 exception (see _transport_failed).
         failure: httpx2.HTTPError | None = None
@@ -727,9 +788,12 @@ class AsyncTransport(_Core):
                     raise out.error
             finally:
                 await response.aclose()
-        except BaseException:  # GeneratorExit (aclose), cancellation, bugs
-            self._stream_abandoned()
-            raise
+        except BaseException as exc:  # GeneratorExit (aclose), cancellation, bugs
+            settled = self._stream_settle(exc)
+            if settled is exc:
+                raise
+        if settled is not None:
+            raise detached(settled)  # an unforeseen exception, as a ProtocolError (unchained)
 
     async def aclose(self) -> None:
         """Close the HTTP client if :func:`aboot` created it."""

@@ -746,7 +746,7 @@ def test_streamed_choices_other_than_index_0_are_dropped_with_a_warning() -> Non
             choice["index"] = index
         t = OpenAIStreamTranslator(nonce=NONCE)
         got = message(t.feed(sse([{"id": "c", "model": "m", "choices": [choice]}])) + t.close())
-        kept = index is None or index == 0
+        kept = index is None  # only the integer 0 (or no index) is choice 0
         assert [b["text"] for b in got["content"]] == (["x"] if kept else [])
         assert bool(t.warnings and "extra choice" in t.warnings[0]) is not kept
 

@@ -245,6 +245,7 @@ from typing import Any
 
 import orjson
 
+from tpx import _safe
 from tpx.errors import ProtocolError
 from tpx.translate._result import Translation
 from tpx.translate.ids import decode_caller_id, to_caller_id, to_foreign_id, wire_id
@@ -337,14 +338,17 @@ def request_bytes_to_openai(
     was_enabled = gc.isenabled()
     gc.disable()
     try:
+        problem: str | None = None
         try:
-            request: Any = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
+            request: Any = _safe.loads(data)
+        except ValueError as exc:  # not JSON, or nested deeper than the depth rule
+            problem = str(exc)
+        if problem is not None:
             raise ProtocolError(
-                f"invalid Messages request: body is not JSON ({exc})",
+                f"invalid Messages request: body is not JSON ({problem})",
                 status=400,
                 error_type="invalid_request_error",
-            ) from None
+            )
         st = new_state(profile, secret)
         body = translate_request(request, model, st)
         if warnings is not None:
@@ -366,10 +370,13 @@ def response_bytes_to_messages(
 ) -> bytes:
     """JSON Chat Completions response -> JSON Messages response (:func:`response_to_messages`)."""
     get_profile(profile)  # validated; replies are read alike for every profile
+    problem: str | None = None
     try:
-        response: Any = _loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise ProtocolError(f"not a Chat Completions response: body is not JSON ({exc})") from None
+        response: Any = _safe.loads(data)
+    except ValueError as exc:  # not JSON, or nested deeper than the depth rule
+        problem = str(exc)
+    if problem is not None:
+        raise ProtocolError(f"not a Chat Completions response: body is not JSON ({problem})")
     if nonce is not None:
         check_nonce(nonce)
     if response.__class__ is dict:  # the common case, without a detour (no warnings there)

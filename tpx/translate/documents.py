@@ -18,6 +18,7 @@ import io
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
+from tpx._safe import quote
 from tpx.errors import ProtocolError, UnsupportedError
 from tpx.translate.profiles import Profile
 
@@ -86,7 +87,7 @@ def document_part(
         if not isinstance(data, str) or not data:
             _bad("base64 document source needs non-empty data")
         if media_type != "application/pdf":
-            _unsupported(f"base64 documents of type {media_type!r} (only application/pdf)")
+            _unsupported(f"base64 documents of type {quote(media_type)} (only application/pdf)")
         if profile.file_parts:
             title = block.get("title")
             name = title if isinstance(title, str) and title else "document.pdf"
@@ -123,5 +124,5 @@ def document_part(
             texts.append(inner_text)
         return _tagged("\n\n".join(texts), block)
     if kind in ("url", "file"):
-        _unsupported(f"document sources of type {kind!r} (tpx does not fetch them)")
-    _unsupported(f"document source of type {kind!r}")
+        _unsupported(f"document sources of type {quote(kind)} (tpx does not fetch them)")
+    _unsupported(f"document source of type {quote(kind)}")

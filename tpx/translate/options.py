@@ -42,6 +42,7 @@ from typing import Any, NoReturn
 
 import orjson
 
+from tpx._safe import quote
 from tpx.errors import ProtocolError, UnsupportedError
 from tpx.translate.profiles import Profile
 from tpx.translate.schema import sanitize_schema
@@ -106,12 +107,12 @@ def _reasoning_wanted(request: Mapping[str, Any]) -> tuple[bool | None, str | No
                 _bad("thinking.budget_tokens must be a positive integer")
             on, effort = True, budget_effort(budget)
         else:
-            _bad(f"unknown thinking type {kind!r}")
+            _bad(f"unknown thinking type {quote(kind)}")
     config = request.get("output_config")
     if isinstance(config, Mapping) and config.get("effort") is not None:
         wanted = config["effort"]
         if wanted not in _ANTHROPIC_EFFORTS:
-            _bad(f"unknown output_config.effort {wanted!r}")
+            _bad(f"unknown output_config.effort {quote(wanted)}")
         effort = wanted
         if on is None:
             on = True
@@ -143,7 +144,7 @@ def _reasoning(
         body["chat_template_kwargs"] = {"enable_thinking": on}
         if on and effort is not None:
             warn(
-                f"reasoning effort {effort!r} dropped: profile {profile.name!r} switches "
+                f"reasoning effort {quote(effort)} dropped: profile {profile.name!r} switches "
                 "thinking on or off only"
             )
     elif control == "deepseek":
@@ -210,7 +211,7 @@ def apply_options(
             _bad("output_config must be an object")
         for key in config:
             if key not in _OUTPUT_CONFIG_KEYS:
-                _unsupported(f"unknown output_config field {key!r}")
+                _unsupported(f"unknown output_config field {quote(key)}")
     _reasoning(request, body, profile, warn)
     return _format(request, body, profile, warn)
 
@@ -229,7 +230,7 @@ def thinking_cleared(
         _bad("context_management.edits must be a list")
     for key in management:
         if key != "edits":
-            _unsupported(f"unknown context_management field {key!r}")
+            _unsupported(f"unknown context_management field {quote(key)}")
     cleared: frozenset[int] = frozenset()
     for edit in edits:
         if not isinstance(edit, Mapping):
@@ -265,7 +266,7 @@ def thinking_cleared(
             kept = len(with_thinking) - keep["value"]
             cleared = cleared | frozenset(with_thinking[: max(kept, 0)])
         else:
-            _unsupported(f"context_management edit {kind!r}")
+            _unsupported(f"context_management edit {quote(kind)}")
     return cleared
 
 

@@ -51,6 +51,7 @@ from typing import Literal
 
 import attrs
 
+from tpx._safe import quote
 from tpx.errors import ConfigurationError
 
 __all__ = [
@@ -237,7 +238,7 @@ def get_profile(profile: str | Profile | None) -> Profile:
         if found is not None:
             return found
         raise ConfigurationError(
-            f"unknown upstream profile {profile!r}; known: {', '.join(sorted(PROFILES))}"
+            f"unknown upstream profile {quote(profile)}; known: {', '.join(sorted(PROFILES))}"
         )
     raise ConfigurationError(f"profile must be a name or a Profile, got {type(profile).__name__}")
 

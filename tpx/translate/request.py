@@ -9,6 +9,8 @@ from typing import Any, NoReturn
 import attrs
 import orjson
 
+from tpx import _safe
+from tpx._safe import quote
 from tpx.errors import ProtocolError, UnsupportedError
 from tpx.translate._result import Translation
 from tpx.translate.documents import document_part
@@ -157,7 +159,7 @@ def _image_part(block: Mapping[str, Any]) -> dict[str, Any]:
             _bad("url image source needs a non-empty url")
         url = url_value
     else:
-        _unsupported(f"image source of type {kind!r} (only base64 and url are carried)")
+        _unsupported(f"image source of type {quote(kind)} (only base64 and url are carried)")
     return {"type": "image_url", "image_url": {"url": url}}
 
 
@@ -219,10 +221,10 @@ def _tool_message(
                 images += 1
             elif kind == "document":  # tool messages carry text only: always its text
                 parts.append(document_part(inner, _text_only(st.profile), st.warn))
-            elif kind in _UNSUPPORTED_BLOCKS:
+            elif kind.__class__ is str and kind in _UNSUPPORTED_BLOCKS:
                 _unsupported(f"{kind} blocks inside a tool_result")
             else:
-                _unsupported(f"unknown tool_result content block type {kind!r}")
+                _unsupported(f"unknown tool_result content block type {quote(kind)}")
         if images:
             st.warn(_TOOL_IMAGE_WARNING)
             parts.append(
@@ -267,7 +269,7 @@ def _refuse_non_finite_inputs(request: Mapping[str, Any]) -> None:
         if message["role"] == "assistant" and content.__class__ is list:
             for block in content:
                 if block.get("type") == "tool_use" and _non_finite(block["input"]):
-                    _bad(f"tool_use {block['id']!r}: input holds NaN or Infinity (not JSON)")
+                    _bad(f"tool_use {quote(block['id'])}: input holds NaN or Infinity (not JSON)")
 
 
 def _tool_use_slow(block: dict[str, Any]) -> NoReturn:
@@ -277,7 +279,7 @@ def _tool_use_slow(block: dict[str, Any]) -> NoReturn:
     name = block.get("name")
     if not isinstance(name, str) or not name:
         _bad("tool_use needs a non-empty string name")
-    _bad(f"tool_use {caller_id!r}: input must be an object")
+    _bad(f"tool_use {quote(caller_id)}: input must be an object")
 
 
 def _assistant(content: Any, out: list[dict[str, Any]], st: _State, index: int) -> dict[str, str]:
@@ -320,7 +322,7 @@ def _assistant(content: Any, out: list[dict[str, Any]], st: _State, index: int) 
             try:
                 arguments = _dumps(tool_input).decode()
             except TypeError as exc:
-                _bad(f"tool_use {caller_id!r}: input is not JSON-serialisable ({exc})")
+                _bad(f"tool_use {quote(caller_id)}: input is not JSON-serialisable ({exc})")
             calls.append(
                 {
                     "id": wire,
@@ -357,10 +359,10 @@ def _assistant(content: Any, out: list[dict[str, Any]], st: _State, index: int) 
             st.warn("redacted_thinking blocks dropped: encrypted for another provider")
         elif kind == "image":
             _unsupported("images in assistant messages")
-        elif kind in _UNSUPPORTED_BLOCKS:
+        elif kind.__class__ is str and kind in _UNSUPPORTED_BLOCKS:
             _unsupported(f"{kind} blocks")
         else:
-            _unsupported(f"unknown content block type {kind!r} in an assistant message")
+            _unsupported(f"unknown content block type {quote(kind)} in an assistant message")
     if first is None and not calls:
         if reasoning:
             field: Any = st.profile.reasoning_back  # set whenever reasoning is collected
@@ -421,7 +423,7 @@ def _user(
             wire = wire_of.get(caller_id) if caller_id.__class__ is str else None
             if wire is None:
                 _bad(
-                    f"messages[{index}]: tool_result {caller_id!r} answers no tool_use of the "
+                    f"messages[{index}]: tool_result {quote(caller_id)} answers no tool_use of the "
                     "assistant turn before it (or one its user turn already answered)"
                 )
             if answers is None and caller_id != next(expected, None):
@@ -429,7 +431,7 @@ def _user(
                 answers = dict(zip(wire_of, out[tools_at:], strict=False))
                 del out[tools_at:]
             if answers is not None and caller_id in answers:
-                _bad(f"messages[{index}]: tool_use {caller_id!r} answered twice")
+                _bad(f"messages[{index}]: tool_use {quote(caller_id)} answered twice")
             result = block.get("content")
             is_error = block.get("is_error")
             message: dict[str, Any] | None = None
@@ -470,22 +472,26 @@ def _user(
             parts.append(document_part(block, st.profile, st.warn))
         elif kind in ("thinking", "redacted_thinking"):
             st.warn(f"{kind} blocks in user messages dropped")
-        elif kind in _UNSUPPORTED_BLOCKS:
+        elif kind.__class__ is str and kind in _UNSUPPORTED_BLOCKS:
             _unsupported(f"{kind} blocks")
         else:
-            _unsupported(f"unknown content block type {kind!r} in a user message")
+            _unsupported(f"unknown content block type {quote(kind)} in a user message")
     if answers is None:
         answered = len(out) - tools_at
         if answered != len(wire_of):
             missing = list(wire_of)[answered:]
             raise _Unanswered(
-                f"messages[{index}]: tool_use ids without a tool_result: {missing!r}", tools_at
+                f"messages[{index}]: tool_use ids without a tool_result: "
+                f"[{', '.join(map(quote, missing))}]",
+                tools_at,
             )
     else:
         if len(answers) != len(wire_of):
             missing = [caller for caller in wire_of if caller not in answers]
             raise _Unanswered(
-                f"messages[{index}]: tool_use ids without a tool_result: {missing!r}", tools_at
+                f"messages[{index}]: tool_use ids without a tool_result: "
+                f"[{', '.join(map(quote, missing))}]",
+                tools_at,
             )
         out.extend(map(answers.__getitem__, wire_of))  # one tool message per call, in order
     if parts:
@@ -565,9 +571,9 @@ def translate_request(request: Any, model: str | None, st: _State) -> dict[str, 
             if key in _DROPPED_FIELDS:
                 st.warn(f"{key} dropped: {_DROPPED_FIELDS[key]}")
             elif key in _REFUSED_FIELDS:
-                _unsupported(f"{_REFUSED_FIELDS[key]} ({key!r})")
+                _unsupported(f"{_REFUSED_FIELDS[key]} ({quote(key)})")
             else:
-                _unsupported(f"unknown request field {key!r}")
+                _unsupported(f"unknown request field {quote(key)}")
     name = model if model is not None else request.get("model")
     if not isinstance(name, str) or not name:
         _bad("model must be a non-empty string")
@@ -633,7 +639,9 @@ def translate_request(request: Any, model: str | None, st: _State) -> dict[str, 
                 out.append({"role": "user", "content": f"{SYSTEM_OPEN}{text}{SYSTEM_CLOSE}"})
                 st.tagged_system = True
         else:
-            _bad(f"messages[{index}].role must be 'user', 'assistant' or 'system', not {role!r}")
+            _bad(
+                f"messages[{index}].role must be 'user', 'assistant' or 'system', not {quote(role)}"
+            )
     if all(message["role"] == "system" for message in out):
         _bad(
             "no message left to send: the conversation is empty once empty messages are "
@@ -727,6 +735,8 @@ def request_to_openai(
     (status 400) for a malformed request and :class:`~tpx.errors.UnsupportedError` for a
     feature that cannot be carried.
     """
+    if _safe.too_deep(request):
+        _bad(f"the request nests deeper than {_safe.MAX_DEPTH} levels")
     st = _State(get_profile(profile), signer_for(secret))
     body = translate_request(request, model, st)
     _refuse_non_finite_inputs(request)

@@ -8,6 +8,8 @@ from typing import Any, NoReturn
 
 import orjson
 
+from tpx import _safe
+from tpx._safe import quote
 from tpx.errors import ProtocolError
 from tpx.translate._result import Translation
 from tpx.translate.ids import NONCE_BITS, new_nonce, to_caller_id
@@ -29,6 +31,7 @@ __all__ = [
 ]
 
 _loads = orjson.loads
+_may_be_deep = _safe.bytes_may_be_too_deep
 #: ``"tpxr<position>-"`` for the first positions: the fast path formats no int per call.
 _RAW_HEADS = tuple(f"tpxr{position}-" for position in range(64))
 # Key-ordered templates of the fast path's output, copied (never mutated) then filled in:
@@ -70,10 +73,10 @@ def _is_int(value: Any) -> bool:
 
 
 def is_first_choice(choice: Mapping[str, Any]) -> bool:
-    """*choice* is the one tpx uses: ``index`` 0, or no / a null ``index`` (some servers
-    omit it)."""
+    """*choice* is the one tpx uses: ``index`` the integer 0 (not ``false`` / ``0.0``), or
+    no / a null ``index`` (some servers omit it)."""
     index = choice.get("index")
-    return index is None or index == 0
+    return index is None or (index.__class__ is int and index == 0)
 
 
 def first_choice(choices: list[Any], warnings: list[str]) -> dict[str, Any]:
@@ -120,10 +123,13 @@ def parse_arguments(raw: Any, position: int = 0, name: str = "") -> dict[str, An
     if raw.__class__ is str:
         if not raw or raw.isspace():
             return {}
+        problem: str | None = None
         try:
-            value = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise ProtocolError(f"tool call {call}: arguments are not valid JSON ({exc})") from None
+            value = _safe.loads(raw)
+        except ValueError as exc:  # not JSON, or nested deeper than the depth rule
+            problem = str(exc)
+        if problem is not None:
+            raise ProtocolError(f"tool call {call}: arguments are not valid JSON ({problem})")
         if value.__class__ is not dict:
             raise ProtocolError(
                 f"tool call {call}: arguments must be a JSON object, got {type(value).__name__}"
@@ -154,10 +160,10 @@ def stop_reason(
         return "end_turn", None
     mapped = _FINISH.get(finish) if isinstance(finish, str) else None
     if mapped is None:
-        warnings.append(f"unknown finish_reason {finish!r} reported as end_turn")
+        warnings.append(f"unknown finish_reason {quote(finish)} reported as end_turn")
         return "end_turn", None
     if mapped == "tool_use":
-        warnings.append(f"finish_reason {finish!r} without tool calls reported as end_turn")
+        warnings.append(f"finish_reason {quote(finish)} without tool calls reported as end_turn")
         return "end_turn", None
     return mapped, None
 
@@ -195,9 +201,9 @@ def usage_to_messages(usage: Any, warnings: list[str]) -> dict[str, Any]:
 def stable_message_id(response: Mapping[str, Any]) -> str:
     """A stable Messages id for a response without one: a hash of its canonical JSON."""
     try:
-        canonical = orjson.dumps(response, option=orjson.OPT_SORT_KEYS)
-    except TypeError:
-        canonical = repr(response).encode()
+        canonical = orjson.dumps(response, default=quote, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # nested deeper than orjson writes: never repr (it recurses)
+        canonical = quote(response).encode()
     return "msg_tpx_" + hashlib.sha256(canonical).hexdigest()[:32]
 
 
@@ -223,7 +229,7 @@ def _tool_use(call: Any, position: int, nonce: str) -> dict[str, Any]:
         _bad(f"tool_calls[{position}] must be an object")
     kind = call.get("type")
     if kind is not None and kind != "function":
-        _bad(f"tool_calls[{position}] has unsupported type {kind!r}")
+        _bad(f"tool_calls[{position}] has unsupported type {quote(kind)}")
     function = call.get("function")
     if function.__class__ is not dict:
         _bad(f"tool_calls[{position}].function must be an object")
@@ -259,7 +265,8 @@ def _fast_response(response: Any, model: str | None, nonce: str | None) -> dict[
         choice = choices[0]
         if choice.__class__ is not dict:
             return None
-        if choice["index"] != 0:
+        index = choice["index"]
+        if index.__class__ is not int or index != 0:
             return None  # the general path tells a null index from the rest
         message = choice["message"]
         if message.__class__ is not dict or "role" not in message:
@@ -302,6 +309,8 @@ def _fast_response(response: Any, model: str | None, nonce: str | None) -> dict[
                 arguments = _loads(raw)
                 if arguments.__class__ is not dict:
                     return None
+                if _may_be_deep(raw) and _safe.too_deep(arguments):
+                    return None  # the general path refuses it
                 # An ASCII identifier ([A-Za-z_][A-Za-z0-9_]*, e.g. OpenAI's call_...) is
                 # raw-able; the cheaper test first, the exact one for everything else.
                 if (foreign.isascii() and foreign.isidentifier()) or _RAW_OK(foreign) is not None:
@@ -450,6 +459,8 @@ def translate_response(
                     arguments = _loads(raw)
                 except _JSONDecodeError:
                     arguments = None
+                if _may_be_deep(raw) and _safe.too_deep(arguments):
+                    arguments = None  # parse_arguments refuses it
             if arguments.__class__ is not dict:
                 arguments = parse_arguments(raw, position, name)
             if foreign.__class__ is str and _RAW_OK(foreign) is not None:
@@ -554,5 +565,7 @@ def response_to_messages(
     if nonce is not None:
         check_nonce(nonce)
     get_profile(profile)
+    if _safe.too_deep(response):
+        _bad(f"nested deeper than {_safe.MAX_DEPTH} levels")
     body = translate_response(response, model, warnings, nonce, signer_for(secret))
     return Translation(body, tuple(warnings))

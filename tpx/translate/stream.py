@@ -76,6 +76,8 @@ from typing import Any
 import attrs
 import orjson
 
+from tpx import _safe
+from tpx._safe import quote
 from tpx.errors import (
     HTTPStatusError,
     ModelError,
@@ -223,15 +225,20 @@ def serialize_event(event: Mapping[str, Any]) -> bytes:
     """One Messages stream event as SSE bytes: ``event: <type>\\ndata: <json>\\n\\n``."""
     kind = event.get("type")
     if not isinstance(kind, str) or not kind or any(c in kind for c in "\r\n"):
-        raise ValueError(f"a stream event needs a one-line string type, got {kind!r}")
+        raise ValueError(f"a stream event needs a one-line string type, got {quote(kind)}")
     return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
 
 
 def _decode_json(event: SSEEvent) -> dict[str, Any]:
+    problem: str | None = None
     try:
-        value = orjson.loads(event.data)
-    except orjson.JSONDecodeError:
-        raise _bad(f"event data is not JSON: {event.data[:80]!r}") from None
+        value = _safe.loads(event.data)
+    except _safe.DepthError as exc:
+        problem = str(exc)
+    except ValueError:  # the text is quoted (bounded, cut marked) for redaction to see
+        problem = f"event data is not JSON: {quote(event.data)}"
+    if problem is not None:
+        raise _bad(problem)
     if not isinstance(value, dict):
         raise _bad("event data is not a JSON object")
     return value
@@ -307,7 +314,7 @@ class MessageAccumulator:
     def add(self, event: Mapping[str, Any]) -> None:
         kind = event.get("type")
         if self.complete and kind not in ("ping",):
-            raise _bad(f"{kind!r} after message_stop")
+            raise _bad(f"{quote(kind)} after message_stop")
         if kind == "message_start":
             self._start(event)
         elif kind in ("content_block_start", "content_block_delta", "content_block_stop"):
@@ -360,7 +367,7 @@ class MessageAccumulator:
         if block["type"] == "tool_use":
             tool_id = block.get("id")
             if not isinstance(tool_id, str) or _TOOL_ID(tool_id) is None:
-                raise _bad(f"tool_use block with invalid id {tool_id!r}")
+                raise _bad(f"tool_use block with invalid id {quote(tool_id)}")
             if tool_id in self.tool_use_ids:
                 raise _bad(f"duplicated tool_use id {tool_id}")
             if not isinstance(block.get("name"), str):
@@ -387,23 +394,25 @@ class MessageAccumulator:
             citations = block.get("citations") or []
             block["citations"] = [*citations, delta.get("citation")]
         else:
-            raise _bad(f"{kind!r} delta for a {block_type!r} block")
+            raise _bad(f"{quote(kind)} delta for a {quote(block_type)} block")
 
     def _block_stop(self, block: dict[str, Any]) -> None:
         if block["type"] in _JSON_INPUT_BLOCKS and self._json:
             text = "".join(self._json)
+            value: Any = {}
             if text.strip():
+                problem: str | None = None
                 try:
-                    value = orjson.loads(text)
-                except orjson.JSONDecodeError:
-                    raise _bad(f"tool input of {block.get('id')!r} is not valid JSON") from None
-            else:
-                value = {}
+                    value = _safe.loads(text)
+                except ValueError as exc:  # not JSON, or nested deeper than the depth rule
+                    problem = str(exc) if isinstance(exc, _safe.DepthError) else "not valid JSON"
+                if problem is not None:
+                    raise _bad(f"tool input of {quote(block.get('id'))} is {problem}")
             if not isinstance(value, dict):
-                raise _bad(f"tool input of {block.get('id')!r} is not a JSON object")
+                raise _bad(f"tool input of {quote(block.get('id'))} is not a JSON object")
             block["input"] = value
         elif block["type"] in _JSON_INPUT_BLOCKS and not isinstance(block.get("input"), Mapping):
-            raise _bad(f"tool input of {block.get('id')!r} is not a JSON object")
+            raise _bad(f"tool input of {quote(block.get('id'))} is not a JSON object")
         self._open = None
         self._json = []
 
@@ -469,7 +478,7 @@ class AnthropicStreamReader:
         if not isinstance(kind, str):
             raise _bad("event data without a string type")
         if event.event not in ("message", kind):
-            raise _bad(f"event name {event.event!r} differs from its data type {kind!r}")
+            raise _bad(f"event name {quote(event.event)} differs from its data type {quote(kind)}")
         if kind == "error":
             raise error_from_event(body, self.provider)
         self._acc.add(body)
@@ -754,7 +763,7 @@ class OpenAIStreamTranslator:
             key = ("index", index)
         kind = fragment.get("type")
         if kind is not None and kind != "function":
-            raise _bad(f"tool call of unsupported type {kind!r}")
+            raise _bad(f"tool call of unsupported type {quote(kind)}")
         foreign = fragment.get("id")
         if foreign is not None and not isinstance(foreign, str):
             raise _bad("tool_calls[].id is not a string")

@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 
 import orjson
 
+from tpx._safe import quote
 from tpx.errors import ProtocolError, UnsupportedError
 from tpx.translate.profiles import Profile
 from tpx.translate.schema import sanitize_schema
@@ -80,28 +81,28 @@ def _translate_tools(
             _bad("tools entries must be objects")
         kind = tool.get("type")
         if kind is not None and kind != "custom":
-            _unsupported(f"server tool {kind!r} (only custom tools are carried)")
+            _unsupported(f"server tool {quote(kind)} (only custom tools are carried)")
         name = tool.get("name")
         if not isinstance(name, str) or not name:
             _bad("a tool needs a non-empty string name")
         schema = tool.get("input_schema")
         if not isinstance(schema, dict):
-            _bad(f"tool {name!r}: input_schema must be an object")
+            _bad(f"tool {quote(name)}: input_schema must be an object")
         function: dict[str, Any] = {"name": name}
         description = tool.get("description")
         if description is not None:
             if not isinstance(description, str):
-                _bad(f"tool {name!r}: description must be a string")
+                _bad(f"tool {quote(name)}: description must be a string")
             function["description"] = description
         function["parameters"] = sanitize_schema(schema, profile)
         strict = tool.get("strict")
         if strict is not None:
             if not isinstance(strict, bool):
-                _bad(f"tool {name!r}: strict must be a boolean")
+                _bad(f"tool {quote(name)}: strict must be a boolean")
             function["strict"] = strict
         for key in tool:
             if key not in _TOOL_KEYS:
-                warn(f"tool field {key!r} dropped: no Chat Completions equivalent")
+                warn(f"tool field {quote(key)} dropped: no Chat Completions equivalent")
         result.append({"type": "function", "function": function})
     return result
 
@@ -125,10 +126,10 @@ def tool_choice(
         if not isinstance(name, str) or not name:
             _bad("tool_choice of type tool needs a name")
         if all(tool["function"]["name"] != name for tool in tools):
-            _bad(f"tool_choice names the tool {name!r}, which the request does not declare")
+            _bad(f"tool_choice names the tool {quote(name)}, which the request does not declare")
         value = {"type": "function", "function": {"name": name}}
     else:
-        _bad(f"unknown tool_choice type {kind!r}")
+        _bad(f"unknown tool_choice type {quote(kind)}")
     if not tools:
         if kind != "none":
             warn("tool_choice dropped: the request has no tools")

@@ -1,0 +1,163 @@
+"""Hostile-input limits shared by every part of tpx that parses, prints or serializes.
+
+One depth rule
+    JSON nesting deeper than :data:`MAX_DEPTH` levels (the document's top level counts 1)
+    is refused wherever data enters tpx: provider bodies and stream events, tool-call
+    arguments, caller requests (tool inputs and schemas included). Provider-side it is a
+    :class:`~tpx.errors.ProtocolError` (502), caller-side a 400 ``invalid_request_error``.
+    The bound keeps every value tpx later writes back (a translated body nests at most a
+    few levels deeper than what it came from) well inside what ``orjson.dumps`` can write
+    (254 levels) and every check here is iterative: no input ever makes tpx recurse.
+
+One formatter
+    :func:`quote` renders any value for an error or warning message: bounded in length,
+    never recursive (containers are shown by type and size only), cut with
+    :data:`CUT` so redaction can tell a cut (see :func:`tpx.errors.redact`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+__all__ = [
+    "CUT",
+    "MAX_DEPTH",
+    "QUOTE_LIMIT",
+    "DepthError",
+    "NotJSONError",
+    "loads",
+    "quote",
+    "too_deep",
+]
+
+#: Deepest JSON nesting tpx accepts (a top-level object with a list inside is depth 2).
+MAX_DEPTH = 128
+#: Characters of a string :func:`quote` shows before cutting it.
+QUOTE_LIMIT = 80
+#: Marks the place where :func:`quote` (or any tpx message) cut a text.
+CUT = "\u2026"
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+class NotJSONError(ValueError):
+    """Text that is not JSON (the parser's message, without the text itself)."""
+
+
+class DepthError(ValueError):
+    """A value nests deeper than :data:`MAX_DEPTH`."""
+
+    def __init__(self, limit: int = MAX_DEPTH) -> None:
+        super().__init__(f"JSON nested deeper than {limit} levels")
+        self.limit = limit
+
+
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """*value* (dicts / mappings, lists / tuples) nests deeper than *limit* levels.
+
+    Level by level, each container visited once per level (a cyclic value is simply too
+    deep), no recursion. JSON's own types are told apart by class (cheap); only other
+    types pay for an ``isinstance`` check.
+    """
+    level: list[Any] = [value] if isinstance(value, Mapping | list | tuple) else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        following: dict[int, Any] = {}
+        for container in level:
+            kind = container.__class__
+            if kind is dict:
+                items: Any = container.values()
+            elif kind is list or kind is tuple:
+                items = container
+            else:
+                items = container.values() if isinstance(container, Mapping) else container
+            for item in items:
+                kind = item.__class__
+                if (kind is dict or kind is list) or (
+                    kind not in _SCALARS and isinstance(item, Mapping | list | tuple)
+                ):
+                    following[id(item)] = item
+        level = list(following.values())
+    return False
+
+
+def bytes_may_be_too_deep(data: bytes | str, limit: int = MAX_DEPTH) -> bool:
+    """Cheap pre-check: ``False`` proves the JSON text *data* nests at most *limit* deep."""
+    if isinstance(data, str):
+        return data.count("[") + data.count("{") > limit
+    return data.count(b"[") + data.count(b"{") > limit
+
+
+def loads(data: bytes | str, limit: int = MAX_DEPTH) -> Any:
+    """``orjson.loads`` under the depth rule.
+
+    Raises :class:`NotJSONError` for text that is not JSON and :class:`DepthError` for
+    JSON nested deeper than *limit* (both ``ValueError``, neither chained to the parser's
+    exception, which holds the whole text).
+    """
+    failure: str | None = None
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:  # its .doc holds the whole text: not kept
+        failure = str(exc)
+    if failure is not None:  # raised outside the handler: nothing chained
+        if "depth limit" in failure:  # deeper than orjson's own bound (1024)
+            raise DepthError(limit)
+        raise NotJSONError(failure)
+    if bytes_may_be_too_deep(data, limit) and _parsed_too_deep(value, limit):
+        raise DepthError(limit)
+    return value
+
+
+#: orjson.dumps writes at most this many nested levels (it raises beyond).
+_ORJSON_DEPTH = 254
+
+
+def _parsed_too_deep(value: Any, limit: int) -> bool:
+    """:func:`too_deep` for a value orjson parsed, at C speed: wrapped in enough lists to
+    put depth *limit* exactly at orjson's own bound, it serializes iff it is not too
+    deep."""
+    wrapped = value
+    for _ in range(_ORJSON_DEPTH - limit):
+        wrapped = [wrapped]
+    try:
+        orjson.dumps(wrapped)
+    except TypeError:
+        return True
+    return False
+
+
+def quote(value: Any, limit: int = QUOTE_LIMIT) -> str:
+    """*value* for a message: strings and numbers as ``repr`` (strings cut to *limit*
+    characters, the cut marked with :data:`CUT` inside the quotes), anything else by its
+    type (and size), never by its content. Never raises, never recurses."""
+    kind = value.__class__
+    if kind is str:
+        cut = len(value) > limit
+        text = repr(value[:limit] if cut else value)
+        return text[:-1] + CUT + text[-1] if cut else text
+    if value is None or kind is bool:
+        return repr(value)
+    if kind is int:
+        text = str(value) if -(10**30) < value < 10**30 else "a very large integer"
+        return text
+    if kind is float:
+        return repr(value)
+    if isinstance(value, Mapping):
+        return f"an object ({_size(value)} keys)"
+    if isinstance(value, list | tuple):
+        return f"an array ({_size(value)} items)"
+    return f"a value of type {kind.__name__}"
+
+
+def _size(value: Any) -> str:
+    try:
+        return str(len(value))
+    except Exception:  # a hostile Mapping's __len__
+        return "?"
