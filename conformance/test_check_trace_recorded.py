@@ -33,7 +33,7 @@ EXPECTED: dict[str, tuple[str, str]] = {
     "swap_ids": ("PairingInv", "Next"),
     "openai_to_caller": ("TypeOK", "TypeOK"),  # pending holds ids that are no tool ids
     "token_over_key": ("SelectionInv", "Init"),
-    "provider_changes": ("PairingInv", "Next"),
+    "provider_changes": ("SelectionInv", "Next"),  # the key is there, the provider TPX
     "pairing_unchecked": ("TypeOK", "TypeOK"),  # reqIds answers an id never emitted
 }
 

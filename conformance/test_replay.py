@@ -10,8 +10,10 @@ import pytest
 
 from conformance.fakes import (
     FAILURE_KINDS,
+    ID_STYLES,
     LOOPBACK_FAILURE_KINDS,
     MID_STREAM_FAILURE_KINDS,
+    OPENAI,
     STREAM_FAILURE_KINDS,
     STREAM_LAYOUTS,
     FakeProvider,
@@ -32,6 +34,7 @@ from conformance.replay import (
     edge_cover_lower_bound,
     tlc_graph,
 )
+from conformance.shapes import MESSAGES_FLAGS, OPENAI_FLAGS, OPENAI_STREAM_SHAPES
 from tpx.model import Config
 from tpx.tlc import StateGraph, simulate
 from tpx.values import ModelValue
@@ -96,11 +99,31 @@ def test_replay_every_seed_behaviour(
         "provider:TPX",
         "provider:NONE",
     }
-    assert {k for k in replayer.used if k.startswith("ids:")} == {
-        "ids:openai",
-        "ids:mistral",
-        "ids:spaces",
-    }
+    used = replayer.used
+    assert {k.removeprefix("ids:") for k in used if k.startswith("ids:")} == set(ID_STYLES[OPENAI])
+    # every foreign-id style met replies with tool calls; every shape flag was drawn (the
+    # streamed ones through create(stream=true)'s path)
+    assert {k.removeprefix("tpx:ids:") for k in used if k.startswith("tpx:ids:")} == set(
+        ID_STYLES[OPENAI]
+    )
+    assert {k.removeprefix("tpx:flag:") for k in used if k.startswith("tpx:flag:")} == set(
+        OPENAI_FLAGS
+    )
+    assert {
+        k.removeprefix("anthropic:flag:") for k in used if k.startswith("anthropic:flag:")
+    } == set(MESSAGES_FLAGS)
+    # the exchange methods the transports never call were driven too
+    for drive in (
+        "CallerSend:send_bytes",
+        "CallerAbort:send_bytes",
+        "CallerAbort:abort",
+        "Deliver:deliver_bytes",
+        "CallerSend:begin",
+        "CallerAbort:begin",
+        "Deliver:finish",
+    ):
+        assert used[f"drive:{drive}"] > 0, drive
+    assert used["plain:stream"] > 0  # create(stream=true)'s path: a stream read whole
 
 
 @pytest.mark.tlc
@@ -128,7 +151,19 @@ def test_replay_every_seed_behaviour_streamed(
     assert {k.removeprefix("layout:") for k in used if k.startswith("layout:")} == set(
         STREAM_LAYOUTS
     )
-    assert {k for k in used if k.startswith("ids:")} == {"ids:openai", "ids:mistral", "ids:spaces"}
+    assert {k.removeprefix("ids:") for k in used if k.startswith("ids:")} == set(ID_STYLES[OPENAI])
+    # every stream shape and flag met the replay
+    assert {k.removeprefix("tpx:shape:") for k in used if k.startswith("tpx:shape:")} >= set(
+        OPENAI_STREAM_SHAPES
+    )
+    assert {k.removeprefix("tpx:flag:") for k in used if k.startswith("tpx:flag:")} == set(
+        OPENAI_FLAGS
+    )
+    assert {
+        k.removeprefix("anthropic:flag:") for k in used if k.startswith("anthropic:flag:")
+    } == set(MESSAGES_FLAGS)
+    assert used["caller_close:first"]
+    assert used["caller_close:late"]
 
 
 @pytest.mark.tlc
