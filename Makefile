@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 SPEC   ?= spec/TpxTransport.tla
 CFG    ?= spec/TpxTransport.cfg
 
-.PHONY: all setup graphviz tlc explore test conformance conformance-deep bench lint clean
+.PHONY: all setup graphviz tlc explore test conformance conformance-deep bench lint clean mutate
 
 all: test
 
@@ -42,6 +42,12 @@ conformance: $(STAMP) graphviz
 
 conformance-deep: $(STAMP) graphviz
 	TPX_HYPOTHESIS_PROFILE=deep $(PY) -m pytest conformance -n 2 -q
+
+## Mutation testing, the conformance replay alone as the judge (files: conformance/mutate/targets.txt;
+## equivalent mutants: conformance/mutate/equivalent.txt). MUTATE_ARGS="--per-file 0" judges all.
+MUTATE_ARGS ?=
+mutate: $(STAMP)
+	nice -n 10 $(PY) -m conformance.mutate $(MUTATE_ARGS)
 
 bench: $(STAMP)
 	$(PY) -m pytest benchmarks -p no:xdist --benchmark-only -q

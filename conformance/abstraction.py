@@ -674,6 +674,12 @@ def observe(
         req_ids = [aid or "?" for _, aid in wire_pairs(sent, "messages")]
         if dup := _dups(req_ids):
             problems.append(f"PairingInv: the caller's request answers {dup} more than once")
+        history_ids = [i for r in request_rounds(sent, "messages") for i, _ in r.calls]
+        if dup := _dups(history_ids):
+            problems.append(
+                f"PairingInv: the caller's history holds tool_use ids {dup} twice "
+                "(the Messages API rejects it): the ids it was handed were not unique"
+            )
 
     # what the caller was handed
     got_shape = "messages"
