@@ -61,6 +61,7 @@ from conformance.shapes import (
     IdStyle,
     Reply,
     Shape,
+    bad_reply,
     draw_reply,
     messages_reply,
     messages_stream,
@@ -115,6 +116,7 @@ FailureKind = Literal[
     "http529",
     "non_json",
     "shape",
+    "bad_tool_call",
     "drop",
     "error_event",
     "malformed",
@@ -132,6 +134,7 @@ FAILURE_KINDS: tuple[FailureKind, ...] = (
     "http529",
     "non_json",
     "shape",
+    "bad_tool_call",
 )
 #: Failures in the middle of a streamed reply (streamed requests only): the connection
 #: drops after some chunks, an ``event: error``, a malformed chunk, no ``[DONE]`` /
@@ -167,6 +170,7 @@ EXPECTED_ERROR: dict[FailureKind, type[errors.ModelError]] = {
     "http529": errors.OverloadedError,
     "non_json": errors.ProtocolError,
     "shape": errors.ProtocolError,
+    "bad_tool_call": errors.ProtocolError,
     "drop": errors.NetworkError,
     "error_event": errors.OverloadedError,
     "malformed": errors.ProtocolError,
@@ -415,6 +419,12 @@ class FakeProvider:
             return Answer(
                 status, {"content-type": "application/json", **extra}, self.error_body(status)
             )
+        if kind == "bad_tool_call":  # a reply in the provider's own shape, refused
+            reply = bad_reply(self.shape, self._counter, streamed=streamed)
+            if streamed:
+                pieces = self.pieces(self.events_of(reply))
+                return Answer(200, dict(_SSE_HEADERS), b"", self._serve(pieces, None, None))
+            return Answer(200, {"content-type": "application/json"}, self.body_of(reply))
         if kind == "non_json":
             return Answer(200, {"content-type": "text/html"}, b"<html>upstream hiccup</html>")
         other = FakeProvider(OPENAI if self.shape == MESSAGES else MESSAGES)

@@ -56,6 +56,7 @@ __all__ = [
     "IdStyle",
     "Reply",
     "Shape",
+    "bad_reply",
     "draw_reply",
     "messages_reply",
     "messages_stream",
@@ -142,6 +143,8 @@ class Call:
     foreign: str | None
     aid: str
     empty_args: bool = False
+    bad_args: bool = False
+    """arguments that are JSON but no object (a reply the exchange must refuse)"""
 
     @property
     def name(self) -> str:
@@ -154,6 +157,8 @@ class Call:
 
     @property
     def arguments(self) -> str:
+        if self.bad_args:
+            return orjson.dumps(["not", "an", "object", MARK + self.aid]).decode()
         return "" if self.empty_args else orjson.dumps({"probe": MARK + self.aid}).decode()
 
     @property
@@ -231,6 +236,18 @@ def draw_reply(
     else:
         stop = "end_turn"
     return Reply(tuple(calls), stop, shape, frozenset(flags), id_style, streamed)
+
+
+def bad_reply(provider: Shape, counter: itertools.count[int], *, streamed: bool) -> Reply:
+    """A reply the exchange must refuse (``bad_tool_call``): Messages -- two tool_use blocks
+    under one id; Chat Completions -- tool arguments that are JSON but not an object."""
+    fid = ("toolu_" if provider == MESSAGES else "call_") + alnum(f"bad:{next(counter)}", 24)
+    if provider == MESSAGES:
+        calls = (Call(fid, "t1"), Call(fid, "t2"))
+    else:
+        calls = (Call(fid, "t1"), Call(fid + "x", "t2", bad_args=True))
+    shape = ("events" if provider == MESSAGES else "indexed") if streamed else "json"
+    return Reply(calls, "tool_use", shape, frozenset(), "bad", streamed)
 
 
 def sse(event: str | None, data: Any) -> bytes:

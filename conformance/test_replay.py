@@ -215,6 +215,32 @@ def test_seed_edge_cover_is_minimum(seed_graph: StateGraph) -> None:
 
 
 @pytest.mark.tlc
+@pytest.mark.parametrize("streaming", [False, True], ids=["plain", "streamed"])
+def test_edge_cover_ids3(streaming: bool) -> None:
+    """ToolIds={t1,t2,t3}, MaxTurns=3: the minimum edge cover (three parallel calls meet
+    every id style and stream shape), plain and streamed, in the fast suite."""
+    graph = tlc_graph(3, 3)
+    cover = edge_cover(graph)
+    assert len(graph.states) == 1189
+    assert len(cover) == len(edge_cover_certificate(graph)) == 601
+    config = Config(frozenset(ModelValue(f"t{i}") for i in range(1, 4)), 3)
+    coverage = Coverage(
+        "ToolIds={t1,t2,t3} MaxTurns=3 (minimum edge cover" + (", streamed)" if streaming else ")"),
+        len(graph.states),
+        len(graph.edges),
+        count_complete_behaviours(graph),
+    )
+    replayer = Replayer(config, coverage=coverage, streaming=streaming)
+    assert replayer.replay_all(cover) == 601
+    replayer.close()
+    COVERAGE_REPORTS.append(coverage.summary())
+    assert coverage.states == graph.state_set()
+    assert coverage.edges == graph.labelled_edges()
+    shapes = {k.removeprefix("tpx:shape:") for k in replayer.used if k.startswith("tpx:shape:")}
+    assert shapes >= (set(OPENAI_STREAM_SHAPES) if streaming else {"json"})
+
+
+@pytest.mark.tlc
 def test_simulated_traces_replay() -> None:
     traces = simulate(SPEC, SEED_CFG, num=6, depth=14, seed=20240601)
     assert len(traces) == 6
