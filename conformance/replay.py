@@ -774,6 +774,12 @@ class Replayer:
                 "NoProvider": errors.UnauthorizedError,
                 "Halted": errors.ExchangeStateError,
             }[action]
+            if (
+                action == "CallerSend"
+                and t.provider is not Provider.NONE
+                and (problem := self._malformed_first(t, req))
+            ):
+                return problem
             how = "begin"
             if action in ("CallerSend", "CallerAbort") and t.provider is not Provider.NONE:
                 how = self._rng.choice(
@@ -859,6 +865,38 @@ class Replayer:
             )
             shown.append(f"{name} ids={fake.id_style} replies=[{replies}]")
         return f"fakes (seed {self._index}): " + "; ".join(shown)
+
+    def _malformed_first(self, t: Transport, req: dict[str, Any]) -> str:
+        """Sometimes (drawn) send a request the exchange cannot take before the real one: a
+        tool_result whose ``tool_use_id`` is no string, a ``messages`` that is no list, a
+        value JSON cannot carry. No spec action covers it: it must raise a ModelError
+        (not a PairingError) and change nothing, on the wire or in the exchange."""
+        if self._rng.random() >= 0.2:
+            return ""
+        kind = self._rng.choice(("id", "messages", "json"))
+        self.used[f"malformed:{kind}"] += 1
+        bad: dict[str, Any]
+        if kind == "id":
+            result = {"type": "tool_result", "tool_use_id": 7, "content": "x"}
+            bad = {**req, "messages": [*req["messages"], {"role": "user", "content": [result]}]}
+        elif kind == "messages":
+            bad = {**req, "messages": {"role": "user", "content": "hi"}}
+        else:
+            bad = {**req, "metadata": {"user_id": object()}}
+        before = (t.exchange.snapshot(), len(self.anthropic.received), len(self.tpx.received))
+        try:
+            t.begin(bad)
+        except errors.ModelError as exc:
+            if isinstance(exc, errors.PairingError):
+                return f"CallerSend: a malformed request ({kind}) was taken as CallerAbort"
+        except Exception as exc:
+            return f"CallerSend: a malformed request ({kind}) raised {exc!r}"
+        else:
+            return f"CallerSend: a malformed request ({kind}) was sent"
+        after = (t.exchange.snapshot(), len(self.anthropic.received), len(self.tpx.received))
+        if after != before:
+            return f"CallerSend: a malformed request ({kind}) changed the exchange or the wire"
+        return ""
 
     def _serial(self, t: Transport) -> int | None:
         """The serial of the fake's last good reply (the one a delivery hands over)."""

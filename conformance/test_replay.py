@@ -124,6 +124,12 @@ def test_replay_every_seed_behaviour(
     ):
         assert used[f"drive:{drive}"] > 0, drive
     assert used["plain:stream"] > 0  # create(stream=true)'s path: a stream read whole
+    # requests the exchange cannot take were refused without a step
+    assert {k for k in used if k.startswith("malformed:")} == {
+        "malformed:id",
+        "malformed:messages",
+        "malformed:json",
+    }
 
 
 @pytest.mark.tlc
