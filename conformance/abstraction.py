@@ -52,6 +52,8 @@ like a violated invariant):
 * ``StopReason`` -- the delivered message's ``stop_reason`` is the one the reply means
   (``tool_use`` with calls; otherwise ``end_turn``, or ``max_tokens`` for a truncated
   reply) (``stopReason``).
+* ``Content`` -- the delivered message says what the reply said: its text, its thinking
+  (with a signature), the tools' names in order, a non-empty message id and model.
 * ``Credential`` -- the provider got exactly its own credential: the key as ``x-api-key``
   (ANTHROPIC) or the token as ``Authorization: Bearer`` (TPX), never the other header
   (``credential``: the credential headers it got).
@@ -70,6 +72,7 @@ import attrs
 import orjson
 
 from conformance.fakes import KEY, TOKEN, FakeProvider, planted_call_id, planted_id
+from conformance.shapes import Reply
 from tpx.exchange import Provider
 from tpx.model import Config, State
 from tpx.transport import Transport
@@ -198,10 +201,11 @@ def _classify_stream(data: bytes) -> str:
 def stream_pairs(data: bytes, shape: str) -> list[tuple[str, str | None]]:
     """(foreign id, planted abstract id) of every tool call a streamed body carries, in
     order: Messages ``tool_use`` blocks with their ``input_json_delta`` fragments joined,
-    or Chat Completions tool-call fragments: a fragment naming a function starts a call
-    (every shape the fakes serve names each call once, in its first fragment: indexed,
-    all at ``index: 0``, without ``index``), the others continue the call last started at
-    their ``index`` (or the last one, without ``index``). A missing / null id reads ``""``
+    or Chat Completions tool-call fragments: a fragment carrying ``type`` starts a call
+    (every shape the fakes serve sends it once per call, in its first fragment: indexed,
+    all at ``index: 0``, without ``index``; a legacy ``function_call`` starts with its
+    name), the others continue the call last started at their ``index`` (or the last
+    one), names and arguments joined. A missing / null id reads ``""``
     (what the provider must get back)."""
     calls: list[list[Any]] = []  # [id, name, [argument parts]]
     by_index: dict[Any, list[Any]] = {}
@@ -222,19 +226,22 @@ def stream_pairs(data: bytes, shape: str) -> list[tuple[str, str | None]]:
             continue
         for choice in body.get("choices") or []:
             delta = choice.get("delta") if isinstance(choice, Mapping) else None
-            for call in (delta or {}).get("tool_calls") or []:
+            fragments = list((delta or {}).get("tool_calls") or [])
+            legacy = (delta or {}).get("function_call")
+            if isinstance(legacy, Mapping):  # one call, no id, no index
+                fragments.append({"index": "legacy", "function": legacy, "legacy": True})
+            for call in fragments:
                 fn = call.get("function") or {}
                 key = call.get("index")
-                if fn.get("name"):
-                    current = [call.get("id") or "", fn.get("name"), []]
+                if "type" in call or (call.get("legacy") and "name" in fn):
+                    current = [call.get("id") or "", "", []]
                     calls.append(current)
                     by_index[key] = current
                 else:
                     current = by_index.get(key) or (calls[-1] if calls else None)
                     if current is None:
                         continue
-                    if call.get("id") and not current[0]:
-                        current[0] = call.get("id")
+                current[1] += str(fn.get("name") or "")
                 current[2].append(str(fn.get("arguments") or ""))
     return [(str(fid), planted_call_id(name, "".join(parts))) for fid, name, parts in calls]
 
@@ -373,6 +380,9 @@ def wire_pairs(body: Mapping[str, Any], shape: str) -> list[tuple[str, str | Non
     if shape == "openai" and "choices" in body:
         choices = body.get("choices") or [{}]
         message = choices[0].get("message") or {}
+        legacy = message.get("function_call")
+        if isinstance(legacy, Mapping):
+            pairs.append(("", planted_call_id(legacy.get("name"), legacy.get("arguments"))))
         for call in message.get("tool_calls") or []:
             fn = call.get("function") or {}
             pairs.append(
@@ -580,6 +590,31 @@ def _request_problems(
     return problems, expected
 
 
+def _content_problems(message: Mapping[str, Any], reply: Reply) -> list[str]:
+    """What the caller was handed against what the reply said (``Content``): the text, the
+    thinking (signed), the tools' names in order, a non-empty message id and model."""
+    problems: list[str] = []
+    blocks = [b for b in message.get("content") or [] if isinstance(b, Mapping)]
+    text = "".join(str(b.get("text", "")) for b in blocks if b.get("type") == "text")
+    if text != reply.text:
+        problems.append(f"Content: the caller got the text {text!r}, the reply said {reply.text!r}")
+    thinking = [b for b in blocks if b.get("type") == "thinking"]
+    said = ["pondering"] if "thinking" in reply.flags else []
+    if [b.get("thinking") for b in thinking] != said or not all(
+        isinstance(b.get("signature"), str) and b.get("signature") for b in thinking
+    ):
+        problems.append(f"Content: the caller got the thinking {thinking!r}, the reply {said}")
+    names = [b.get("name") for b in blocks if b.get("type") == "tool_use"]
+    if names != [c.name for c in reply.calls]:
+        want = [c.name for c in reply.calls]
+        problems.append(f"Content: the caller got the tools {names}, the reply called {want}")
+    for field in ("id", "model"):
+        value = message.get(field)
+        if not isinstance(value, str) or not value:
+            problems.append(f"Content: the caller's message has no {field} ({value!r})")
+    return problems
+
+
 def _credential_problem(provider: Provider, headers: Mapping[str, str]) -> str | None:
     if provider is Provider.ANTHROPIC and (
         headers.get("x-api-key") != KEY or "authorization" in headers
@@ -725,6 +760,8 @@ def observe(
                     problems.append(
                         f"WireIds: the caller was handed the calls {planted}, emitted as {want}"
                     )
+                if reply is not None:
+                    problems += _content_problems(assembled, reply)
     pending += [f"?{cid}" for cid in ex.pending if cid not in by_caller_id]
 
     emitted: tuple[str, ...] = fake.emitted if fake is not None else ()

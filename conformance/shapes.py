@@ -97,6 +97,11 @@ OPENAI_FLAGS: tuple[str, ...] = (
     "thinking",
     "finish_stop",
     "length",
+    "anonymous",
+    "legacy",
+    "split_head",
+    "crlf",
+    "cr",
 )
 MESSAGES_FLAGS: tuple[str, ...] = (
     "thinking",
@@ -104,8 +109,12 @@ MESSAGES_FLAGS: tuple[str, ...] = (
     "empty_first",
     "done_no_blank",
     "max_tokens",
+    "crlf",
+    "cr",
 )
-_PLAIN_OPENAI_FLAGS = frozenset({"empty_first", "thinking", "finish_stop", "length"})
+_PLAIN_OPENAI_FLAGS = frozenset(
+    {"empty_first", "thinking", "finish_stop", "length", "anonymous", "legacy"}
+)
 _PLAIN_MESSAGES_FLAGS = frozenset({"thinking", "no_text", "empty_first", "max_tokens"})
 
 _ALNUM = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
@@ -177,6 +186,8 @@ class Reply:
     flags: frozenset[str]
     id_style: str
     streamed: bool
+    text: str = "probing"
+    """the text the caller must be handed"""
 
 
 def draw_reply(
@@ -194,6 +205,8 @@ def draw_reply(
     }
     if not streamed:
         flags &= _PLAIN_OPENAI_FLAGS if provider == OPENAI else _PLAIN_MESSAGES_FLAGS
+    if len(ids) != 1:
+        flags.discard("legacy")  # delta.function_call carries exactly one call
     calls: list[Call] = []
     shared = None
     for position, aid in enumerate(ids):
@@ -217,6 +230,8 @@ def draw_reply(
         else:  # shared
             shared = shared or f"fc_{alnum(seed, 8)}"
             foreign = shared
+        if "legacy" in flags:
+            foreign = None  # a legacy function_call has no id
         calls.append(Call(foreign, aid, empty_args=position == 0 and "empty_first" in flags))
     shape = "json"
     if streamed and provider == OPENAI:
@@ -235,7 +250,11 @@ def draw_reply(
         stop = "max_tokens"
     else:
         stop = "end_turn"
-    return Reply(tuple(calls), stop, shape, frozenset(flags), id_style, streamed)
+    if provider == MESSAGES:
+        text = "" if "no_text" in flags and calls else "probing"
+    else:
+        text = "" if calls and not streamed else "probing"
+    return Reply(tuple(calls), stop, shape, frozenset(flags), id_style, streamed, text)
 
 
 def bad_reply(provider: Shape, counter: itertools.count[int], *, streamed: bool) -> Reply:
@@ -258,6 +277,15 @@ def sse(event: str | None, data: Any) -> bytes:
 def _split(text: str) -> list[str]:
     """*text* (arguments planting an id) in three fragments cut inside the marker."""
     return [text[:7], text[7:18], text[18:]] if text else [""]
+
+
+def line_ends(reply: Reply, events: list[bytes]) -> list[bytes]:
+    """*events* with ``\r\n`` (flag ``crlf``) or ``\r`` (flag ``cr``) line ends."""
+    if "crlf" in reply.flags:
+        return [e.replace(b"\n", b"\r\n") for e in events]
+    if "cr" in reply.flags:
+        return [e.replace(b"\n", b"\r") for e in events]
+    return events
 
 
 def _unterminated(event: bytes) -> bytes:
@@ -358,7 +386,7 @@ def messages_stream(reply: Reply) -> list[bytes]:
     )
     stop = sse("message_stop", {"type": "message_stop"})
     events.append(_unterminated(stop) if "done_no_blank" in reply.flags else stop)
-    return events
+    return line_ends(reply, events)
 
 
 # --------------------------------------------------------------------------- Chat Completions
@@ -366,6 +394,8 @@ def messages_stream(reply: Reply) -> list[bytes]:
 
 def _openai_finish(reply: Reply) -> str:
     if reply.calls:
+        if "legacy" in reply.flags:
+            return "function_call"
         return "stop" if "finish_stop" in reply.flags else "tool_calls"
     return "length" if "length" in reply.flags else "stop"
 
@@ -385,13 +415,17 @@ def openai_reply(reply: Reply) -> bytes:
     message: dict[str, Any] = {"role": "assistant", "content": None if reply.calls else "probing"}
     if "thinking" in reply.flags:
         message["reasoning_content"] = "pondering"
-    if reply.calls:
+    if reply.calls and "legacy" in reply.flags:
+        (call,) = reply.calls
+        message["function_call"] = {"name": call.name, "arguments": call.arguments}
+    elif reply.calls:
         message["tool_calls"] = [_call_json(c, reply.id_style) for c in reply.calls]
+    anonymous = "anonymous" in reply.flags
     return orjson.dumps(
         {
-            "id": "chatcmpl-fake",
+            "id": "" if anonymous else "chatcmpl-fake",
             "object": "chat.completion",
-            "model": "tpx-fake",
+            "model": "" if anonymous else "tpx-fake",
             "choices": [{"index": 0, "message": message, "finish_reason": _openai_finish(reply)}],
             "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
         }
@@ -401,10 +435,10 @@ def openai_reply(reply: Reply) -> bytes:
 def openai_stream(reply: Reply) -> list[bytes]:
     def chunk(delta: dict[str, Any] | None, finish: str | None = None, **extra: Any) -> bytes:
         body: dict[str, Any] = {
-            "id": "chatcmpl-fake",
+            "id": "" if anonymous else "chatcmpl-fake",
             "object": "chat.completion.chunk",
             "created": 0,
-            "model": "tpx-fake",
+            "model": "" if anonymous else "tpx-fake",
             "choices": []
             if delta is None
             else [{"index": 0, "delta": delta, "finish_reason": finish}],
@@ -412,6 +446,7 @@ def openai_stream(reply: Reply) -> list[bytes]:
         }
         return sse(None, body)
 
+    anonymous = "anonymous" in reply.flags
     events: list[bytes] = []
     if "thinking" in reply.flags:
         events.append(chunk({"role": "assistant", "reasoning_content": "ponder"}))
@@ -420,10 +455,28 @@ def openai_stream(reply: Reply) -> list[bytes]:
     per_call: list[list[dict[str, Any]]] = []
     for position, call in enumerate(reply.calls):
         whole = _call_json(call, reply.id_style)
-        if reply.shape == "ollama":
+        if "legacy" in reply.flags:  # delta.function_call: name, then the arguments
+            per_call.append(
+                [{"function_call": {"name": call.name, "arguments": ""}}]
+                + [{"function_call": {"arguments": part}} for part in _split(call.arguments)]
+            )
+        elif reply.shape == "ollama":
             per_call.append([{"index": 0, **whole}])
         elif reply.shape == "gemini" or (reply.shape == "mixed" and position % 2):
             per_call.append([whole])
+        elif "split_head" in reply.flags:  # id and type, then the name in two pieces
+            head = {k: v for k, v in whole.items() if k != "function"}
+            per_call.append(
+                [
+                    {**head, "index": position},
+                    {"index": position, "function": {"name": call.name[:3]}},
+                    {"index": position, "function": {"name": call.name[3:]}},
+                ]
+                + [
+                    {"index": position, "function": {"arguments": part}}
+                    for part in _split(call.arguments)
+                ]
+            )
         else:
             head = {**whole, "index": position, "function": {"name": call.name, "arguments": ""}}
             per_call.append(
@@ -437,11 +490,14 @@ def openai_stream(reply: Reply) -> list[bytes]:
         order = [f for group in itertools.zip_longest(*per_call) for f in group if f is not None]
     else:
         order = [f for fragments in per_call for f in fragments]
-    events += [chunk({"tool_calls": [fragment]}) for fragment in order]
+    events += [
+        chunk(fragment if "function_call" in fragment else {"tool_calls": [fragment]})
+        for fragment in order
+    ]
     if "no_finish" not in reply.flags:
         events.append(chunk({}, _openai_finish(reply)))
     usage = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
     events.append(chunk(None, usage=usage))
     done = sse(None, "[DONE]")
     events.append(_unterminated(done) if "done_no_blank" in reply.flags else done)
-    return events
+    return line_ends(reply, events)

@@ -610,6 +610,22 @@ def test_tpx_tool_ids_round_trip_to_the_providers_ids() -> None:
     assert snap.wire_ids == {"call_1", "", "call 2/x"}
 
 
+def test_tpx_legacy_function_call_reply_is_one_tool_use() -> None:
+    """A non-streamed reply with the legacy ``message.function_call`` (no tool_calls) is
+    one call without an id: a ProviderReply, not a translation mismatch."""
+    ex = Exchange(Provider.TPX)
+    ex.send(request())
+    call = {"name": "probe", "arguments": '{"a": 1}'}
+    message = {"role": "assistant", "content": None, "function_call": call}
+    reply = {"id": "c", "model": "m", "choices": [{"index": 0, "message": message}]}
+    ex.receive(200, {}, orjson.dumps(reply))
+    assert ex.snapshot().wire_ids == {""}
+    body = ex.deliver()
+    (use,) = [b for b in body["content"] if b["type"] == "tool_use"]
+    assert use["input"] == {"a": 1}
+    assert ex.pending == {use["id"]}
+
+
 def test_tpx_repeated_provider_ids_stay_distinct_for_the_caller() -> None:
     ex = Exchange(Provider.TPX)
     ex.send(request())

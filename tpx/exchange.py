@@ -251,7 +251,8 @@ def _openai_response_tool_ids(body: Mapping[str, Any]) -> list[str]:
         return []
     calls = message.get("tool_calls")
     if not isinstance(calls, list):
-        return []
+        # a legacy function_call is one call without an id (the translator carries it)
+        return [""] if isinstance(message.get("function_call"), Mapping) else []
     return [str(c.get("id")) if isinstance(c, Mapping) else "" for c in calls]
 
 
