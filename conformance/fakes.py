@@ -122,6 +122,7 @@ FailureKind = Literal[
     "malformed",
     "no_done",
     "caller_close",
+    "bad_delta",
 ]
 #: Every failure a plain provider exchange can end in, in the order replays cycle through them.
 FAILURE_KINDS: tuple[FailureKind, ...] = (
@@ -146,6 +147,7 @@ MID_STREAM_FAILURE_KINDS: tuple[FailureKind, ...] = (
     "malformed",
     "no_done",
     "caller_close",
+    "bad_delta",
 )
 #: Every failure a streamed exchange can end in.
 STREAM_FAILURE_KINDS: tuple[FailureKind, ...] = FAILURE_KINDS + MID_STREAM_FAILURE_KINDS
@@ -176,6 +178,7 @@ EXPECTED_ERROR: dict[FailureKind, type[errors.ModelError]] = {
     "malformed": errors.ProtocolError,
     "no_done": errors.ProtocolError,
     "caller_close": errors.NetworkError,
+    "bad_delta": errors.ProtocolError,
 }
 
 #: How a streamed body is cut into the pieces the fake serves: one SSE event per piece,
@@ -336,7 +339,10 @@ class FakeProvider:
     def failing_stream(self, kind: FailureKind) -> tuple[list[bytes], FailureKind | None]:
         """The events of a stream failing as *kind* (a mid-stream kind) and the fault to
         raise after them (``drop``), from a stream that would have emitted t1 and t2."""
-        events = self.stream_events(("t1", "t2"))
+        reply = self.draw(("t1", "t2"), streamed=True)
+        if kind == "bad_delta":  # it needs a finish_reason to put a fragment after
+            reply = attrs.evolve(reply, flags=reply.flags - {"no_finish"})
+        events = self.events_of(reply)
         half = len(events) // 2
         if kind == "drop":
             return events[: 2 * len(events) // 3], "drop"
@@ -355,6 +361,32 @@ class FakeProvider:
             return events[:-1], None
         if kind == "caller_close":  # a whole good stream: the caller stops reading early
             return events, None
+        if kind == "bad_delta":  # a delta of the wrong kind / a fragment after finish_reason
+            if self.shape == MESSAGES and self._rng.random() < 0.5:  # an unspeakable type
+                at = 0
+                bad = sse(None, {"type": "ping\nevent: message_stop"})
+            elif self.shape == MESSAGES:
+                at = next(i for i, e in enumerate(events) if b"content_block_start" in e)
+                delta = {"type": "input_json_delta", "partial_json": "{}"}
+                bad = sse(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": 0, "delta": delta},
+                )
+            else:
+                at = next(i for i, e in enumerate(events) if b'"finish_reason":"' in e)
+                chunk = {
+                    "id": "chatcmpl-fake",
+                    "object": "chat.completion.chunk",
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "x"}}]},
+                            "finish_reason": None,
+                        }
+                    ],
+                }
+                bad = sse(None, chunk)
+            return [*events[: at + 1], bad, *events[at + 1 :]], None
         raise ValueError(f"{kind} is not a mid-stream failure")
 
     def _serve(
