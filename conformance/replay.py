@@ -118,7 +118,7 @@ Edge = tuple[Record, Record, str]
 
 #: The concrete properties the abstraction checks beside the spec's (see
 #: :mod:`conformance.abstraction`): reported like violated invariants.
-CONCRETE_PROPERTIES = ("WireIds", "IsError", "StopReason", "Credential")
+CONCRETE_PROPERTIES = ("WireIds", "IsError", "StopReason", "Content", "Credential")
 
 
 # --------------------------------------------------------------------------- graphs
