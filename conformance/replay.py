@@ -581,6 +581,8 @@ class Replayer:
     _rng: random.Random = attrs.field(init=False, factory=random.Random)
     """draws, per behaviour (seeded by its index), how each plain step is driven"""
     _index: int = attrs.field(init=False, default=0)
+    _reentry: list[str] = attrs.field(init=False, factory=list)
+    """steps the observer took that the exchange should have refused"""
 
     def __attrs_post_init__(self) -> None:
         if self.client is None:
@@ -695,6 +697,11 @@ class Replayer:
                 result = StepResult(
                     self.observe(t, has_key, has_token), t.exchange.enabled_actions(), problem
                 )
+            if self._reentry:
+                result = attrs.evolve(
+                    result, problem="; ".join(p for p in (result.problem, *self._reentry) if p)
+                )
+                self._reentry.clear()
             if not queued and t.exchange.halted != ("Halted" in behaviour.enabled[i]):
                 result = attrs.evolve(
                     result,
@@ -908,6 +915,11 @@ class Replayer:
     def _on_step(self, action: str, snapshot: ExchangeSnapshot) -> None:
         """The exchange's observer: it took *action* (inside a streamed exchange: observe
         the spec state right now; plain steps are observed by :meth:`replay`)."""
+        if self._live is not None and self._rng.random() < 0.25:
+            try:
+                self._step_from_observer(self._live[0])
+            except Exception as exc:  # the step went through and failed: not refused either
+                self._reentry.append(f"a step inside the observer raised {exc!r}")
         if self._hooked is None or self._live is None:
             return
         t, has_key, has_token = self._live
@@ -929,6 +941,31 @@ class Replayer:
                 self.observe(t, has_key, has_token),
             )
         )
+
+    def _step_from_observer(self, t: Transport) -> None:
+        """The observer may read the exchange, not take steps: a step taken from inside it
+        (one the exchange enables right now) must be refused and change nothing."""
+        ex = t.exchange
+        enabled = ex.enabled_actions()
+        before = ex.snapshot()
+        self.used["observer:step refused"] += 1
+        try:
+            if "ProviderFail" in enabled:
+                ex.fail(errors.NetworkError("a step from inside the observer"))
+            elif "Deliver" in enabled:
+                ex.deliver()
+            elif "CallerSend" in enabled:
+                ex.send(
+                    {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}
+                )
+            else:
+                self.used["observer:step refused"] -= 1
+                return
+        except errors.ExchangeStateError:
+            if ex.snapshot() != before:
+                self._reentry.append("a step refused inside the observer changed the exchange")
+            return
+        self._reentry.append("a step taken inside the observer was not refused")
 
     def stream_step(
         self, t: Transport, action: str, plan: tuple[str, Any] | None, style: str
