@@ -399,6 +399,8 @@ def wire_pairs(body: Mapping[str, Any], shape: str) -> list[tuple[str, str | Non
                         (str(block.get("tool_use_id")), planted_id(_text_of(block.get("content"))))
                     )
         return pairs
+    if msgs and msgs[-1].get("role") == "assistant" and not msgs[-1].get("tool_calls"):
+        msgs = msgs[:-1]  # a prefill: the results answer the assistant turn before it
     start = 0
     for i, m in enumerate(msgs):
         if m.get("role") == "assistant":

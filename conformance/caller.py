@@ -6,7 +6,8 @@ included, as the provider gave them) and every earlier tool round -- and then th
 turn: the tool_results answering the last assistant turn's tool_uses (or a question when
 there is nothing to answer).
 
-Tool results vary, drawn from a generator seeded per boot (:meth:`FakeCaller.reset`):
+Some requests end with a prefill (a trailing assistant text), which is not kept in the
+history. Tool results vary, drawn from a generator seeded per boot (:meth:`FakeCaller.reset`):
 ``is_error`` absent, ``false`` or ``true``; content a string or a list with one text
 block; a trailing text in the same user message or in a second, consecutive one (the
 Messages API merges consecutive user messages into one turn); answers in the calls' order
@@ -114,12 +115,19 @@ class FakeCaller:
         self._turn += 1
         self._tail = tail
         self._tail_sent = False
+        # sometimes a prefill: a trailing assistant text the reply continues (not kept in
+        # the history; the last user turn is still the one before it)
+        prefill = (
+            [{"role": "assistant", "content": [{"type": "text", "text": "Sure,"}]}]
+            if self._rng.random() < 0.15
+            else []
+        )
         return {
             "model": "claude-fake",
             "max_tokens": 64,
             "system": SYSTEM,
             "tools": TOOLS,
-            "messages": [*self.history, *tail],
+            "messages": [*self.history, *tail, *prefill],
         }
 
     def _result(self, tool_use: dict[str, Any]) -> dict[str, Any]:
