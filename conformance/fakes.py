@@ -365,9 +365,13 @@ class FakeProvider:
             if self.shape == MESSAGES and self._rng.random() < 0.5:  # an unspeakable type
                 at = 0
                 bad = sse(None, {"type": "ping\nevent: message_stop"})
-            elif self.shape == MESSAGES:
+            elif self.shape == MESSAGES:  # a delta the first block's type does not take
                 at = next(i for i, e in enumerate(events) if b"content_block_start" in e)
-                delta = {"type": "input_json_delta", "partial_json": "{}"}
+                delta = (
+                    {"type": "input_json_delta", "partial_json": "{}"}
+                    if b'"content_block":{"type":"text"' in events[at]
+                    else {"type": "text_delta", "text": "x"}
+                )
                 bad = sse(
                     "content_block_delta",
                     {"type": "content_block_delta", "index": 0, "delta": delta},

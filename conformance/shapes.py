@@ -102,6 +102,7 @@ OPENAI_FLAGS: tuple[str, ...] = (
     "split_head",
     "crlf",
     "cr",
+    "refusal",
 )
 MESSAGES_FLAGS: tuple[str, ...] = (
     "thinking",
@@ -207,6 +208,8 @@ def draw_reply(
         flags &= _PLAIN_OPENAI_FLAGS if provider == OPENAI else _PLAIN_MESSAGES_FLAGS
     if len(ids) != 1:
         flags.discard("legacy")  # delta.function_call carries exactly one call
+    if ids:
+        flags.discard("refusal")  # a refusal calls no tool
     calls: list[Call] = []
     shared = None
     for position, aid in enumerate(ids):
@@ -246,6 +249,8 @@ def draw_reply(
     )
     if calls:
         stop = "tool_use"
+    elif "refusal" in flags:
+        stop = "refusal"
     elif truncated:
         stop = "max_tokens"
     else:
@@ -254,6 +259,8 @@ def draw_reply(
         text = "" if "no_text" in flags and calls else "probing"
     else:
         text = "" if calls and not streamed else "probing"
+        if "refusal" in flags:
+            text += "I cannot."
     return Reply(tuple(calls), stop, shape, frozenset(flags), id_style, streamed, text)
 
 
@@ -452,6 +459,8 @@ def openai_stream(reply: Reply) -> list[bytes]:
         events.append(chunk({"role": "assistant", "reasoning_content": "ponder"}))
         events.append(chunk({"reasoning_content": "ing"}))
     events += [chunk({"role": "assistant", "content": "prob"}), chunk({"content": "ing"})]
+    if "refusal" in reply.flags:
+        events.append(chunk({"refusal": "I cannot."}))
     per_call: list[list[dict[str, Any]]] = []
     for position, call in enumerate(reply.calls):
         whole = _call_json(call, reply.id_style)
