@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 SPEC   ?= spec/TpxTransport.tla
 CFG    ?= spec/TpxTransport.cfg
 
-.PHONY: all setup graphviz tlc explore test conformance conformance-deep bench lint clean e2e load bench-gateway fuzz
+.PHONY: all setup graphviz tlc explore test conformance conformance-deep bench lint clean e2e load bench-gateway fuzz mutate
 
 all: test
 
@@ -56,6 +56,11 @@ conformance-deep: $(STAMP) graphviz
 FUZZ_EXAMPLES ?= 12500
 fuzz: $(STAMP)
 	TPX_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) nice -n 10 $(PY) -m pytest tests/fuzz -n 2 -p no:logging -q
+## Mutation testing, the conformance replay alone as the judge (files: conformance/mutate/targets.txt;
+## equivalent mutants: conformance/mutate/equivalent.txt). MUTATE_ARGS="--per-file 0" judges all.
+MUTATE_ARGS ?=
+mutate: $(STAMP)
+	nice -n 10 $(PY) -m conformance.mutate $(MUTATE_ARGS)
 
 bench: $(STAMP)
 	$(PY) -m pytest benchmarks -p no:xdist --benchmark-only -q

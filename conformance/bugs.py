@@ -87,7 +87,14 @@ def _swap_ids(mp: pytest.MonkeyPatch) -> None:
     ) -> Translation:
         tr = original(request, model=model, **options)
         messages = tr.body.get("messages") or []
-        last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
+        last = max(
+            (
+                i
+                for i, m in enumerate(messages)
+                if m.get("role") == "assistant" and m.get("tool_calls")
+            ),
+            default=-1,
+        )
         tools = [m for m in messages[last + 1 :] if m.get("role") == "tool"]
         if len(tools) >= 2:
             tools[0]["tool_call_id"], tools[1]["tool_call_id"] = (

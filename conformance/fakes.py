@@ -1,51 +1,49 @@
-"""Fake providers and a fake caller for replaying spec behaviours through the real transport.
+"""Fake providers for replaying spec behaviours through the real transport (the fake
+caller lives in :mod:`conformance.caller`, the wire shapes in :mod:`conformance.shapes`).
 
 Abstract tool ids (the spec's ``ToolIds``, e.g. ``t1``) are *planted in content*, never
 carried by the code under test's id mapping:
 
 * every tool call the fake provider emits carries ``"probe": "tpx-abstract:<id>"`` in its
-  ``input`` (Messages) / ``arguments`` (Chat Completions);
+  ``input`` (Messages) / ``arguments`` (Chat Completions), or, when its arguments are
+  empty, is named ``probe__<id>``;
 * the fake caller answers each tool_use it was handed with a tool_result whose content is
-  ``"tpx-abstract:<id> ..."``, ``<id>`` read from that tool_use's input;
-* foreign ids are chosen by the fake provider, which keeps its own table
-  foreign id -> abstract id (:attr:`FakeProvider.table`); styles vary (OpenAI ``call_...``,
-  Mistral-like 9 alphanumerics, ids with spaces, Anthropic ``toolu_...``) and are unique
-  for the whole boot, so the table is unambiguous.
+  ``"tpx-abstract:<id> ..."``, ``<id>`` read from that tool_use;
+* foreign ids are chosen by the fake provider, in every style the translator claims to
+  handle (:data:`~conformance.shapes.ID_STYLES`: boot-unique ``call_...``, Mistral-like,
+  with spaces; missing, null, empty, ``call_0`` in every response, one id shared by a
+  response's calls; Anthropic ``toolu_...``). Since ids may repeat, the provider records
+  every good reply (:attr:`FakeProvider.replies`: each call's foreign id in order) and the
+  abstraction checks a request's ids against the reply each of its tool rounds answers.
 
 A fake provider answers in its native shape (:data:`MESSAGES` or :data:`OPENAI`) with any
 chosen subset of abstract ids (:meth:`FakeProvider.plan_reply`) or injects a failure
-(:meth:`FakeProvider.plan_fail`, one of :data:`FAILURE_KINDS`).
+(:meth:`FakeProvider.plan_fail`, one of :data:`FAILURE_KINDS`). The reply's shape (stream
+shape, thinking, empty first arguments, no ``finish_reason``, ``[DONE]`` without its blank
+line, ...) is drawn per reply from a generator seeded per boot
+(:meth:`FakeProvider.reset`, ``seed``); :attr:`FakeProvider.drawn` counts what was drawn.
 
 A request with ``"stream": true`` is answered in the provider's native *streaming* shape
-(``text/event-stream``, served piece by piece; :data:`STREAM_LAYOUTS` varies how):
-
-* MESSAGES: ``message_start``, ``ping``, a text block, one ``tool_use`` block per id whose
-  ``input_json_delta`` fragments split the planted ``tpx-abstract:<id>`` across events,
-  ``message_delta`` (stop reason, usage), ``message_stop``;
-* OPENAI: Chat Completions chunks (``data: {...}``): role and text, tool-call fragments
-  (id, name, then arguments split across chunks, the calls' fragments interleaved in some
-  layouts), a ``finish_reason`` chunk, a usage chunk (``choices: []``), ``data: [DONE]``.
-
+(``text/event-stream``, served piece by piece; :data:`STREAM_LAYOUTS` varies how).
 Streamed requests can fail in every way a plain one can (before the first byte) and
 also mid-stream (:data:`MID_STREAM_FAILURE_KINDS`: the connection drops after some
 chunks, an ``event: error``, a malformed chunk, the body ends before ``[DONE]`` /
-``message_stop``); :data:`STREAM_FAILURE_KINDS` is all of them. The ids of a good stream
-become :attr:`FakeProvider.emitted` just before its terminal event is served, and
-:attr:`FakeProvider.served` is every byte of the last streamed body served so far. It
-serves in-process
-(:meth:`FakeProvider.handle`, an ``httpx2.MockTransport`` handler; :func:`mock_client`
-routes by host) or on a real loopback socket (:class:`LoopbackServer`).
+``message_stop``, the caller closes the stream early); :data:`STREAM_FAILURE_KINDS` is
+all of them. A good stream's reply is recorded just before its terminal event is served,
+and :attr:`FakeProvider.served` is every byte of the last streamed body served so far. It
+serves in-process (:meth:`FakeProvider.handle`, an ``httpx2.MockTransport`` handler;
+:func:`mock_client` routes by host) or on a real loopback socket (:class:`LoopbackServer`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import http.server
 import itertools
-import re
+import random
 import socket
 import ssl
 import threading
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
@@ -54,9 +52,29 @@ import attrs
 import httpx2
 import orjson
 
+from conformance.caller import ABORT_STYLES, AbortStyle, FakeCaller
+from conformance.shapes import (
+    ID_STYLES,
+    MARK,
+    MESSAGES,
+    OPENAI,
+    IdStyle,
+    Reply,
+    Shape,
+    bad_reply,
+    draw_reply,
+    messages_reply,
+    messages_stream,
+    openai_reply,
+    openai_stream,
+    planted_call_id,
+    planted_id,
+    sse,
+)
 from tpx import errors
 
 __all__ = [
+    "ABORT_STYLES",
     "ANTHROPIC_URL",
     "EXPECTED_ERROR",
     "FAILURE_KINDS",
@@ -71,25 +89,22 @@ __all__ = [
     "STREAM_LAYOUTS",
     "TOKEN",
     "TPX_URL",
+    "AbortStyle",
     "FailureKind",
     "FakeCaller",
     "FakeProvider",
     "LoopbackServer",
     "mock_client",
+    "planted_call_id",
     "planted_id",
 ]
 
-Shape = Literal["messages", "openai"]
-MESSAGES: Shape = "messages"
-OPENAI: Shape = "openai"
 
 KEY = "sk-ant-api03-conformance-KEY"
 TOKEN = "oauth-conformance-TOKEN"
 ANTHROPIC_URL = "https://anthropic.fake.test"
 TPX_URL = "https://tpx.fake.test/v1"
 
-MARK = "tpx-abstract:"
-_PLANTED = re.compile(re.escape(MARK) + r"([A-Za-z0-9_?-]+)")
 
 FailureKind = Literal[
     "connect",
@@ -101,10 +116,13 @@ FailureKind = Literal[
     "http529",
     "non_json",
     "shape",
+    "bad_tool_call",
     "drop",
     "error_event",
     "malformed",
     "no_done",
+    "caller_close",
+    "bad_delta",
 ]
 #: Every failure a plain provider exchange can end in, in the order replays cycle through them.
 FAILURE_KINDS: tuple[FailureKind, ...] = (
@@ -117,11 +135,20 @@ FAILURE_KINDS: tuple[FailureKind, ...] = (
     "http529",
     "non_json",
     "shape",
+    "bad_tool_call",
 )
 #: Failures in the middle of a streamed reply (streamed requests only): the connection
 #: drops after some chunks, an ``event: error``, a malformed chunk, no ``[DONE]`` /
-#: ``message_stop`` before the body ends.
-MID_STREAM_FAILURE_KINDS: tuple[FailureKind, ...] = ("drop", "error_event", "malformed", "no_done")
+#: ``message_stop`` before the body ends, the caller closes the stream before
+#: ``message_stop`` (a whole good stream was served; ProviderFail all the same).
+MID_STREAM_FAILURE_KINDS: tuple[FailureKind, ...] = (
+    "drop",
+    "error_event",
+    "malformed",
+    "no_done",
+    "caller_close",
+    "bad_delta",
+)
 #: Every failure a streamed exchange can end in.
 STREAM_FAILURE_KINDS: tuple[FailureKind, ...] = FAILURE_KINDS + MID_STREAM_FAILURE_KINDS
 #: The kinds a loopback socket can produce (``connect`` there is a reset without reply).
@@ -145,10 +172,13 @@ EXPECTED_ERROR: dict[FailureKind, type[errors.ModelError]] = {
     "http529": errors.OverloadedError,
     "non_json": errors.ProtocolError,
     "shape": errors.ProtocolError,
+    "bad_tool_call": errors.ProtocolError,
     "drop": errors.NetworkError,
     "error_event": errors.OverloadedError,
     "malformed": errors.ProtocolError,
     "no_done": errors.ProtocolError,
+    "caller_close": errors.NetworkError,
+    "bad_delta": errors.ProtocolError,
 }
 
 #: How a streamed body is cut into the pieces the fake serves: one SSE event per piece,
@@ -156,30 +186,6 @@ EXPECTED_ERROR: dict[FailureKind, type[errors.ModelError]] = {
 #: in one piece. Tool-call fragments of parallel calls are interleaved when the layout
 #: index is odd (OPENAI).
 STREAM_LAYOUTS: tuple[str, ...] = ("events", "bytes7", "whole")
-
-IdStyle = Literal["openai", "mistral", "spaces", "anthropic"]
-ID_STYLES: dict[Shape, tuple[IdStyle, ...]] = {
-    MESSAGES: ("anthropic",),  # Messages ids must match ^[a-zA-Z0-9_-]+$
-    OPENAI: ("openai", "mistral", "spaces"),
-}
-
-_ALNUM = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-
-
-def planted_id(value: Any) -> str | None:
-    """The abstract id planted in a tool input / arguments / tool_result content, if any."""
-    if isinstance(value, bytes | bytearray):
-        value = value.decode("utf-8", "replace")
-    if not isinstance(value, str):
-        value = orjson.dumps(value, default=str).decode()
-    found = _PLANTED.findall(value)
-    return found[0] if len(found) == 1 else ("?" if found else None)
-
-
-def _alnum(seed: str, n: int) -> str:
-    digest = hashlib.blake2b(seed.encode(), digest_size=32).digest()
-    return "".join(_ALNUM[b % len(_ALNUM)] for b in digest[:n])
-
 
 # --------------------------------------------------------------------------- providers
 
@@ -216,29 +222,47 @@ def _is_stream_request(body: bytes) -> bool:
 class FakeProvider:
     """A provider speaking *shape* natively; replies as planned, one plan per request.
 
-    ``table`` maps every foreign id it ever emitted to its abstract id; ``emitted`` is the
-    abstract ids of its last *good* reply (the spec's pre-translation truth) and
-    ``good_reply`` that reply's bytes (a whole stream for a streamed one); ``received``
-    every request body it got; ``served`` the bytes of the last streamed body served so
-    far; ``layout`` picks the :data:`STREAM_LAYOUTS` entry (and interleaving) of streams.
+    ``replies`` is every good reply it served, in order (:class:`~conformance.shapes.Reply`:
+    calls with their foreign ids as emitted, the stop reason the caller must be handed);
+    ``emitted`` is the abstract ids of its last *good* reply (the spec's pre-translation
+    truth) and ``good_reply`` that reply's bytes (a whole stream for a streamed one);
+    ``table`` maps foreign ids to abstract ids (last write wins: only unambiguous for the
+    boot-unique styles); ``received`` / ``received_headers`` every request it got;
+    ``served`` the bytes of the last streamed body served so far; ``layout`` picks the
+    :data:`STREAM_LAYOUTS` entry of streams; ``seed`` seeds the shapes drawn per reply
+    (:func:`~conformance.shapes.draw_reply`), ``drawn`` counts what was drawn.
     """
 
     shape: Shape
     id_style: IdStyle = "anthropic"
     reverse: bool = False
     layout: int = 0
+    seed: int = 0
     served: bytearray = attrs.field(factory=bytearray)
     table: dict[str, str] = attrs.field(factory=dict)
     received: list[bytes] = attrs.field(factory=list)
     received_headers: list[dict[str, str]] = attrs.field(factory=list)
     emitted: tuple[str, ...] = ()
+    replies: list[Reply] = attrs.field(factory=list)
     good_reply: bytes | None = None
     last_good: bool = False
+    drawn: Counter[str] = attrs.field(factory=Counter)
     _plan: tuple[str, Any] | None = None
-    _counter: int = 0
+    _counter: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1))
+    _rng: random.Random = attrs.field(factory=random.Random)
+
+    def __attrs_post_init__(self) -> None:
+        if self.id_style not in ID_STYLES[self.shape]:
+            self.id_style = ID_STYLES[self.shape][0]
+        self._rng.seed(f"{self.shape}:{self.seed}")
 
     def reset(
-        self, *, id_style: IdStyle | None = None, reverse: bool = False, layout: int = 0
+        self,
+        *,
+        id_style: IdStyle | None = None,
+        reverse: bool = False,
+        layout: int = 0,
+        seed: int = 0,
     ) -> None:
         """A new boot: forget everything."""
         if id_style is not None:
@@ -247,11 +271,14 @@ class FakeProvider:
             self.id_style = id_style
         self.reverse = reverse
         self.layout = layout
+        self.seed = seed
+        self._rng.seed(f"{self.shape}:{seed}")
         self.served = bytearray()
         self.table = {}
         self.received = []
         self.received_headers = []
         self.emitted = ()
+        self.replies = []
         self.good_reply = None
         self.last_good = False
         self._plan = None
@@ -266,39 +293,38 @@ class FakeProvider:
 
     # -- ids and bodies ------------------------------------------------------------
 
-    def _foreign_id(self) -> str:
-        self._counter += 1
-        seed = f"{self.shape}:{self._counter}"
-        if self.id_style == "anthropic":
-            return "toolu_" + _alnum(seed, 24)
-        if self.id_style == "openai":
-            return "call_" + _alnum(seed, 24)
-        if self.id_style == "mistral":
-            return _alnum(seed, 9)
-        return f"call {self._counter} {_alnum(seed, 4)}"
+    def draw(self, ids: Sequence[str], *, streamed: bool) -> Reply:
+        """A reply emitting *ids* (abstract), its shape drawn; records the ids in the table."""
+        reply = draw_reply(
+            self._rng,
+            self.shape,
+            self.id_style,
+            list(reversed(ids)) if self.reverse else list(ids),
+            streamed=streamed,
+            counter=self._counter,
+        )
+        for call in reply.calls:
+            if call.foreign is not None:
+                self.table[call.foreign] = call.aid
+        self.drawn[f"shape:{reply.shape}"] += 1
+        for flag in reply.flags:
+            self.drawn[f"flag:{flag}"] += 1
+        return reply
 
     def native_reply(self, ids: Sequence[str]) -> bytes:
         """A good reply emitting *ids* (abstract) as tool calls; records them in the table."""
-        calls = self._calls(ids)
-        if self.shape == MESSAGES:
-            return _messages_reply(calls)
-        return _openai_reply(calls)
+        return self.body_of(self.draw(ids, streamed=False))
 
-    def _calls(self, ids: Sequence[str]) -> list[tuple[str, str]]:
-        calls = []
-        for aid in reversed(ids) if self.reverse else ids:
-            fid = self._foreign_id()
-            self.table[fid] = aid
-            calls.append((fid, aid))
-        return calls
+    def body_of(self, reply: Reply) -> bytes:
+        return messages_reply(reply) if self.shape == MESSAGES else openai_reply(reply)
+
+    def events_of(self, reply: Reply) -> list[bytes]:
+        return messages_stream(reply) if self.shape == MESSAGES else openai_stream(reply)
 
     def stream_events(self, ids: Sequence[str]) -> list[bytes]:
         """A good streamed reply emitting *ids* as tool calls: its SSE events, in order
         (the last one is the terminal event); records the ids in the table."""
-        calls = self._calls(ids)
-        if self.shape == MESSAGES:
-            return _messages_stream(calls)
-        return _openai_stream(calls, interleave=bool(self.layout % 2))
+        return self.events_of(self.draw(ids, streamed=True))
 
     def pieces(self, events: Sequence[bytes]) -> list[bytes]:
         """*events* cut into the pieces served (see :data:`STREAM_LAYOUTS`)."""
@@ -313,14 +339,17 @@ class FakeProvider:
     def failing_stream(self, kind: FailureKind) -> tuple[list[bytes], FailureKind | None]:
         """The events of a stream failing as *kind* (a mid-stream kind) and the fault to
         raise after them (``drop``), from a stream that would have emitted t1 and t2."""
-        events = self.stream_events(("t1", "t2"))
+        reply = self.draw(("t1", "t2"), streamed=True)
+        if kind == "bad_delta":  # it needs a finish_reason to put a fragment after
+            reply = attrs.evolve(reply, flags=reply.flags - {"no_finish"})
+        events = self.events_of(reply)
         half = len(events) // 2
         if kind == "drop":
             return events[: 2 * len(events) // 3], "drop"
         if kind == "error_event":
             error = {"type": "overloaded_error", "message": "fake overloaded mid-stream"}
             body = {"type": "error", "error": error} if self.shape == MESSAGES else {"error": error}
-            return [*events[:half], _sse("error", body)], None
+            return [*events[:half], sse("error", body)], None
         if kind == "malformed":
             bad = (
                 b'event: content_block_delta\ndata: {"type": "content_block_delta", "ind\n\n'
@@ -330,22 +359,58 @@ class FakeProvider:
             return [*events[:half], bad, *events[half:]], None
         if kind == "no_done":
             return events[:-1], None
+        if kind == "caller_close":  # a whole good stream: the caller stops reading early
+            return events, None
+        if kind == "bad_delta":  # a delta of the wrong kind / a fragment after finish_reason
+            if self.shape == MESSAGES and self._rng.random() < 0.5:  # an unspeakable type
+                at = 0
+                bad = sse(None, {"type": "ping\nevent: message_stop"})
+            elif self.shape == MESSAGES:  # a delta the first block's type does not take
+                at = next(i for i, e in enumerate(events) if b"content_block_start" in e)
+                delta = (
+                    {"type": "input_json_delta", "partial_json": "{}"}
+                    if b'"content_block":{"type":"text"' in events[at]
+                    else {"type": "text_delta", "text": "x"}
+                )
+                bad = sse(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": 0, "delta": delta},
+                )
+            else:
+                at = next(i for i, e in enumerate(events) if b'"finish_reason":"' in e)
+                chunk = {
+                    "id": "chatcmpl-fake",
+                    "object": "chat.completion.chunk",
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "x"}}]},
+                            "finish_reason": None,
+                        }
+                    ],
+                }
+                bad = sse(None, chunk)
+            return [*events[: at + 1], bad, *events[at + 1 :]], None
         raise ValueError(f"{kind} is not a mid-stream failure")
 
     def _serve(
-        self, pieces: Sequence[bytes], ids: tuple[str, ...] | None, fault: FailureKind | None
+        self, pieces: Sequence[bytes], reply: Reply | None, fault: FailureKind | None
     ) -> Iterator[bytes]:
-        """Serve *pieces*; a good stream's ids (*ids*) become ``emitted`` just before its
-        terminal piece goes out; then raise *fault*, if any."""
+        """Serve *pieces*; a good stream's *reply* is recorded (its ids become
+        ``emitted``) just before its terminal piece goes out; then raise *fault*, if any."""
         for i, piece in enumerate(pieces):
-            if ids is not None and i == len(pieces) - 1:
-                self.emitted = ids
-                self.good_reply = b"".join(pieces)
-                self.last_good = True
+            if reply is not None and i == len(pieces) - 1:
+                self._good(reply, b"".join(pieces))
             self.served += piece
             yield piece
         if fault is not None:
             raise _Fault(fault)
+
+    def _good(self, reply: Reply, body: bytes) -> None:
+        self.emitted = tuple(c.aid for c in reply.calls)
+        self.replies.append(reply)
+        self.good_reply = body
+        self.last_good = True
 
     def error_body(self, status: int) -> bytes:
         kinds = {401: "authentication_error", 429: "rate_limit_error", 500: "api_error"}
@@ -367,14 +432,13 @@ class FakeProvider:
         if plan is None:
             raise AssertionError("the fake provider was called without a plan")
         if plan[0] == "reply":
+            reply = self.draw(plan[1], streamed=streamed)
             if streamed:
-                pieces = self.pieces(self.stream_events(plan[1]))
-                return Answer(200, dict(_SSE_HEADERS), b"", self._serve(pieces, plan[1], None))
-            reply = self.native_reply(plan[1])
-            self.emitted = plan[1]
-            self.good_reply = reply
-            self.last_good = True
-            return Answer(200, {"content-type": "application/json"}, reply)
+                pieces = self.pieces(self.events_of(reply))
+                return Answer(200, dict(_SSE_HEADERS), b"", self._serve(pieces, reply, None))
+            data = self.body_of(reply)
+            self._good(reply, data)
+            return Answer(200, {"content-type": "application/json"}, data)
         kind: FailureKind = plan[1]
         if kind in MID_STREAM_FAILURE_KINDS:
             if not streamed:
@@ -391,6 +455,12 @@ class FakeProvider:
             return Answer(
                 status, {"content-type": "application/json", **extra}, self.error_body(status)
             )
+        if kind == "bad_tool_call":  # a reply in the provider's own shape, refused
+            reply = bad_reply(self.shape, self._counter, streamed=streamed)
+            if streamed:
+                pieces = self.pieces(self.events_of(reply))
+                return Answer(200, dict(_SSE_HEADERS), b"", self._serve(pieces, None, None))
+            return Answer(200, {"content-type": "application/json"}, self.body_of(reply))
         if kind == "non_json":
             return Answer(200, {"content-type": "text/html"}, b"<html>upstream hiccup</html>")
         other = FakeProvider(OPENAI if self.shape == MESSAGES else MESSAGES)
@@ -434,168 +504,6 @@ class _Pieces(httpx2.SyncByteStream):
         close = getattr(self._pieces, "close", None)
         if close is not None:
             close()
-
-
-def _sse(event: str | None, data: Any) -> bytes:
-    payload = data if isinstance(data, str) else orjson.dumps(data).decode()
-    return (f"event: {event}\n" if event else "").encode() + f"data: {payload}\n\n".encode()
-
-
-def _split_arguments(aid: str) -> list[str]:
-    """The tool arguments planting *aid*, in three fragments cut inside the marker."""
-    text = orjson.dumps({"probe": MARK + aid}).decode()
-    return [text[:7], text[7:18], text[18:]]
-
-
-def _messages_stream(calls: Sequence[tuple[str, str]]) -> list[bytes]:
-    message: dict[str, Any] = {
-        "id": "msg_fake",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-fake",
-        "content": [],
-        "stop_reason": None,
-        "stop_sequence": None,
-        "usage": {"input_tokens": 5, "output_tokens": 1},
-    }
-    events = [
-        _sse("message_start", {"type": "message_start", "message": message}),
-        _sse("ping", {"type": "ping"}),
-        _sse(
-            "content_block_start",
-            {
-                "type": "content_block_start",
-                "index": 0,
-                "content_block": {"type": "text", "text": ""},
-            },
-        ),
-    ]
-    for text in ("prob", "ing"):
-        delta = {"type": "text_delta", "text": text}
-        events.append(
-            _sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
-        )
-    events.append(_sse("content_block_stop", {"type": "content_block_stop", "index": 0}))
-    for index, (fid, aid) in enumerate(calls, start=1):
-        block = {"type": "tool_use", "id": fid, "name": "probe", "input": {}}
-        events.append(
-            _sse(
-                "content_block_start",
-                {"type": "content_block_start", "index": index, "content_block": block},
-            )
-        )
-        for part in _split_arguments(aid):
-            delta = {"type": "input_json_delta", "partial_json": part}
-            events.append(
-                _sse(
-                    "content_block_delta",
-                    {"type": "content_block_delta", "index": index, "delta": delta},
-                )
-            )
-        events.append(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
-    events.append(
-        _sse(
-            "message_delta",
-            {
-                "type": "message_delta",
-                "delta": {
-                    "stop_reason": "tool_use" if calls else "end_turn",
-                    "stop_sequence": None,
-                },
-                "usage": {"output_tokens": 3},
-            },
-        )
-    )
-    events.append(_sse("message_stop", {"type": "message_stop"}))
-    return events
-
-
-def _openai_stream(calls: Sequence[tuple[str, str]], *, interleave: bool) -> list[bytes]:
-    def chunk(delta: dict[str, Any] | None, finish: str | None = None, **extra: Any) -> bytes:
-        body: dict[str, Any] = {
-            "id": "chatcmpl-fake",
-            "object": "chat.completion.chunk",
-            "created": 0,
-            "model": "tpx-fake",
-            "choices": []
-            if delta is None
-            else [{"index": 0, "delta": delta, "finish_reason": finish}],
-            **extra,
-        }
-        return _sse(None, body)
-
-    events = [chunk({"role": "assistant", "content": "prob"}), chunk({"content": "ing"})]
-    per_call: list[list[dict[str, Any]]] = []
-    for index, (fid, aid) in enumerate(calls):
-        fragments: list[dict[str, Any]] = [
-            {
-                "index": index,
-                "id": fid,
-                "type": "function",
-                "function": {"name": "probe", "arguments": ""},
-            }
-        ]
-        fragments += [
-            {"index": index, "function": {"arguments": part}} for part in _split_arguments(aid)
-        ]
-        per_call.append(fragments)
-    if interleave:
-        order = [f for group in itertools.zip_longest(*per_call) for f in group if f is not None]
-    else:
-        order = [f for fragments in per_call for f in fragments]
-    events += [chunk({"tool_calls": [fragment]}) for fragment in order]
-    events.append(chunk({}, "tool_calls" if calls else "stop"))
-    usage = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
-    events.append(chunk(None, usage=usage))
-    events.append(_sse(None, "[DONE]"))
-    return events
-
-
-def _messages_reply(calls: Sequence[tuple[str, str]]) -> bytes:
-    content: list[dict[str, Any]] = [{"type": "text", "text": "probing"}]
-    content += [
-        {"type": "tool_use", "id": fid, "name": "probe", "input": {"probe": MARK + aid}}
-        for fid, aid in calls
-    ]
-    return orjson.dumps(
-        {
-            "id": "msg_fake",
-            "type": "message",
-            "role": "assistant",
-            "model": "claude-fake",
-            "content": content,
-            "stop_reason": "tool_use" if calls else "end_turn",
-            "stop_sequence": None,
-            "usage": {"input_tokens": 5, "output_tokens": 3},
-        }
-    )
-
-
-def _openai_reply(calls: Sequence[tuple[str, str]]) -> bytes:
-    message: dict[str, Any] = {"role": "assistant", "content": None if calls else "probing"}
-    if calls:
-        message["tool_calls"] = [
-            {
-                "id": fid,
-                "type": "function",
-                "function": {
-                    "name": "probe",
-                    "arguments": orjson.dumps({"probe": MARK + aid}).decode(),
-                },
-            }
-            for fid, aid in calls
-        ]
-    return orjson.dumps(
-        {
-            "id": "chatcmpl-fake",
-            "object": "chat.completion",
-            "model": "tpx-fake",
-            "choices": [
-                {"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}
-            ],
-            "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
-        }
-    )
 
 
 def mock_client(anthropic: FakeProvider, tpx: FakeProvider) -> httpx2.Client:
@@ -693,113 +601,3 @@ class LoopbackServer:
             yield server
         finally:
             server.stop()
-
-
-# --------------------------------------------------------------------------- caller
-
-AbortStyle = Literal["silent", "partial", "unknown", "duplicate"]
-ABORT_STYLES: tuple[AbortStyle, ...] = ("silent", "partial", "unknown", "duplicate")
-
-
-@attrs.define
-class FakeCaller:
-    """A Messages caller. It remembers the last body it was handed and answers its tool_uses.
-
-    ``obligations`` are the tool_use blocks of the last delivered body (cleared when an
-    exchange ends in an error); ``sent`` is the last request the transport accepted.
-    """
-
-    reverse_answers: bool = False
-    obligations: list[dict[str, Any]] = attrs.field(factory=list)
-    last_delivered: dict[str, Any] | None = None
-    last_stream: bytes | None = None
-    """the bytes of the last delivery when it was a stream (``None``: a plain body)"""
-    sent: dict[str, Any] | None = None
-    _turn: int = 0
-
-    def reset(self, *, reverse_answers: bool = False) -> None:
-        self.reverse_answers = reverse_answers
-        self.obligations = []
-        self.last_delivered = None
-        self.last_stream = None
-        self.sent = None
-        self._turn = 0
-
-    def _base(self, tail: list[dict[str, Any]]) -> dict[str, Any]:
-        self._turn += 1
-        messages: list[dict[str, Any]] = [
-            {"role": "user", "content": [{"type": "text", "text": f"question {self._turn}"}]}
-        ]
-        if self.last_delivered is not None and self.obligations:
-            messages.append({"role": "assistant", "content": self.last_delivered["content"]})
-        messages += tail
-        return {
-            "model": "claude-fake",
-            "max_tokens": 64,
-            "system": "You are a conformance probe.",
-            "tools": [
-                {
-                    "name": "probe",
-                    "description": "Echo a probe.",
-                    "input_schema": {"type": "object", "properties": {"probe": {"type": "string"}}},
-                }
-            ],
-            "messages": messages,
-        }
-
-    @staticmethod
-    def _result(tool_use_id: str, aid: str | None) -> dict[str, Any]:
-        return {
-            "type": "tool_result",
-            "tool_use_id": tool_use_id,
-            "content": f"{MARK}{aid if aid is not None else '?'} done",
-        }
-
-    def request(self) -> dict[str, Any]:
-        """A request answering every obligation with exactly one tool_result (CallerSend)."""
-        uses = list(reversed(self.obligations)) if self.reverse_answers else self.obligations
-        results = [self._result(u["id"], planted_id(u.get("input"))) for u in uses]
-        if not results:
-            return self._base([])
-        return self._base([{"role": "user", "content": results}])
-
-    def bad_request(self, style: AbortStyle) -> dict[str, Any]:
-        """A request whose tool_results do not answer the obligations (CallerAbort)."""
-        uses = self.obligations
-        results = [self._result(u["id"], planted_id(u.get("input"))) for u in uses]
-        if style == "partial":
-            results = results[1:]
-        elif style == "unknown":
-            results = [*results, self._result("toolu_not_pending_01", "x")]
-        elif style == "duplicate" and results:
-            results = [results[0], *results]
-        elif style == "silent" or not results:
-            results = []
-        content: list[dict[str, Any]] = [*results, {"type": "text", "text": "cannot run tools"}]
-        return self._base([{"role": "user", "content": content}])
-
-    def accepted(self, request: dict[str, Any]) -> None:
-        """The transport put *request* on the wire."""
-        self.sent = request
-
-    def delivered(self, body: dict[str, Any]) -> None:
-        self.last_stream = None
-        self._take(body)
-
-    def delivered_stream(self, data: bytes, assembled: dict[str, Any] | None) -> None:
-        """A streamed exchange completed: *data* the bytes received, *assembled* the
-        message the caller assembled from them (``None``: not a Messages stream)."""
-        self._take(assembled if assembled is not None else {})
-        self.last_stream = data
-
-    def _take(self, body: dict[str, Any]) -> None:
-        self.last_delivered = body
-        content = body.get("content")
-        blocks = content if isinstance(content, list) else []
-        self.obligations = [
-            b for b in blocks if isinstance(b, dict) and b.get("type") == "tool_use"
-        ]
-
-    def failed(self) -> None:
-        """The exchange ended in an error: nothing is pending any more."""
-        self.obligations = []

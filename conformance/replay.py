@@ -50,6 +50,7 @@ observations are then judged one spec step at a time, exactly as in plain mode.
 from __future__ import annotations
 
 import itertools
+import random
 import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -58,6 +59,7 @@ from typing import Any
 
 import attrs
 import httpx2
+import orjson
 
 from conformance.abstraction import (
     Observation,
@@ -91,6 +93,7 @@ from tpx.transport import Transport, boot
 from tpx.values import ModelValue, Record
 
 __all__ = [
+    "CONCRETE_PROPERTIES",
     "SEED_CFG",
     "SPEC",
     "Behaviour",
@@ -112,6 +115,10 @@ SPEC = Path(__file__).parents[1] / "spec" / "TpxTransport.tla"
 SEED_CFG = SPEC.with_suffix(".cfg")
 
 Edge = tuple[Record, Record, str]
+
+#: The concrete properties the abstraction checks beside the spec's (see
+#: :mod:`conformance.abstraction`): reported like violated invariants.
+CONCRETE_PROPERTIES = ("WireIds", "IsError", "StopReason", "Content", "Credential")
 
 
 # --------------------------------------------------------------------------- graphs
@@ -515,6 +522,7 @@ _PROVIDER_OF = {"ANTHROPIC": Provider.ANTHROPIC, "TPX": Provider.TPX, "NONE": Pr
 #: The properties a problem line may name as its prefix (anything else is PairingInv).
 _PROPERTIES = frozenset(
     {"TypeOK", "ShapeInv", "PairingInv", "SelectionInv", "BoundedInv", "SelectionStable"}
+    | set(CONCRETE_PROPERTIES)
 )
 
 
@@ -570,6 +578,11 @@ class Replayer:
     _outbound: bytes | None = attrs.field(init=False, default=None)
     """the body of the request the exchange framed at the streamed exchange's CallerSend"""
     _live: tuple[Transport, bool, bool] | None = attrs.field(init=False, default=None)
+    _rng: random.Random = attrs.field(init=False, factory=random.Random)
+    """draws, per behaviour (seeded by its index), how each plain step is driven"""
+    _index: int = attrs.field(init=False, default=0)
+    _reentry: list[str] = attrs.field(init=False, factory=list)
+    """steps the observer took that the exchange should have refused"""
 
     def __attrs_post_init__(self) -> None:
         if self.client is None:
@@ -585,12 +598,17 @@ class Replayer:
 
     def boot(self, has_key: bool, has_token: bool, index: int) -> Transport:
         layout = index // 2
-        self.anthropic.reset(reverse=bool(index // 3 % 2), layout=layout)
+        self.anthropic.reset(reverse=bool(index // 3 % 2), layout=layout, seed=index)
         styles = ID_STYLES["openai"]
         self.tpx.reset(
-            id_style=styles[index % len(styles)], reverse=bool(index // 3 % 2), layout=layout
+            id_style=styles[index % len(styles)],
+            reverse=bool(index // 3 % 2),
+            layout=layout,
+            seed=index,
         )
-        self.caller.reset(reverse_answers=bool(index // 2 % 2))
+        self.caller.reset(reverse_answers=bool(index // 2 % 2), seed=index)
+        self._rng.seed(f"replay:{index}")
+        self._index = index
         self.wire.reset()
         assert self.client is not None
         t = boot(
@@ -624,6 +642,8 @@ class Replayer:
             wire=self.wire,
             fake=self._fake(t),
             sent=self.caller.sent,
+            rounds=self.caller.sent_rounds,
+            delivered_serial=self.caller.delivered_serial,
             delivered=(
                 self.caller.last_stream
                 if self.caller.last_stream is not None
@@ -677,6 +697,18 @@ class Replayer:
                 result = StepResult(
                     self.observe(t, has_key, has_token), t.exchange.enabled_actions(), problem
                 )
+            if self._reentry:
+                result = attrs.evolve(
+                    result, problem="; ".join(p for p in (result.problem, *self._reentry) if p)
+                )
+                self._reentry.clear()
+            if not queued and t.exchange.halted != ("Halted" in behaviour.enabled[i]):
+                result = attrs.evolve(
+                    result,
+                    problem="; ".join(
+                        p for p in (result.problem, f"halted is {t.exchange.halted}") if p
+                    ),
+                )
             new = result.observation
             self.observed.append((action, new))
             record = new.state.as_record()
@@ -700,7 +732,18 @@ class Replayer:
             obs = new
         if self.coverage is not None:
             self.coverage.add(behaviour)
+        self._count_draws()
         return recording
+
+    def _count_draws(self) -> None:
+        """Add what the fakes drew in this boot to ``used`` (``tpx:shape:gemini``, ...)."""
+        for name, fake in (("anthropic", self.anthropic), ("tpx", self.tpx)):
+            for key, n in fake.drawn.items():
+                self.used[f"{name}:{key}"] += n
+            fake.drawn.clear()
+            for reply in fake.replies:
+                if reply.calls:
+                    self.used[f"{name}:ids:{reply.id_style}"] += 1
 
     def replay_all(self, behaviours: Iterable[Behaviour], start: int = 0) -> int:
         n = 0
@@ -713,7 +756,14 @@ class Replayer:
     def step(
         self, t: Transport, action: str, expected: Record, kind: FailureKind, style: str
     ) -> str:
-        """Take *action* on the real transport; return '' or what went differently."""
+        """Take *action* on the real transport; return '' or what went differently.
+
+        How is drawn per step (seeded by the behaviour's index, counted in ``used``):
+        CallerSend through ``begin`` or the exchange's ``send_bytes`` (the HTTP request
+        then built as ``begin`` does), with ``stream: true`` or not (a streamed request
+        read whole: ``create(stream=true)``'s path); CallerAbort through ``begin``,
+        ``send_bytes`` or ``Exchange.abort()``; Deliver through ``finish`` or
+        ``deliver_bytes``."""
         fake = self._fake(t)
         before = (len(self.anthropic.received), len(self.tpx.received))
         if action in ("CallerSend", "CallerAbort", "NoProvider", "Halted"):
@@ -722,25 +772,53 @@ class Replayer:
                 if action == "CallerAbort"
                 else self.caller.request()
             )
+            if action == "CallerSend" and self._rng.random() < 0.3:
+                req = {**req, "stream": True}
+                self.used["plain:stream"] += 1
             want: type[BaseException] | None = {
                 "CallerSend": None,
                 "CallerAbort": errors.PairingError,
                 "NoProvider": errors.UnauthorizedError,
                 "Halted": errors.ExchangeStateError,
             }[action]
+            if (
+                action == "CallerSend"
+                and t.provider is not Provider.NONE
+                and (problem := self._malformed_first(t, req))
+            ):
+                return problem
+            how = "begin"
+            if action in ("CallerSend", "CallerAbort") and t.provider is not Provider.NONE:
+                how = self._rng.choice(
+                    ("begin", "send_bytes", "abort")
+                    if action == "CallerAbort"
+                    else ("begin", "send_bytes")
+                )
+            self.used[f"drive:{action}:{how}"] += 1
+            if action == "Halted" and not t.exchange.halted:
+                return "Halted: the exchange's halted is False"
             try:
-                http_request = t.begin(req)
+                if how == "abort":
+                    returned = t.exchange.abort()
+                    if not isinstance(returned, errors.PairingError):
+                        return f"CallerAbort: abort() returned {returned!r}"
+                    raise returned
+                if how == "send_bytes":
+                    out = t.exchange.send_bytes(orjson.dumps(req))
+                    http_request = t._build(t.client, out)
+                else:
+                    http_request = t.begin(req)
             except Exception as exc:
                 if action != "Halted":
                     self.caller.failed()
                 if want is None or not isinstance(exc, want):
-                    return f"{action}: begin() raised {exc!r}"
+                    return f"{action}: {how}() raised {exc!r}"
             else:
                 self.caller.accepted(req)
                 self.wire.request(http_request.content)
                 self._pending_request = http_request
                 if want is not None:
-                    return f"{action}: begin() built a request instead of raising {want.__name__}"
+                    return f"{action}: {how}() built a request instead of raising {want.__name__}"
             if (len(self.anthropic.received), len(self.tpx.received)) != before:
                 return f"{action}: the network was touched"
             return ""
@@ -773,19 +851,75 @@ class Replayer:
                 return f"{action} ({kind}): roundtrip() raised nothing, wanted {want.__name__}"
             return ""
         if action == "Deliver":
+            how = self._rng.choice(("finish", "deliver_bytes"))
+            self.used[f"drive:Deliver:{how}"] += 1
             try:
-                body = t.finish()
+                body = t.finish() if how == "finish" else orjson.loads(t.exchange.deliver_bytes())
             except Exception as exc:
-                return f"Deliver: finish() raised {exc!r}"
-            self.caller.delivered(body)
+                return f"Deliver: {how}() raised {exc!r}"
+            self.caller.delivered(body, self._serial(t))
             return ""
         raise ValueError(f"unknown action {action!r}")
+
+    def draws(self) -> str:
+        """What the fakes drew for the behaviour being replayed (reported on failure)."""
+        shown = []
+        for name, fake in (("ANTHROPIC", self.anthropic), ("TPX", self.tpx)):
+            replies = ", ".join(
+                f"{r.shape}{'+' + '+'.join(sorted(r.flags)) if r.flags else ''}"
+                f"{'(stream)' if r.streamed else ''}"
+                for r in fake.replies
+            )
+            shown.append(f"{name} ids={fake.id_style} replies=[{replies}]")
+        return f"fakes (seed {self._index}): " + "; ".join(shown)
+
+    def _malformed_first(self, t: Transport, req: dict[str, Any]) -> str:
+        """Sometimes (drawn) send a request the exchange cannot take before the real one: a
+        tool_result whose ``tool_use_id`` is no string, a ``messages`` that is no list, a
+        value JSON cannot carry. No spec action covers it: it must raise a ModelError
+        (not a PairingError) and change nothing, on the wire or in the exchange."""
+        if self._rng.random() >= 0.2:
+            return ""
+        kind = self._rng.choice(("id", "messages", "json"))
+        self.used[f"malformed:{kind}"] += 1
+        bad: dict[str, Any]
+        if kind == "id":
+            result = {"type": "tool_result", "tool_use_id": 7, "content": "x"}
+            bad = {**req, "messages": [*req["messages"], {"role": "user", "content": [result]}]}
+        elif kind == "messages":
+            bad = {**req, "messages": {"role": "user", "content": "hi"}}
+        else:
+            bad = {**req, "metadata": {"user_id": object()}}
+        before = (t.exchange.snapshot(), len(self.anthropic.received), len(self.tpx.received))
+        try:
+            t.begin(bad)
+        except errors.ModelError as exc:
+            if isinstance(exc, errors.PairingError):
+                return f"CallerSend: a malformed request ({kind}) was taken as CallerAbort"
+        except Exception as exc:
+            return f"CallerSend: a malformed request ({kind}) raised {exc!r}"
+        else:
+            return f"CallerSend: a malformed request ({kind}) was sent"
+        after = (t.exchange.snapshot(), len(self.anthropic.received), len(self.tpx.received))
+        if after != before:
+            return f"CallerSend: a malformed request ({kind}) changed the exchange or the wire"
+        return ""
+
+    def _serial(self, t: Transport) -> int | None:
+        """The serial of the fake's last good reply (the one a delivery hands over)."""
+        fake = self._fake(t)
+        return len(fake.replies) - 1 if fake is not None and fake.replies else None
 
     # -- one streamed exchange ---------------------------------------------------------
 
     def _on_step(self, action: str, snapshot: ExchangeSnapshot) -> None:
         """The exchange's observer: it took *action* (inside a streamed exchange: observe
         the spec state right now; plain steps are observed by :meth:`replay`)."""
+        if self._live is not None and self._rng.random() < 0.25:
+            try:
+                self._step_from_observer(self._live[0])
+            except Exception as exc:  # the step went through and failed: not refused either
+                self._reentry.append(f"a step inside the observer raised {exc!r}")
         if self._hooked is None or self._live is None:
             return
         t, has_key, has_token = self._live
@@ -807,6 +941,31 @@ class Replayer:
                 self.observe(t, has_key, has_token),
             )
         )
+
+    def _step_from_observer(self, t: Transport) -> None:
+        """The observer may read the exchange, not take steps: a step taken from inside it
+        (one the exchange enables right now) must be refused and change nothing."""
+        ex = t.exchange
+        enabled = ex.enabled_actions()
+        before = ex.snapshot()
+        self.used["observer:step refused"] += 1
+        try:
+            if "ProviderFail" in enabled:
+                ex.fail(errors.NetworkError("a step from inside the observer"))
+            elif "Deliver" in enabled:
+                ex.deliver()
+            elif "CallerSend" in enabled:
+                ex.send(
+                    {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}
+                )
+            else:
+                self.used["observer:step refused"] -= 1
+                return
+        except errors.ExchangeStateError:
+            if ex.snapshot() != before:
+                self._reentry.append("a step refused inside the observer changed the exchange")
+            return
+        self._reentry.append("a step taken inside the observer was not refused")
 
     def stream_step(
         self, t: Transport, action: str, plan: tuple[str, Any] | None, style: str
@@ -842,16 +1001,28 @@ class Replayer:
         self._hooked = []
         data = bytearray()
         error: Exception | None = None
+        # the caller closes the stream early: after the first event, or once it has the
+        # message_delta (everything but message_stop)
+        closing = plan is not None and plan == ("fail", "caller_close")
+        close_late = closing and self._rng.random() < 0.5
+        if closing:
+            self.used[f"caller_close:{'late' if close_late else 'first'}"] += 1
+        events = t.stream(request)
         try:
-            for piece in t.stream(request):
+            for piece in events:
                 data += piece
+                if closing and (not close_late or b"message_delta" in piece):
+                    events.close()  # type: ignore[attr-defined]
+                    break
         except Exception as exc:
             error = exc
         finally:
             hooked, self._hooked, self._stream_req = self._hooked, None, None
         problems = self._stream_outcome(t, action, plan, bytes(data), error, before)
-        if error is None:
-            self.caller.delivered_stream(bytes(data), assemble_messages(bytes(data)))
+        if error is None and not closing:
+            self.caller.delivered_stream(
+                bytes(data), assemble_messages(bytes(data)), self._serial(t)
+            )
         elif action != "Halted":
             self.caller.failed()
         _, has_key, has_token = self._live or (t, False, False)
@@ -906,6 +1077,13 @@ class Replayer:
             fake = self._fake(t)
             if fake is None or not fake.received or fake.received[-1] != self._outbound:
                 problems.append("CallerSend: the bytes the provider received are not the request")
+        if plan == ("fail", "caller_close"):  # the caller closed it: nothing is raised
+            last = t.exchange.last_error
+            if error is not None:
+                problems.append(f"{action}: closing the stream raised {error!r}")
+            if t.exchange.phase != "idle" or not isinstance(last, errors.NetworkError):
+                problems.append(f"{action}: closing the stream early left {t.exchange!r}")
+            return problems
         if want is None and error is not None:
             problems.append(f"{action}: stream() raised {error!r}")
         elif want is not None and (error is None or not isinstance(error, want)):
@@ -963,7 +1141,8 @@ class Replayer:
             raise ConformanceError(
                 f"step {step} ({action}) violates {', '.join(violated)}:\n    "
                 + "\n    ".join(details)
-                + f"\n  TLC expected {_show_state(expected)}\n  trace (observed):\n"
+                + f"\n  TLC expected {_show_state(expected)}\n  {self.draws()}\n"
+                + "  trace (observed):\n"
                 + "\n".join(lines),
                 violated=violated,
                 step=step,

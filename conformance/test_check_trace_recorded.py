@@ -34,7 +34,7 @@ EXPECTED: dict[str, tuple[str, str]] = {
     "swap_ids": ("PairingInv", "PairingInv"),
     "openai_to_caller": ("TypeOK", "TypeOK"),  # pending holds ids that are no tool ids
     "token_over_key": ("SelectionInv", "SelectionInv"),
-    "provider_changes": ("PairingInv", "PairingInv"),
+    "provider_changes": ("SelectionInv", "SelectionInv"),  # the key is there, the provider TPX
     "pairing_unchecked": ("TypeOK", "TypeOK"),  # reqIds answers an id never emitted
 }
 

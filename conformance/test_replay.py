@@ -10,8 +10,10 @@ import pytest
 
 from conformance.fakes import (
     FAILURE_KINDS,
+    ID_STYLES,
     LOOPBACK_FAILURE_KINDS,
     MID_STREAM_FAILURE_KINDS,
+    OPENAI,
     STREAM_FAILURE_KINDS,
     STREAM_LAYOUTS,
     FakeProvider,
@@ -32,6 +34,7 @@ from conformance.replay import (
     edge_cover_lower_bound,
     tlc_graph,
 )
+from conformance.shapes import MESSAGES_FLAGS, OPENAI_FLAGS, OPENAI_STREAM_SHAPES
 from tpx.model import Config
 from tpx.tlc import StateGraph, simulate
 from tpx.values import ModelValue
@@ -96,10 +99,36 @@ def test_replay_every_seed_behaviour(
         "provider:TPX",
         "provider:NONE",
     }
-    assert {k for k in replayer.used if k.startswith("ids:")} == {
-        "ids:openai",
-        "ids:mistral",
-        "ids:spaces",
+    used = replayer.used
+    assert {k.removeprefix("ids:") for k in used if k.startswith("ids:")} == set(ID_STYLES[OPENAI])
+    # every foreign-id style met replies with tool calls; every shape flag was drawn (the
+    # streamed ones through create(stream=true)'s path)
+    assert {k.removeprefix("tpx:ids:") for k in used if k.startswith("tpx:ids:")} == set(
+        ID_STYLES[OPENAI]
+    )
+    assert {k.removeprefix("tpx:flag:") for k in used if k.startswith("tpx:flag:")} == set(
+        OPENAI_FLAGS
+    )
+    assert {
+        k.removeprefix("anthropic:flag:") for k in used if k.startswith("anthropic:flag:")
+    } == set(MESSAGES_FLAGS)
+    # the exchange methods the transports never call were driven too
+    for drive in (
+        "CallerSend:send_bytes",
+        "CallerAbort:send_bytes",
+        "CallerAbort:abort",
+        "Deliver:deliver_bytes",
+        "CallerSend:begin",
+        "CallerAbort:begin",
+        "Deliver:finish",
+    ):
+        assert used[f"drive:{drive}"] > 0, drive
+    assert used["plain:stream"] > 0  # create(stream=true)'s path: a stream read whole
+    # requests the exchange cannot take were refused without a step
+    assert {k for k in used if k.startswith("malformed:")} == {
+        "malformed:id",
+        "malformed:messages",
+        "malformed:json",
     }
 
 
@@ -128,7 +157,19 @@ def test_replay_every_seed_behaviour_streamed(
     assert {k.removeprefix("layout:") for k in used if k.startswith("layout:")} == set(
         STREAM_LAYOUTS
     )
-    assert {k for k in used if k.startswith("ids:")} == {"ids:openai", "ids:mistral", "ids:spaces"}
+    assert {k.removeprefix("ids:") for k in used if k.startswith("ids:")} == set(ID_STYLES[OPENAI])
+    # every stream shape and flag met the replay
+    assert {k.removeprefix("tpx:shape:") for k in used if k.startswith("tpx:shape:")} >= set(
+        OPENAI_STREAM_SHAPES
+    )
+    assert {k.removeprefix("tpx:flag:") for k in used if k.startswith("tpx:flag:")} == set(
+        OPENAI_FLAGS
+    )
+    assert {
+        k.removeprefix("anthropic:flag:") for k in used if k.startswith("anthropic:flag:")
+    } == set(MESSAGES_FLAGS)
+    assert used["caller_close:first"]
+    assert used["caller_close:late"]
 
 
 @pytest.mark.tlc
@@ -177,6 +218,32 @@ def test_seed_edge_cover_is_minimum(seed_graph: StateGraph) -> None:
     replayer.replay_all(cover)
     replayer.close()
     assert coverage.edges == seed_graph.labelled_edges()
+
+
+@pytest.mark.tlc
+@pytest.mark.parametrize("streaming", [False, True], ids=["plain", "streamed"])
+def test_edge_cover_ids3(streaming: bool) -> None:
+    """ToolIds={t1,t2,t3}, MaxTurns=3: the minimum edge cover (three parallel calls meet
+    every id style and stream shape), plain and streamed, in the fast suite."""
+    graph = tlc_graph(3, 3)
+    cover = edge_cover(graph)
+    assert len(graph.states) == 1189
+    assert len(cover) == len(edge_cover_certificate(graph)) == 601
+    config = Config(frozenset(ModelValue(f"t{i}") for i in range(1, 4)), 3)
+    coverage = Coverage(
+        "ToolIds={t1,t2,t3} MaxTurns=3 (minimum edge cover" + (", streamed)" if streaming else ")"),
+        len(graph.states),
+        len(graph.edges),
+        count_complete_behaviours(graph),
+    )
+    replayer = Replayer(config, coverage=coverage, streaming=streaming)
+    assert replayer.replay_all(cover) == 601
+    replayer.close()
+    COVERAGE_REPORTS.append(coverage.summary())
+    assert coverage.states == graph.state_set()
+    assert coverage.edges == graph.labelled_edges()
+    shapes = {k.removeprefix("tpx:shape:") for k in replayer.used if k.startswith("tpx:shape:")}
+    assert shapes >= (set(OPENAI_STREAM_SHAPES) if streaming else {"json"})
 
 
 @pytest.mark.tlc

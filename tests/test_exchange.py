@@ -610,6 +610,40 @@ def test_tpx_tool_ids_round_trip_to_the_providers_ids() -> None:
     assert snap.wire_ids == {"call_1", "", "call 2/x"}
 
 
+def test_tpx_tool_results_before_a_prefill_are_carried() -> None:
+    """A request answering the tool_uses and ending with a prefill (a trailing assistant
+    text) is sent: the results answer the assistant turn before the prefill."""
+    ex = Exchange(Provider.TPX)
+    ex.send(request())
+    ex.receive(200, {}, openai_reply("call_1", text=None))
+    (use,) = [b for b in ex.deliver()["content"] if b["type"] == "tool_use"]
+    result = {"type": "tool_result", "tool_use_id": use["id"], "content": "ok"}
+    follow_up = request(
+        user("hi"),
+        {"role": "assistant", "content": [use]},
+        {"role": "user", "content": [result]},
+        {"role": "assistant", "content": "Sure,"},
+    )
+    ex.send(follow_up)
+    assert ex.snapshot().wire_ids == {"call_1"}
+
+
+def test_tpx_legacy_function_call_reply_is_one_tool_use() -> None:
+    """A non-streamed reply with the legacy ``message.function_call`` (no tool_calls) is
+    one call without an id: a ProviderReply, not a translation mismatch."""
+    ex = Exchange(Provider.TPX)
+    ex.send(request())
+    call = {"name": "probe", "arguments": '{"a": 1}'}
+    message = {"role": "assistant", "content": None, "function_call": call}
+    reply = {"id": "c", "model": "m", "choices": [{"index": 0, "message": message}]}
+    ex.receive(200, {}, orjson.dumps(reply))
+    assert ex.snapshot().wire_ids == {""}
+    body = ex.deliver()
+    (use,) = [b for b in body["content"] if b["type"] == "tool_use"]
+    assert use["input"] == {"a": 1}
+    assert ex.pending == {use["id"]}
+
+
 def test_tpx_repeated_provider_ids_stay_distinct_for_the_caller() -> None:
     ex = Exchange(Provider.TPX)
     ex.send(request())

@@ -235,17 +235,22 @@ def _tool_result_ids(request: Mapping[str, Any]) -> list[str]:
 
 
 def _openai_request_tool_ids(body: Mapping[str, Any]) -> list[str]:
-    """``tool_call_id`` of the tool messages after the last assistant message."""
+    """``tool_call_id`` of the tool messages after the last assistant message (a trailing
+    prefill, an assistant message without tool calls, does not count as that message)."""
     messages = body.get("messages")
     if not isinstance(messages, list):
         return []
+    end = len(messages)
+    last = messages[-1] if messages else None
+    if isinstance(last, Mapping) and last.get("role") == "assistant" and not last.get("tool_calls"):
+        end -= 1  # a prefill: the tool results answer the assistant turn before it
     start = 0
-    for index, message in enumerate(messages):
+    for index, message in enumerate(messages[:end]):
         if isinstance(message, Mapping) and message.get("role") == "assistant":
             start = index + 1
     return [
         str(m.get("tool_call_id"))
-        for m in messages[start:]
+        for m in messages[start:end]
         if isinstance(m, Mapping) and m.get("role") == "tool"
     ]
 
@@ -263,7 +268,8 @@ def _openai_response_tool_ids(body: Mapping[str, Any]) -> list[str]:
         return []
     calls = message.get("tool_calls")
     if not isinstance(calls, list):
-        return []
+        # a legacy function_call is one call without an id (the translator carries it)
+        return [""] if isinstance(message.get("function_call"), Mapping) else []
     return [str(c.get("id")) if isinstance(c, Mapping) else "" for c in calls]
 
 

@@ -779,3 +779,12 @@ def test_missing_choices_or_delta_carry_nothing() -> None:
     got = message(translate(sse(chunks)))
     assert [b["text"] for b in got["content"]] == ["hi"]
     assert got["usage"]["output_tokens"] == 1
+
+
+@pytest.mark.parametrize("kind", ["ping\nevent: message_stop", "a\rb", ""])
+def test_anthropic_reader_refuses_an_event_type_it_could_not_write(kind: str) -> None:
+    """A provider event whose type is no one-line string is malformed (ProtocolError):
+    passed through, it could not be written as ``event: <type>`` for the caller."""
+    reader = AnthropicStreamReader()
+    with pytest.raises(errors.ProtocolError, match="one-line string type"):
+        reader.feed(b"data: " + orjson.dumps({"type": kind}) + b"\n\n")

@@ -475,8 +475,8 @@ class AnthropicStreamReader:
             return []
         body = _decode_json(event)
         kind = body.get("type")
-        if not isinstance(kind, str):
-            raise _bad("event data without a string type")
+        if not isinstance(kind, str) or not kind or "\n" in kind or "\r" in kind:
+            raise _bad("event data without a one-line string type")
         if event.event not in ("message", kind):
             raise _bad(f"event name {quote(event.event)} differs from its data type {quote(kind)}")
         if kind == "error":

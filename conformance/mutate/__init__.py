@@ -1,0 +1,1 @@
+"""Mutation testing with the conformance suite as the judge (``make mutate``)."""

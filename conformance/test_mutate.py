@@ -1,0 +1,67 @@
+"""The mutation tooling itself (``make mutate``): mutation points, stable ids, the lists it
+reads. The campaign is ``make mutate`` (slow, niced), not part of the test suite."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from conformance.mutate.__main__ import ROOT, equivalents, targets
+from conformance.mutate.mutator import mutants, sample
+
+SAMPLE = '''
+def f(a, b):
+    """doc"""
+    if a == b and not a:
+        return a + 1
+    while a < 3:
+        a += 1
+        break
+    return True
+'''
+
+
+def test_every_operator_makes_a_compiling_single_change(tmp_path: Path) -> None:
+    path = tmp_path / "m.py"
+    path.write_text(SAMPLE)
+    found = mutants(path, tmp_path)
+    assert {m.operator for m in found} == {
+        "cmp",
+        "bool",
+        "not",
+        "const",
+        "binop",
+        "cond",
+        "loop",
+        "stmt",
+    }
+    assert len({m.id for m in found}) == len(found)
+    original = ast.unparse(ast.parse(SAMPLE))
+    for m in found:
+        assert m.source != original
+        compile(m.source, m.path, "exec")
+        assert '"""doc"""' in m.source or "'doc'" in m.source  # docstrings are left alone
+    assert any("a != b" in m.source for m in found)
+    assert any("a - 1" in m.source for m in found)
+
+
+def test_sample_is_seeded_and_per_file(tmp_path: Path) -> None:
+    for name in ("a.py", "b.py"):
+        (tmp_path / name).write_text(SAMPLE)
+    found = [m for name in ("a.py", "b.py") for m in mutants(tmp_path / name, tmp_path)]
+    one, two = sample(found, 3, seed=5), sample(found, 3, seed=5)
+    assert [m.id for m in one] == [m.id for m in two]
+    assert sorted({m.path for m in one}) == ["a.py", "b.py"]
+    assert len(one) == 6
+
+
+def test_targets_and_equivalents_are_data() -> None:
+    files = targets()
+    assert ROOT / "tpx/translate/ids.py" in files
+    assert ROOT / "tpx/exchange.py" in files
+    assert all(p.exists() for p in files)
+    known = {m.id for p in files for m in mutants(p, ROOT)}
+    listed = equivalents()
+    assert listed
+    assert all(reason for reason in listed.values())
+    assert set(listed) <= known  # no stale entry
