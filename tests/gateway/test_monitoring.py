@@ -13,6 +13,8 @@ import pytest
 
 from tpx.cli import main
 from tpx.gateway.asgi import GatewayApp, create_app
+from tpx.gateway.monitoring import LiveMonitor
+from tpx.model.gateway.monitor import Violation
 
 from .conftest import GATEWAY_KEY, make_settings, serving
 from .fakes import FakeUpstream
@@ -119,3 +121,43 @@ def test_a_529_then_the_same_turn_again(provider: str, tmp_path: Path) -> None:
     assert app.gateway.monitor is not None
     assert app.gateway.monitor.monitor.violations == 0
     assert main(["check-trace", "--spec", str(SPEC), *map(str, tmp_path.glob("*"))]) == 0
+
+
+def stop_at(monkeypatch: pytest.MonkeyPatch, stopped_action: str) -> None:
+    """Make the live monitor report a violation at *stopped_action* (the fail-closed
+    plumbing on every path, whatever the bug behind it)."""
+    real = LiveMonitor._check
+
+    def strict(self: LiveMonitor, key: str, action: str, snapshot: Any) -> None:
+        if action == stopped_action:
+            self._stopped(key, Violation(key, 9, action, "PairingInv", "seeded", trace=()))
+        real(self, key, action, snapshot)
+
+    monkeypatch.setattr(LiveMonitor, "_check", strict)
+
+
+@pytest.mark.parametrize("action", ["ProviderReply", "Deliver"])
+@pytest.mark.parametrize("provider", ["TPX", "ANTHROPIC"])
+def test_a_stopped_step_never_reaches_the_caller(
+    provider: str, action: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stop_at(monkeypatch, action)
+    first = [{"role": "user", "content": "stopped"}]
+    with monitored(provider) as (client, _, app):
+        plain = client.post("/v1/messages", headers=AUTH, json=body(first))
+        streamed = client.post("/v1/messages", headers=AUTH, json=body(first, stream=True))
+        metrics = client.get("/metrics").text
+    assert plain.status_code == 500
+    assert plain.json()["error"]["type"] == "api_error"
+    assert "(PairingInv," in plain.json()["error"]["message"]
+    assert "tool_use" not in plain.text
+    # streamed: the deltas went out, but the message never completes: an error event
+    # takes message_stop's place (an SDK raises instead of returning the message)
+    assert streamed.status_code == 200
+    kinds = [ln[7:] for ln in streamed.text.splitlines() if ln.startswith("event: ")]
+    assert kinds[-1] == "error"
+    assert "message_stop" not in kinds
+    assert "(PairingInv," in streamed.text
+    assert 'tpx_gateway_monitor_violations_total{property="PairingInv"} 2.0' in metrics
+    assert app.gateway.monitor is not None
+    assert app.gateway.monitor.monitor.conversations() == 0
