@@ -24,10 +24,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from tpx.errors import TLCConfigError, TpxError
 from tpx.tlc.values import format_value
+
+if TYPE_CHECKING:
+    from tpx.model.explore import ExploreResult
 
 #: Exit codes of a run stopped by a signal (128 + the signal number).
 EXIT_SIGINT = 130
@@ -232,16 +235,55 @@ def _mirror_checks(spec: Path, cfg: Path) -> tuple[Any, Any]:
     """The mirror's Config for *spec* / *cfg* and what the cfg asks to check (refusing a
     spec that is not the mirrored one, or a cfg naming what the mirror does not define)."""
     from tpx.model import Config
+    from tpx.model.gateway import GATEWAY
+    from tpx.model.gateway import Config as GatewayConfig
     from tpx.model.registry import check_mirrored
 
     _require_file(spec, "spec")
     _require_file(cfg, "cfg")
     checked = check_mirrored(spec, cfg)
+    config_of: Any = GatewayConfig if checked.mirror is GATEWAY else Config
     try:
-        config = Config.from_constants(dict(checked.model.constants))
+        config = config_of.from_constants(dict(checked.model.constants))
     except TpxError as exc:
         raise TpxError(f"{cfg}: {exc}") from None
     return config, checked
+
+
+def _explore_gateway(
+    config: Any, checked: Any, check_deadlock: bool, progress: Any
+) -> ExploreResult:
+    """``tpx explore spec/TpxGateway.tla``: the gateway mirror, checking only what the cfg
+    names (``Refinement`` as a step property, its Init conjunct on every initial state)."""
+    import attrs
+
+    from tpx.model.explore import Verdict
+    from tpx.model.gateway import INVARIANTS as GW_INVARIANTS
+    from tpx.model.gateway import PROPERTIES as GW_PROPERTIES
+    from tpx.model.gateway import Init, State
+    from tpx.model.gateway.explore import explore as explore_gateway
+    from tpx.model.gateway.refinement import RefinementInit, RefinementStep
+
+    invariants = [(n, f) for n, f in GW_INVARIANTS if n in checked.invariants]
+    properties = [(n, f) for n, f in GW_PROPERTIES if n in checked.properties]
+    if "Refinement" in checked.properties:
+
+        def refinement(s: State, t: State) -> bool:
+            return RefinementStep(s, t, config)
+
+        properties.append(("Refinement", refinement))
+        if not all(RefinementInit(s, config) for s in Init(config)):
+            return attrs.evolve(
+                explore_gateway(config, check_deadlock=False, next=lambda s, c: ()),
+                verdict=Verdict("action_property", "Refinement"),
+            )
+    return explore_gateway(
+        config,
+        check_deadlock=check_deadlock,
+        invariants=invariants,
+        properties=properties,
+        on_progress=progress,
+    )
 
 
 def _cmd_explore(args: argparse.Namespace) -> int:
@@ -266,6 +308,22 @@ def _cmd_explore(args: argparse.Namespace) -> int:
                 flush=True,
             )
 
+    if checked.mirror.module == "TpxGateway":
+        result = _explore_gateway(config, checked, check_deadlock, progress)
+        summary(
+            "explore",
+            spec,
+            cfg_path,
+            result.verdict,
+            result.initial,
+            result.generated,
+            result.distinct,
+            result.depth,
+            result.duration_s,
+            result.trace,
+            full=args.full,
+        )
+        return result.exit_code
     invariants = [(n, f) for n, f in INVARIANTS if n in checked.invariants]
     everything = len(invariants) == len(INVARIANTS) and "SelectionStable" in checked.properties
     if args.readable or not everything:
@@ -316,7 +374,9 @@ def _cmd_check_trace(args: argparse.Namespace) -> int:
 
         if args.tlc:
             raise TpxError("--tlc does not check gateway traces; the mirror does")
-        retry = GatewayConfig.from_cfg(cfg_path).GatewayRetry
+        gw_config, _ = _mirror_checks(spec, cfg_path)
+        assert isinstance(gw_config, GatewayConfig)
+        retry = gw_config.GatewayRetry
         lines, code = gateway_traces.check_files(
             args.files, gateway_retry=retry, exchange=args.exchange
         )

@@ -51,6 +51,7 @@ from tpx.gateway.history import (
     validate_request,
 )
 from tpx.gateway.metrics import CONTENT_TYPE, Metrics
+from tpx.gateway.monitoring import LiveMonitor, SpecViolationError
 from tpx.gateway.settings import Settings
 from tpx.gateway.turn import Conversation, Forward, Turn
 from tpx.gateway.wire import (
@@ -99,6 +100,9 @@ class Gateway:
         self.metrics = metrics or Metrics()
         self._secrets = secret_forms(settings.secret_values())
         self.ready = True
+        self.monitor: LiveMonitor | None = None
+        if settings.monitor:  # tpx serve --monitor
+            self.monitor = LiveMonitor(settings, self.metrics)
 
     def redact(self, text: str) -> str:
         return redact(text, secret_forms(self.settings.secret_values()))
@@ -224,26 +228,45 @@ class Gateway:
             raise
         actions: list[str] = []
         log["actions"] = actions
-        trace: list[dict[str, Any]] | None = [] if settings.trace_dir is not None else None
+        monitor = self.monitor  # --monitor: its traces replace the raw exchange traces
+        trace: list[dict[str, Any]] | None = (
+            [] if settings.trace_dir is not None and monitor is None else None
+        )
+        observer = self._observer(actions, trace)
+        if monitor is not None:
+            observer = monitor.observer(request_id, pending, observer)
         exchange = Conversation(
             settings.provider,
             pending,
             model=upstream_model,
             secrets=settings.secret_values(),
-            observer=self._observer(actions, trace),
+            observer=observer,
         )
         if trace is not None:
             trace.append({"#action": "Resume", **snapshot_record(exchange.snapshot())})
             log["#trace"] = trace
-        if settings.provider is Provider.NONE:
-            error = exchange.no_provider()
-            log["error"] = error.code
-            self.log(log, failed=True)
-            return model_error_response(error, request_id)
         try:
+            if monitor is not None:
+                monitor.start(request_id, exchange.snapshot())
+            if settings.provider is Provider.NONE:
+                error = exchange.no_provider()
+                log["error"] = error.code
+                self.log(log, failed=True)
+                return model_error_response(error, request_id)
             outbound = exchange.send(body)
+        except SpecViolationError as stop:  # --monitor: fail closed
+            log["error"] = stop.code
+            self.log(log, failed=True)
+            return model_error_response(stop, request_id)
         except PairingError as error:  # CallerAbort (pending) or refused (nothing pending)
             log["error"] = error.code
+            if monitor is not None and not actions:  # refused: the spec's CallerAbort
+                try:
+                    monitor.refused(request_id, exchange.snapshot())
+                except SpecViolationError as stop:
+                    log["error"] = stop.code
+                    self.log(log, failed=True)
+                    return model_error_response(stop, request_id)
             self.log(log, failed=True)
             message = problem or error.message
             return error_response(400, "invalid_request_error", message, request_id)
@@ -323,6 +346,8 @@ class Gateway:
     # -- logging -----------------------------------------------------------------------------
 
     def log(self, record: dict[str, Any], *, failed: bool) -> None:
+        if self.monitor is not None:  # the exchange ended: its conversation too
+            self.monitor.close(record["request_id"])
         trace = record.pop("#trace", None)
         if trace is not None and self.settings.trace_dir is not None:
             path = self.settings.trace_dir / f"{record['request_id']}.jsonl"

@@ -179,6 +179,8 @@ class Settings:
     workers: int = 1
     log_bodies: bool = False
     trace_dir: Path | None = None
+    monitor: bool = False
+    """``tpx serve --monitor``: check every exchange's spec steps (tpx.gateway.monitoring)."""
 
     def __repr__(self) -> str:
         return (
@@ -264,6 +266,7 @@ def load_settings(
     workers: int | None = None,
     log_bodies: bool = False,
     trace_dir: Path | None = None,
+    monitor: bool = False,
 ) -> Settings:
     """Settings from flags (the keyword arguments), *env* (default ``os.environ``) and the file."""
     environ: Mapping[str, str] = os.environ if env is None else env
@@ -321,4 +324,5 @@ def load_settings(
         workers=workers or file_workers or 1,
         log_bodies=log_bodies,
         trace_dir=trace_dir,
+        monitor=monitor,
     )

@@ -3,6 +3,7 @@ pass-through (:class:`Forward`); see :mod:`tpx.gateway.core` for the protocol.""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -11,6 +12,7 @@ import orjson
 
 from tpx.errors import ModelError, NetworkError
 from tpx.exchange import Exchange, Provider
+from tpx.gateway.monitoring import SpecViolationError
 from tpx.gateway.wire import (
     SSE_HEADERS,
     Response,
@@ -63,6 +65,7 @@ class Turn:
         self._began = time.perf_counter()
         self._closed = False
         self._sign = gateway.settings.provider is Provider.TPX
+        self._stopped_by: ModelError | None = None  #: the monitor's stop (--monitor)
 
     @property
     def complete(self) -> bool:
@@ -83,9 +86,9 @@ class Turn:
         self.upstream_status(status)
         try:
             self.exchange.receive(status, headers, body)
-        except ModelError as error:
+            message = self.exchange.deliver()
+        except ModelError as error:  # ProviderFail, or the monitor stopped a step
             return self.error_response(error)
-        message = self.exchange.deliver()
         self._sign_message(message)
         self._usage(message.get("usage"))
         data = orjson.dumps(message)
@@ -94,7 +97,7 @@ class Turn:
         return json_response(200, data, self.request_id)
 
     def error_response(self, error: ModelError | None = None) -> Response:
-        error = error or self.exchange.last_error
+        error = error or self._stopped_by or self.exchange.last_error
         assert error is not None
         self.failed = True
         self._log["error"] = error.code
@@ -122,25 +125,35 @@ class Turn:
         held back for :meth:`finish`; b"" when an error must go out as a response)."""
         if self.complete or self.exchange.phase != "req":
             return b""
-        return self._hand(self.exchange.feed(chunk))
+        try:
+            return self._hand(self.exchange.feed(chunk))
+        except SpecViolationError as stop:  # the monitor stopped a step (tpx serve --monitor)
+            return self._stopped(stop)
 
     def end(self) -> bytes:
         """The upstream body ended."""
         ex = self.exchange
         events: list[dict[str, Any]] = []
-        if ex.phase == "req" and not ex.stream_complete:
-            events += ex.flush()
+        try:
             if ex.phase == "req" and not ex.stream_complete:
-                events += ex.end_stream()  # ended early: ProviderFail
+                events += ex.flush()
+                if ex.phase == "req" and not ex.stream_complete:
+                    events += ex.end_stream()  # ended early: ProviderFail
+        except SpecViolationError as stop:  # the monitor stopped a step
+            return self._stopped(stop)
         return self._hand(events)
 
     def finish(self) -> bytes:
         """The client is about to take ``message_stop``: ``ProviderReply`` + ``Deliver``."""
         assert self._terminal is not None
         ex = self.exchange
-        tail = ex.end_stream()
-        if ex.phase == "resp":
-            message = ex.deliver()
+        try:
+            tail = ex.end_stream()
+            message = ex.deliver() if ex.phase == "resp" else None
+        except SpecViolationError as stop:  # the monitor stopped ProviderReply or Deliver
+            self._stopped(stop)
+            return self._render([stop.body()])
+        if message is not None:
             self._usage(message.get("usage"))
             tail = [self._terminal]
         else:
@@ -151,16 +164,28 @@ class Turn:
         """A transport failure while the upstream body was read (``ProviderFail``)."""
         if self.exchange.phase != "req":
             return b""
-        failure = self.exchange.fail(error)
+        try:
+            failure = self.exchange.fail(error)
+        except SpecViolationError as stop:  # the monitor stopped the step
+            failure = stop
         self._failed()
         return self._render([failure.body()]) if self.started else b""
 
     def abandon(self) -> None:
         """The client went away: ``ProviderFail`` if the exchange is still in flight."""
         if self.exchange.phase == "req":
-            self.exchange.fail(NetworkError("the client disconnected before the reply ended"))
+            with contextlib.suppress(SpecViolationError):  # a stop of the monitor: logged already
+                self.exchange.fail(NetworkError("the client disconnected before the reply ended"))
             self._log["client_gone"] = True
             self._failed()
+
+    def _stopped(self, stop: SpecViolationError) -> bytes:
+        """The monitor stopped a step: the turn fails closed. Returns the error event when
+        bytes went out already (b"": the error goes out as the HTTP response)."""
+        self._stopped_by = stop
+        self.failed = True
+        self._log["error"] = stop.code
+        return self._render([stop.body()]) if self.started else b""
 
     def _failed(self) -> None:
         self.failed = True

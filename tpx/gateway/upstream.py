@@ -218,7 +218,10 @@ class SyncUpstream(_Base):
 
 def _failed_before_reply(turn: Turn, error: ModelError) -> Response:
     if turn.exchange.phase == "req":
-        error = turn.exchange.fail(error)
+        try:
+            error = turn.exchange.fail(error)
+        except ModelError as stop:  # tpx serve --monitor stopped the step
+            error = stop
     return turn.error_response(error)
 
 

@@ -89,7 +89,7 @@ class MirroredSpec:
 _REGISTRY: dict[str, MirroredSpec] = {}
 
 #: Packages whose import registers their mirrors (each calls :func:`register` once).
-MIRROR_PACKAGES: list[str] = ["tpx.model"]
+MIRROR_PACKAGES: list[str] = ["tpx.model", "tpx.model.gateway"]
 
 
 def register(spec: MirroredSpec) -> MirroredSpec:

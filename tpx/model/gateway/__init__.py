@@ -11,6 +11,10 @@ Read it side by side with the spec (its header table maps spec lines to these na
 * :mod:`tpx.model.gateway.explore`    -- BFS explorer reporting TLC's figures;
 * :mod:`tpx.model.gateway.refinement` -- the projection onto the seed and the refinement check;
 * :mod:`tpx.model.gateway.monitor`    -- the online monitor for a running gateway.
+
+:data:`GATEWAY` registers the module with :mod:`tpx.model.registry` (shipped as
+``tpx/specs/TpxGateway.tla`` with its cfgs), so ``tpx explore`` / ``tpx check-trace`` run
+this mirror only on that exact spec and only the checks its cfg names.
 """
 
 from tpx.model.gateway.actions import (
@@ -43,10 +47,22 @@ from tpx.model.gateway.invariants import (
     TypeOK,
 )
 from tpx.model.gateway.state import EXCEPT, PER_CONVERSATION, VARS, Config, InFlight, State
+from tpx.model.registry import MirroredSpec, register
+
+#: spec/TpxGateway.tla, as shipped in tpx/specs and implemented by this package
+#: (``Refinement`` is :mod:`tpx.model.gateway.refinement`, run as a step property).
+GATEWAY = register(
+    MirroredSpec(
+        "TpxGateway",
+        invariants=tuple(name for name, _ in INVARIANTS),
+        properties=(*(name for name, _ in PROPERTIES), "Refinement"),
+    )
+)
 
 __all__ = [
     "ACTIONS",
     "EXCEPT",
+    "GATEWAY",
     "INVARIANTS",
     "PER_CONVERSATION",
     "PROPERTIES",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from tpx.model.explore import ExploreResult, bfs
+from tpx.model.explore import ExploreResult, ProgressFn, bfs
 from tpx.model.gateway.actions import Init, Next
 from tpx.model.gateway.invariants import INVARIANTS, PROPERTIES, Invariant
 from tpx.model.gateway.state import Config, State
@@ -26,6 +26,7 @@ def explore(
     next: Callable[[State, Config], Iterable[tuple[str, State]]] = Next,
     invariants: Iterable[tuple[str, Invariant]] = INVARIANTS,
     properties: Iterable[tuple[str, Callable[[State, State], bool]]] = PROPERTIES,
+    on_progress: ProgressFn | None = None,
 ) -> ExploreResult:
     """Explore every reachable state of the gateway spec; stop at the first violation,
     as TLC does. Tests pass seeded-bug variants of *init*, *next*, ... to prove the
@@ -38,4 +39,5 @@ def explore(
         next=next,
         invariants=invariants,
         properties=properties,
+        on_progress=on_progress,
     )

@@ -1,0 +1,145 @@
+"""``tpx serve --monitor``: every exchange's spec actions checked live against the gateway mirror.
+
+One :class:`LiveMonitor` per gateway process wraps a
+:class:`tpx.model.gateway.monitor.GatewayMonitor` (keyed by request id: one exchange per
+conversation, which the stateless gateway can always name). The core calls
+:meth:`LiveMonitor.start` (``Resume``: the history's obligations) before the exchange's
+first step, feeds every exchange action through :meth:`LiveMonitor.observer` (with the
+history's obligations, so a ProviderFail / CallerAbort keeps them as the gateway spec
+says), reports a refusal that took no exchange step as ``CallerAbort`` (:meth:`refused`),
+and :meth:`LiveMonitor.close` s the conversation when the exchange ends.
+
+A step the spec does not allow raises :class:`SpecViolationError` (a
+:class:`~tpx.errors.ModelError`, raised by the exchange's observer *in place of* the
+step's result): the turn fails closed with a Messages-shaped ``api_error`` (status 500),
+so the caller never receives the output of the illegal step. The violation is logged
+(one JSON line with the conversation's trace, ``monitor_violation``) and counted in
+``/metrics`` (``tpx_gateway_monitor_violations_total{property=...}``); with
+``--trace-dir`` every conversation's monitor trace is written as JSON lines that
+``tpx check-trace --spec spec/TpxGateway.tla`` reads (wire-side ids throughout).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+from prometheus_client import Counter
+
+from tpx.errors import ModelError
+from tpx.exchange import ExchangeSnapshot, Provider
+from tpx.gateway.metrics import Metrics
+from tpx.gateway.settings import Settings
+from tpx.model.gateway.monitor import GatewayMonitor, Violation, snapshot_of_exchange
+from tpx.tracecheck_gateway import trace_file_name, write_trace
+from tpx.translate.ids import verify_signed_id, wire_id
+
+__all__ = ["LiveMonitor", "SpecViolationError"]
+
+logger = logging.getLogger("tpx.gateway")
+
+
+class SpecViolationError(ModelError):
+    """The gateway monitor stopped a step ``spec/TpxGateway.tla`` does not allow."""
+
+    code = "MODEL_SPEC_VIOLATION"
+    default_error_type = "api_error"
+    default_status = 500
+
+    def __init__(self, violation: Violation) -> None:
+        super().__init__(
+            f"the gateway stopped a step its spec does not allow ({violation.property}, "
+            f"{violation.action}); the gateway log has the trace"
+        )
+        self.property = violation.property
+
+
+class LiveMonitor:
+    """The per-process online monitor of ``tpx serve --monitor`` (see the module doc)."""
+
+    def __init__(self, settings: Settings, metrics: Metrics) -> None:
+        to_wire: Callable[[str], str] | None = None
+        if settings.provider is Provider.TPX:
+            secret = settings.secret
+
+            def to_wire(i: str) -> str:
+                return wire_id(verify_signed_id(i, secret) or i)
+
+        self.monitor = GatewayMonitor(
+            provider=settings.provider.name, gateway_retry=True, to_wire=to_wire
+        )
+        self.trace_dir: Path | None = settings.trace_dir
+        self._lock = threading.Lock()
+        self.violations = Counter(
+            "tpx_gateway_monitor_violations",
+            "Steps the gateway monitor stopped (the spec does not allow them), by property",
+            ["property"],
+            registry=metrics.registry,
+        )
+        self.steps = Counter(
+            "tpx_gateway_monitor_steps",
+            "Spec steps the gateway monitor checked",
+            registry=metrics.registry,
+        )
+
+    def _check(self, key: str, action: str, snapshot: Mapping[str, Any]) -> None:
+        with self._lock:
+            violation = self.monitor.observe(key, action, snapshot)
+        self.steps.inc()
+        if violation is not None:
+            self._stopped(key, violation)
+
+    def _stopped(self, key: str, violation: Violation) -> None:
+        self.violations.labels(violation.property).inc()
+        record = {
+            "request_id": key,
+            "monitor_violation": violation.property,
+            "step": violation.step,
+            "action": violation.action,
+            "message": violation.message,
+            "trace": list(violation.trace),
+        }
+        logger.warning("%s", orjson.dumps(record).decode())
+        if self.trace_dir is not None:
+            write_trace(self.trace_dir / trace_file_name(key), violation.trace)
+        raise SpecViolationError(violation)
+
+    def start(self, key: str, snapshot: ExchangeSnapshot) -> None:
+        """``Resume``: the conversation starts idle with its history's obligations."""
+        self._check(key, "Resume", snapshot_of_exchange(snapshot))
+
+    def observer(
+        self,
+        key: str,
+        obligations: Iterable[str],
+        inner: Callable[[str, ExchangeSnapshot], None],
+    ) -> Callable[[str, ExchangeSnapshot], None]:
+        """The exchange observer: *inner* (actions, metrics, raw trace), then the check."""
+        held = frozenset(obligations)
+
+        def observe(action: str, snapshot: ExchangeSnapshot) -> None:
+            inner(action, snapshot)
+            self._check(
+                key, action, snapshot_of_exchange(snapshot, action=action, obligations=held)
+            )
+
+        return observe
+
+    def refused(self, key: str, snapshot: ExchangeSnapshot) -> None:
+        """A request refused for pairing with nothing pending took no exchange step: in
+        the gateway spec it is a CallerAbort (the turn counts, the outcome is "err")."""
+        record = snapshot_of_exchange(snapshot)
+        record["turn"] = snapshot.turn + 1
+        record["lastOutcome"] = "err"
+        self._check(key, "CallerAbort", record)
+
+    def close(self, key: str) -> None:
+        """The exchange ended: forget the conversation; write its trace (``--trace-dir``)."""
+        with self._lock:
+            trace = self.monitor.close(key)
+        if trace and self.trace_dir is not None:
+            write_trace(self.trace_dir / trace_file_name(key), trace)
