@@ -42,7 +42,6 @@ from tpx.errors import (
     secret_forms,
 )
 from tpx.exchange import ExchangeSnapshot, Provider
-from tpx.gateway.compat import relax_for_chat_completions
 from tpx.gateway.history import (
     Refusal,
     pairing_problem,
@@ -98,6 +97,14 @@ class Gateway:
         self.settings = settings
         self.metrics = metrics or Metrics()
         self._secrets = secret_forms(settings.secret_values())
+        # what every TPX exchange translates with: the upstream's profile and the thinking
+        # signer (a block signed by one worker or replica verifies on any other sharing
+        # TPX_THINKING_SECRET); the ANTHROPIC pass-through takes neither
+        self._translation: dict[str, Any] = (
+            {"profile": settings.profile, "thinking_secret": settings.thinking_secret}
+            if settings.provider is Provider.TPX
+            else {}
+        )
         self.ready = True
 
     def redact(self, text: str) -> str:
@@ -213,9 +220,6 @@ class Gateway:
             shown: dict[str, str] = {}
             if settings.provider is Provider.TPX:
                 shown = unsign_ids(body, settings.secret)
-                relaxed = relax_for_chat_completions(body)
-                if relaxed:
-                    log["relaxed"] = relaxed
             pending = pending_ids(body["messages"])
             problem = pairing_problem(body["messages"], pending, shown)
         except Refusal as refusal:
@@ -231,6 +235,7 @@ class Gateway:
             model=upstream_model,
             secrets=settings.secret_values(),
             observer=self._observer(actions, trace),
+            **self._translation,
         )
         if trace is not None:
             trace.append({"#action": "Resume", **snapshot_record(exchange.snapshot())})
@@ -290,10 +295,14 @@ class Gateway:
         from tpx.gateway.tokens import count_openai_request
 
         unsign_ids(body, self.settings.secret)
-        relax_for_chat_completions(body)
         body.setdefault("max_tokens", 1)
         try:
-            translated = request_to_openai(body, model=upstream_model).body
+            translated = request_to_openai(
+                body,
+                model=upstream_model,
+                profile=self.settings.profile,
+                secret=self.settings.signer,
+            ).body
         except (ProtocolError, UnsupportedError) as error:
             raise Refusal(error.message) from None
         count = count_openai_request(translated)
