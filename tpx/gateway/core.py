@@ -26,6 +26,7 @@ deliberate difference from the seed spec, whose ProviderFail discards ``pending`
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import secrets
@@ -86,6 +87,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger("tpx.gateway")
+
+#: every rendered form of the secrets (a token command may change them: keyed by value)
+_forms = functools.lru_cache(maxsize=8)(secret_forms)
 _PID = os.getpid()
 os.register_at_fork(after_in_child=lambda: globals().update(_PID=os.getpid()))
 
@@ -105,10 +109,11 @@ class Gateway:
             if settings.provider is Provider.TPX
             else {}
         )
+        self._action_counters: dict[str, Any] = {}
         self.ready = True
 
     def redact(self, text: str) -> str:
-        return redact(text, secret_forms(self.settings.secret_values()))
+        return redact(text, _forms(self.settings.secret_values()))
 
     # -- entry point ---------------------------------------------------------------------
 
@@ -267,11 +272,14 @@ class Gateway:
         return Turn(self, request_id, call, exchange, log)
 
     def _observer(self, actions: list[str], trace: list[dict[str, Any]] | None) -> Any:
-        counter = self.metrics.actions
+        counters = self._action_counters
 
         def observe(action: str, snapshot: ExchangeSnapshot) -> None:
             actions.append(action)
-            counter.labels(action).inc()
+            counter = counters.get(action)
+            if counter is None:  # labels() takes a lock: resolve each action's child once
+                counter = counters[action] = self.metrics.actions.labels(action)
+            counter.inc()
             if trace is not None:
                 trace.append({"#action": action, **snapshot_record(snapshot)})
 
