@@ -121,6 +121,20 @@ def test_serve_refuses_bad_configuration(tmp_path: Path) -> None:
     assert "limits.max_body_bytes must be > 0" in done.stderr
 
 
+def test_serve_refuses_an_unknown_profile() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tpx.cli", "serve", "--profile", "no-such-server"],
+        env={"PATH": os.environ.get("PATH", ""), "TPX_THINKING_SECRET": "t-SECRET-9"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "unknown upstream profile 'no-such-server'" in done.stderr
+    assert "t-SECRET-9" not in done.stderr
+
+
 def test_sigterm_lets_a_running_stream_finish() -> None:
     fake = FakeUpstream("TPX", pause=1.5)
     with serving(FakeServer(fake)) as upstream:
