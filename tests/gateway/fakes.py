@@ -6,7 +6,9 @@ answered with tool calls (``calls`` parallel calls, ids derived from the convers
 first user text so every conversation's ids are its own). A user text containing
 ``FAIL529`` gets one 529 per distinct body before the normal answer (``failures`` counts
 them); ``SILENT`` makes a stream pause (the gateway pings); ``BREAK`` makes a stream end
-before its terminal event.
+before its terminal event. ``reasoning`` (OpenAI-compatible only): every reply also carries
+that text as ``reasoning_content`` (DeepSeek's field), which the gateway turns into a
+signed thinking block.
 """
 
 from __future__ import annotations
@@ -34,8 +36,16 @@ def _first_text(messages: list[Any]) -> str:
 class FakeUpstream:
     """Both fakes; ``provider`` picks the protocol. Records every request it saw."""
 
-    def __init__(self, provider: str = "TPX", *, calls: int = 2, pause: float = 0.0) -> None:
+    def __init__(
+        self,
+        provider: str = "TPX",
+        *,
+        calls: int = 2,
+        pause: float = 0.0,
+        reasoning: str | None = None,
+    ) -> None:
         self.provider = provider
+        self.reasoning = reasoning
         self.calls = calls
         self.pause = pause
         self.seen: list[dict[str, Any]] = []
@@ -103,6 +113,8 @@ class FakeUpstream:
         finish = "tool_calls" if ids else "stop"
         if not stream:
             message: dict[str, Any] = {"role": "assistant", "content": text}
+            if self.reasoning is not None:
+                message["reasoning_content"] = self.reasoning
             if calls:
                 message["tool_calls"] = calls
             return httpx2.Response(
@@ -126,7 +138,10 @@ class FakeUpstream:
             }
             return b"data: " + orjson.dumps(data) + b"\n\n"
 
-        parts = [chunk({"role": "assistant", "content": text})]
+        parts = []
+        if self.reasoning is not None:
+            parts.append(chunk({"role": "assistant", "reasoning_content": self.reasoning}))
+        parts.append(chunk({"role": "assistant", "content": text}))
         for n, call in enumerate(calls):
             parts.append(chunk({"tool_calls": [{"index": n, **call}]}))
         parts.append(chunk({}, finish))

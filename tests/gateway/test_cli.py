@@ -16,7 +16,7 @@ import httpx2
 import orjson
 import pytest
 
-from tpx.cli import build_parser
+from tpx.cli import EXIT_SIGTERM, build_parser
 
 from .conftest import GATEWAY_KEY, UPSTREAM_TOKEN, FakeServer, serving
 from .fakes import FakeUpstream
@@ -90,8 +90,9 @@ def test_serve_end_to_end_with_a_loopback_upstream(tmp_path: Path) -> None:
             assert final.stop_reason == "end_turn"
             client.close()
             proc.send_signal(signal.SIGTERM)
-            # uvicorn shuts down gracefully, then re-raises the signal it captured
-            assert proc.wait(30) in (0, -signal.SIGTERM)
+            # uvicorn shuts down gracefully, then re-raises the signal it captured, which
+            # tpx.cli turns into the conventional 128 + SIGTERM
+            assert proc.wait(30) == EXIT_SIGTERM
             assert proc.stderr is not None
             log = proc.stderr.read()
     assert fake.headers[0]["authorization"] == f"Bearer {UPSTREAM_TOKEN}"
@@ -120,6 +121,20 @@ def test_serve_refuses_bad_configuration(tmp_path: Path) -> None:
     assert "limits.max_body_bytes must be > 0" in done.stderr
 
 
+def test_serve_refuses_an_unknown_profile() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tpx.cli", "serve", "--profile", "no-such-server"],
+        env={"PATH": os.environ.get("PATH", ""), "TPX_THINKING_SECRET": "t-SECRET-9"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "unknown upstream profile 'no-such-server'" in done.stderr
+    assert "t-SECRET-9" not in done.stderr
+
+
 def test_sigterm_lets_a_running_stream_finish() -> None:
     fake = FakeUpstream("TPX", pause=1.5)
     with serving(FakeServer(fake)) as upstream:
@@ -138,15 +153,16 @@ def test_sigterm_lets_a_running_stream_finish() -> None:
                 rest = b"".join(chunks)
             assert first.startswith(b"event: message_start")
             assert rest.rstrip().endswith(b'data: {"type":"message_stop"}')
-            assert proc.wait(30) in (0, -signal.SIGTERM)
+            assert proc.wait(30) == EXIT_SIGTERM
 
 
 def test_two_workers_serve_one_gateway() -> None:
-    """Each request on a new connection: whichever worker answers accepts the ids any issued."""
-    fake = FakeUpstream("TPX")
+    """Each request on a new connection: whichever worker answers accepts the ids and the
+    thinking signatures any of them issued (both secrets shared, neither configured)."""
+    fake = FakeUpstream("TPX", reasoning="I list the files.")
     with serving(FakeServer(fake)) as upstream:
         env = {"TPX_OAUTH_TOKEN": UPSTREAM_TOKEN, "TPX_BASE_URL": upstream}
-        with tpx_serve(env, "--workers", "2") as (url, proc):
+        with tpx_serve(env, "--workers", "2", "--profile", "deepseek") as (url, proc):
             for n in range(6):
                 history: list[object] = [{"role": "user", "content": f"workers-{n}"}]
                 body = {"model": "m", "max_tokens": 8, "messages": history}
@@ -161,11 +177,15 @@ def test_two_workers_serve_one_gateway() -> None:
                     {"role": "assistant", "content": first["content"]},
                     {"role": "user", "content": results},
                 ]
+                assert first["content"][0]["type"] == "thinking"
                 final = httpx2.post(f"{url}/v1/messages", json=body, timeout=30)
                 assert final.status_code == 200
                 assert final.json()["stop_reason"] == "end_turn"
+                # the thinking block verified on whichever worker took the second turn
+                (assistant,) = [m for m in fake.seen[-1]["messages"] if m["role"] == "assistant"]
+                assert assistant["reasoning_content"] == "I list the files."
             proc.send_signal(signal.SIGTERM)
-            assert proc.wait(60) in (0, -signal.SIGTERM)
+            assert proc.wait(60) == 0
             assert proc.stderr is not None
             log = proc.stderr.read()
     records = [orjson.loads(line) for line in log.splitlines() if line.startswith("{")]

@@ -56,6 +56,38 @@ def test_flags_beat_env_beat_file(tmp_path: Path) -> None:
     assert "s3cr3t" not in repr(from_file)
 
 
+def test_profile_flag_beats_env_beats_file(tmp_path: Path) -> None:
+    path = tmp_path / "profile.toml"
+    path.write_text('[upstream]\nprofile = "gemini"\n')
+    env = {"TPX_OAUTH_TOKEN": "s3cr3t", "TPX_BASE_URL": "http://env.test"}
+    assert load_settings(env=env).profile.name == "generic"
+    assert load_settings(env=env, config_file=path).profile.name == "gemini"
+    with_env = {**env, "TPX_PROFILE": "DeepSeek"}
+    assert load_settings(env=with_env, config_file=path).profile.name == "deepseek"
+    flagged = load_settings(env=with_env, config_file=path, profile="openai")
+    assert flagged.profile.name == "openai"
+    assert "profile='openai'" in repr(flagged)
+    with pytest.raises(ConfigurationError, match="unknown upstream profile"):
+        load_settings(env={**env, "TPX_PROFILE": "nope"})
+    path.write_text("[upstream]\nprofile = 3\n")
+    with pytest.raises(ConfigurationError, match="wrong type"):
+        load_settings(env=env, config_file=path)
+
+
+def test_thinking_secret_from_env_only_and_never_shown(tmp_path: Path) -> None:
+    env = {"TPX_OAUTH_TOKEN": "s3cr3t", "TPX_BASE_URL": "http://env.test"}
+    unset = load_settings(env=env)
+    assert unset.thinking_secret is None
+    set_ = load_settings(env={**env, "TPX_THINKING_SECRET": " think-KEY-42 "})
+    assert set_.thinking_secret == "think-KEY-42"
+    assert "think-KEY-42" not in repr(set_) + str(set_) + repr(set_.signer)
+    assert "think-KEY-42" in set_.secret_values()  # redacted from logs and errors
+    text = "I reason."
+    same = load_settings(env={**env, "TPX_THINKING_SECRET": "think-KEY-42"})
+    assert same.signer.verify(text, set_.signer.sign(text))
+    assert not unset.signer.verify(text, set_.signer.sign(text))
+
+
 def test_selection_is_boots() -> None:
     both = load_settings(env={"ANTHROPIC_API_KEY": "k", "TPX_OAUTH_TOKEN": "t"})
     assert both.provider is Provider.ANTHROPIC

@@ -141,7 +141,9 @@ class GatewayApp:
         more = True
         while more:
             try:
-                message = await asyncio.wait_for(receive(), self.settings.limits.body_timeout)
+                # asyncio.timeout: no task per chunk as wait_for makes
+                async with asyncio.timeout(self.settings.limits.body_timeout):
+                    message = await receive()
             except TimeoutError:
                 raise _BodyError(
                     408, "timeout_error", "Timed out reading the request body"

@@ -60,6 +60,12 @@ def add_serve_parser(sub: Any) -> argparse.ArgumentParser:
     serve_p.add_argument("--workers", type=_workers, default=None, help="worker processes")
     serve_p.add_argument("--config", type=Path, default=None, help="TOML settings file")
     serve_p.add_argument(
+        "--profile",
+        default=None,
+        help="the TPX upstream's kind (openai, vllm, sglang, ollama, llama.cpp, deepseek, "
+        "gemini, openrouter, generic); else TPX_PROFILE, else [upstream] profile, else generic",
+    )
+    serve_p.add_argument(
         "--log-bodies", action="store_true", help="log request/response bodies (redacted)"
     )
     serve_p.add_argument(
@@ -86,6 +92,7 @@ def _settings(args: argparse.Namespace) -> Any:
         log_bodies=args.log_bodies,
         trace_dir=args.trace_dir,
         monitor=args.monitor,
+        profile=args.profile,
     )
 
 
@@ -103,6 +110,7 @@ def worker_app() -> Any:
         log_bodies=bool(saved.get("log_bodies")),
         trace_dir=Path(saved["trace_dir"]) if saved.get("trace_dir") else None,
         monitor=bool(saved.get("monitor")),
+        profile=saved.get("profile"),
     )
     _logging()
     settings = _settings(args)
@@ -158,8 +166,11 @@ def serve(args: argparse.Namespace) -> int:
         "server_header": False,
     }
     if settings.workers > 1:
-        # every worker must verify the ids the others issued: one shared secret
-        os.environ.setdefault("TPX_GATEWAY_SECRET", secrets.token_hex(32))
+        # every worker must verify the ids and the thinking signatures the others issued:
+        # one shared secret each
+        for name in ("TPX_GATEWAY_SECRET", "TPX_THINKING_SECRET"):
+            if not (os.environ.get(name) or "").strip():
+                os.environ[name] = secrets.token_hex(32)
         os.environ[_ARGS_ENV] = json.dumps(
             {
                 "config": str(args.config) if args.config else None,
@@ -169,6 +180,7 @@ def serve(args: argparse.Namespace) -> int:
                 "log_bodies": args.log_bodies,
                 "trace_dir": str(args.trace_dir) if args.trace_dir else None,
                 "monitor": args.monitor,
+                "profile": args.profile,
             }
         )
         config = uvicorn.Config(

@@ -26,6 +26,7 @@ deliberate difference from the seed spec, whose ProviderFail discards ``pending`
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import secrets
@@ -42,7 +43,6 @@ from tpx.errors import (
     secret_forms,
 )
 from tpx.exchange import ExchangeSnapshot, Provider
-from tpx.gateway.compat import relax_for_chat_completions
 from tpx.gateway.history import (
     Refusal,
     pairing_problem,
@@ -88,6 +88,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger("tpx.gateway")
+
+#: every rendered form of the secrets (a token command may change them: keyed by value)
+_forms = functools.lru_cache(maxsize=8)(secret_forms)
 _PID = os.getpid()
 os.register_at_fork(after_in_child=lambda: globals().update(_PID=os.getpid()))
 
@@ -99,13 +102,22 @@ class Gateway:
         self.settings = settings
         self.metrics = metrics or Metrics()
         self._secrets = secret_forms(settings.secret_values())
+        # what every TPX exchange translates with: the upstream's profile and the thinking
+        # signer (a block signed by one worker or replica verifies on any other sharing
+        # TPX_THINKING_SECRET); the ANTHROPIC pass-through takes neither
+        self._translation: dict[str, Any] = (
+            {"profile": settings.profile, "thinking_secret": settings.thinking_secret}
+            if settings.provider is Provider.TPX
+            else {}
+        )
+        self._action_counters: dict[str, Any] = {}
         self.ready = True
         self.monitor: LiveMonitor | None = None
         if settings.monitor:  # tpx serve --monitor
             self.monitor = LiveMonitor(settings, self.metrics)
 
     def redact(self, text: str) -> str:
-        return redact(text, secret_forms(self.settings.secret_values()))
+        return redact(text, _forms(self.settings.secret_values()))
 
     # -- entry point ---------------------------------------------------------------------
 
@@ -217,9 +229,6 @@ class Gateway:
             shown: dict[str, str] = {}
             if settings.provider is Provider.TPX:
                 shown = unsign_ids(body, settings.secret)
-                relaxed = relax_for_chat_completions(body)
-                if relaxed:
-                    log["relaxed"] = relaxed
             pending = pending_ids(body["messages"])
             problem = pairing_problem(body["messages"], pending, shown)
         except Refusal as refusal:
@@ -241,6 +250,7 @@ class Gateway:
             model=upstream_model,
             secrets=settings.secret_values(),
             observer=observer,
+            **self._translation,
         )
         if trace is not None:
             trace.append({"#action": "Resume", **snapshot_record(exchange.snapshot())})
@@ -285,11 +295,14 @@ class Gateway:
         return Turn(self, request_id, call, exchange, log)
 
     def _observer(self, actions: list[str], trace: list[dict[str, Any]] | None) -> Any:
-        counter = self.metrics.actions
+        counters = self._action_counters
 
         def observe(action: str, snapshot: ExchangeSnapshot) -> None:
             actions.append(action)
-            counter.labels(action).inc()
+            counter = counters.get(action)
+            if counter is None:  # labels() takes a lock: resolve each action's child once
+                counter = counters[action] = self.metrics.actions.labels(action)
+            counter.inc()
             if trace is not None:
                 trace.append({"#action": action, **snapshot_record(snapshot)})
 
@@ -313,10 +326,14 @@ class Gateway:
         from tpx.gateway.tokens import count_openai_request
 
         unsign_ids(body, self.settings.secret)
-        relax_for_chat_completions(body)
         body.setdefault("max_tokens", 1)
         try:
-            translated = request_to_openai(body, model=upstream_model).body
+            translated = request_to_openai(
+                body,
+                model=upstream_model,
+                profile=self.settings.profile,
+                secret=self.settings.signer,
+            ).body
         except (ProtocolError, UnsupportedError) as error:
             raise Refusal(error.message) from None
         count = count_openai_request(translated)

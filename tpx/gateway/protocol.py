@@ -5,6 +5,12 @@ request line and headers. :class:`HeaderTimeoutProtocol` arms a timer when the c
 made and when each request begins, disarms it once the headers are complete, and answers
 ``408`` and closes the connection when it fires. The body read timeout is the ASGI app's
 (:mod:`tpx.gateway.asgi`).
+
+It also writes a response in one piece: uvicorn writes the status line and headers as soon as
+the app starts a response and the body as a second write, so a client waits for (and the
+kernel carries) two segments per reply. :class:`CoalescingTransport` gathers the writes made
+in one event-loop iteration and hands them to the socket as one write at the end of it (a
+streamed event still goes out in the iteration it was written in).
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["HeaderTimeoutProtocol"]
+__all__ = ["CoalescingTransport", "HeaderTimeoutProtocol"]
 
 _BODY = (
     b'{"type":"error","error":{"type":"timeout_error",'
@@ -26,6 +32,54 @@ _408 = (
 )
 
 
+class CoalescingTransport:
+    """A transport whose writes of one loop iteration reach the socket as one write."""
+
+    __slots__ = ("_loop", "_pending", "_transport")
+
+    def __init__(self, transport: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._pending: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not data:
+            return
+        if not self._pending:
+            self._loop.call_soon(self.flush)
+        self._pending.append(bytes(data))
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        pending = self._pending
+        if not pending:
+            return
+        self._pending = []
+        if not self._transport.is_closing():
+            self._transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+
+    def get_write_buffer_size(self) -> int:
+        return int(self._transport.get_write_buffer_size()) + sum(map(len, self._pending))
+
+    def write_eof(self) -> None:
+        self.flush()
+        self._transport.write_eof()
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._pending = []
+        self._transport.abort()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 class HeaderTimeoutProtocol(HttpToolsProtocol):
     """``header_timeout`` seconds (a class attribute, set by the server at start)."""
 
@@ -33,7 +87,8 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
     _header_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: Any) -> None:
-        super().connection_made(transport)
+        coalescing: Any = CoalescingTransport(transport, self.loop)
+        super().connection_made(coalescing)
         self._arm()
 
     def on_message_begin(self) -> None:

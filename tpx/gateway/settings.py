@@ -5,7 +5,9 @@ key wins, then a TPX token, else none) and never changes. A TPX token may come f
 ``TPX_OAUTH_TOKEN`` or from ``TPX_OAUTH_TOKEN_COMMAND`` (a shell command printing a fresh
 bearer token, re-run before it expires and once on an upstream 401); either way the
 provider is TPX. Credentials come from the environment only (never from the TOML file)
-and never appear in a repr, a log line or an error.
+and never appear in a repr, a log line or an error; so does the thinking secret
+(``TPX_THINKING_SECRET``, the key that signs the thinking blocks made of upstream
+reasoning; random per process when unset, so replicas must share one).
 
 TOML file (every key optional)::
 
@@ -17,6 +19,8 @@ TOML file (every key optional)::
     [upstream]
     base_url = "http://127.0.0.1:9000/v1"  # TPX_BASE_URL / ANTHROPIC_BASE_URL win
     model = "qwen3"                         # TPX_MODEL wins
+    profile = "vllm"                        # the upstream's kind (tpx.translate.profiles);
+                                            # --profile > TPX_PROFILE > this > "generic"
     token_ttl = 300                         # seconds a command-made token is reused
 
     [limits]
@@ -54,6 +58,8 @@ import attrs
 
 from tpx.errors import ConfigurationError, UnauthorizedError
 from tpx.exchange import Provider
+from tpx.translate.profiles import DEFAULT_PROFILE, Profile, get_profile
+from tpx.translate.signing import PROCESS_SIGNER, ThinkingSigner, signer_for
 from tpx.transport import _check_credential, _configure
 
 __all__ = ["Credential", "Limits", "ModelRoute", "Settings", "load_settings"]
@@ -181,11 +187,23 @@ class Settings:
     trace_dir: Path | None = None
     monitor: bool = False
     """``tpx serve --monitor``: check every exchange's spec steps (tpx.gateway.monitoring)."""
+    #: the TPX upstream's kind: how requests are shaped for it (tpx.translate.profiles)
+    profile: Profile = DEFAULT_PROFILE
+    #: signs / verifies thinking blocks (None: a random per-process key)
+    thinking_secret: str | None = None
+
+    @property
+    def signer(self) -> ThinkingSigner:
+        """The thinking signer (cached per secret by :func:`signer_for`)."""
+        if self.thinking_secret is None:
+            return PROCESS_SIGNER
+        return signer_for(self.thinking_secret)
 
     def __repr__(self) -> str:
         return (
             f"Settings(provider={self.provider.name}, base_url={self.base_url!r}, "
-            f"model={self.model!r}, routes={self.routes!r}, host={self.host!r}, "
+            f"model={self.model!r}, profile={self.profile.name!r}, routes={self.routes!r}, "
+            f"host={self.host!r}, "
             f"port={self.port}, workers={self.workers}, credentials=<redacted>)"
         )
 
@@ -199,6 +217,8 @@ class Settings:
         values = [self.gateway_key] if self.gateway_key else []
         if self.credential is not None and self.credential._value is not None:
             values.append(self.credential._value)
+        if self.thinking_secret:
+            values.append(self.thinking_secret)
         return tuple(values)
 
 
@@ -267,6 +287,7 @@ def load_settings(
     log_bodies: bool = False,
     trace_dir: Path | None = None,
     monitor: bool = False,
+    profile: str | None = None,
 ) -> Settings:
     """Settings from flags (the keyword arguments), *env* (default ``os.environ``) and the file."""
     environ: Mapping[str, str] = os.environ if env is None else env
@@ -305,6 +326,10 @@ def load_settings(
     key = (environ.get("TPX_GATEWAY_KEY") or "").strip() or None
     if key is not None:
         _check_credential(key, None, "TPX_GATEWAY_KEY", "gateway_key")
+    file_profile = _typed(upstream, "profile", str, "upstream")
+    env_profile = (environ.get("TPX_PROFILE") or "").strip() or None
+    chosen = get_profile(profile or env_profile or file_profile)
+    thinking_secret = (environ.get("TPX_THINKING_SECRET") or "").strip() or None
     raw_secret = (environ.get("TPX_GATEWAY_SECRET") or "").strip()
     secret = raw_secret.encode() if raw_secret else secrets.token_bytes(32)
     file_host = _typed(server, "host", str, "server")
@@ -325,4 +350,6 @@ def load_settings(
         log_bodies=log_bodies,
         trace_dir=trace_dir,
         monitor=monitor,
+        profile=chosen,
+        thinking_secret=thinking_secret,
     )

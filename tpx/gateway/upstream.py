@@ -49,9 +49,41 @@ def _timeout(settings: Settings) -> httpx2.Timeout:
 
 
 class _Base:
+    _owns: bool
+
     def __init__(self, settings: Settings, observe: Any = None) -> None:
         self.settings = settings
         self._observe = observe
+        self._urls: dict[str, httpx2.URL] = {}  # path -> parsed upstream URL
+        self._timeouts = _timeout(settings).as_dict()
+        self._defaults: dict[str, str] = {}  # the owned client's default headers
+
+    def _request(
+        self,
+        client: httpx2.Client | httpx2.AsyncClient,
+        call: UpstreamCall,
+        headers: dict[str, str],
+    ) -> httpx2.Request:
+        """The upstream request for *call*. With the client made here, built directly (the
+        URL parsed once per path, the client's default headers copied once: ~0.1 ms less per
+        request than ``build_request``); an injected client's ``build_request`` applies its
+        own defaults."""
+        if not self._owns:
+            return client.build_request(
+                call.method, self._url(call), headers=headers, content=call.body or None
+            )
+        url = self._urls.get(call.path)
+        if url is None:
+            url = httpx2.URL(self._url(call))
+            if "?" not in call.path:  # a fixed set of paths (not a client's query strings)
+                self._urls[call.path] = url
+        return httpx2.Request(
+            call.method,
+            url,
+            headers={**self._defaults, **headers},
+            content=call.body or None,
+            extensions={"timeout": self._timeouts},
+        )
 
     def _secrets(self) -> tuple[str, ...]:
         return secret_forms(self.settings.secret_values())
@@ -103,6 +135,7 @@ class AsyncUpstream(_Base):
                 keepalive_expiry=settings.limits.keepalive_expiry,
             ),
         )
+        self._defaults = dict(self.client.headers)
         self._slots: asyncio.Semaphore | None = None
 
     @property
@@ -127,9 +160,7 @@ class AsyncUpstream(_Base):
                 headers = await asyncio.to_thread(self._headers, call, refresh)
             else:
                 headers = self._headers(call)
-            request = self.client.build_request(
-                call.method, self._url(call), headers=headers, content=call.body or None
-            )
+            request = self._request(self.client, call, headers)
             try:
                 response = await self.client.send(request, stream=True, follow_redirects=False)
             except _STALE_CONNECTION as exc:
@@ -174,6 +205,7 @@ class SyncUpstream(_Base):
             timeout=_timeout(settings),
             limits=httpx2.Limits(keepalive_expiry=settings.limits.keepalive_expiry),
         )
+        self._defaults = dict(self.client.headers)
 
     def open(self, call: UpstreamCall) -> httpx2.Response:
         """:meth:`AsyncUpstream.open` over the sync client."""
@@ -181,12 +213,7 @@ class SyncUpstream(_Base):
         began = time.perf_counter()
         refresh = refreshed = resent = False
         while True:
-            request = self.client.build_request(
-                call.method,
-                self._url(call),
-                headers=self._headers(call, refresh),
-                content=call.body or None,
-            )
+            request = self._request(self.client, call, self._headers(call, refresh))
             try:
                 response = self.client.send(request, stream=True, follow_redirects=False)
             except _STALE_CONNECTION as exc:
