@@ -124,8 +124,8 @@ def _results_reversed(mp: pytest.MonkeyPatch) -> None:
     under its own id): not in the calls' order."""
     original = translate_request
 
-    def request_to_openai(request: Mapping[str, Any], *, model: str | None = None) -> Translation:
-        tr = original(request, model=model)
+    def request_to_openai(request: Mapping[str, Any], **options: Any) -> Translation:
+        tr = original(request, **options)  # model, profile, secret: whatever the exchange passes
         messages = tr.body["messages"]
         last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
         end = last + 1
