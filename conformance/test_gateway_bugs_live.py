@@ -204,6 +204,9 @@ def test_a_retry_duplicating_a_tool_result_is_refused_by_the_exchange(tmp_path: 
             reply = client.post("/v1/messages", headers=AUTH, json=body([*history, results(ids)]))
         assert len(fake.seen) == 1
     assert reply.status_code == 400
-    assert "translation carried 3 tool results for 2" in reply.json()["error"]["message"]
+    error = reply.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert "3 tool results on the wire for 2 tool_result blocks" in error["message"]
+    assert "nothing was sent" in error["message"]
     assert app.gateway.monitor is not None
     assert app.gateway.monitor.monitor.violations == 0

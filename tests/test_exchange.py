@@ -1146,6 +1146,8 @@ def test_the_observer_gets_no_credentials(provider: Provider) -> None:
             "wire_ids",
             "emitted",
             "got_shape",
+            "wire_list",
+            "emitted_list",
         }
 
 

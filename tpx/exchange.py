@@ -218,6 +218,13 @@ class ExchangeSnapshot:
     wire_ids: frozenset[str]
     emitted: frozenset[str]
     got_shape: Shape
+    wire_list: tuple[str, ...] = ()
+    """``wire_ids`` as a multiset: one entry per tool id on the wire, in order, repeats kept
+    (a provider may repeat ``""`` or ``call_0``, or share one id, within a response; the
+    caller-side ids stay unique, :mod:`tpx.translate.ids`). A call without an id is ``""``,
+    what goes back to the provider for it."""
+    emitted_list: tuple[str, ...] = ()
+    """``emitted`` as a multiset, as ``wire_list``."""
 
 
 #: ``observer(action, snapshot)``: called after every spec action the exchange takes.
@@ -270,7 +277,13 @@ def _openai_response_tool_ids(body: Mapping[str, Any]) -> list[str]:
     if not isinstance(calls, list):
         # a legacy function_call is one call without an id (the translator carries it)
         return [""] if isinstance(message.get("function_call"), Mapping) else []
-    return [str(c.get("id")) if isinstance(c, Mapping) else "" for c in calls]
+    return [_wire_str(c.get("id")) if isinstance(c, Mapping) else "" for c in calls]
+
+
+def _wire_str(foreign: Any) -> str:
+    """A provider's tool-call id as a string; a missing / null id is ``""`` (what the
+    translator sends back for it, :func:`tpx.translate.ids.wire_id`)."""
+    return "" if foreign is None else str(foreign)
 
 
 def _check_messages_response(body: Any) -> list[str]:
@@ -347,6 +360,7 @@ class Exchange:
         "_delivered",
         "_delivered_ids",
         "_emitted",
+        "_emitted_list",
         "_got_shape",
         "_last_error",
         "_last_outcome",
@@ -368,6 +382,7 @@ class Exchange:
         "_streaming",
         "_turn",
         "_wire_ids",
+        "_wire_list",
         "_wire_model",
         "_wire_shape",
     )
@@ -406,7 +421,9 @@ class Exchange:
         self._req_ids: frozenset[str] = frozenset()
         self._wire_shape: Shape = "messages"
         self._wire_ids: frozenset[str] = frozenset()
+        self._wire_list: tuple[str, ...] = ()
         self._emitted: frozenset[str] = frozenset()
+        self._emitted_list: tuple[str, ...] = ()
         self._got_shape: Shape = "messages"
         self._last_outcome: Outcome = "none"
         self._delivered: dict[str, Any] | None = None
@@ -491,6 +508,8 @@ class Exchange:
             wire_ids=self._wire_ids,
             emitted=self._emitted,
             got_shape=self._got_shape,
+            wire_list=self._wire_list,
+            emitted_list=self._emitted_list,
         )
 
     def enabled_actions(self) -> frozenset[str]:
@@ -618,6 +637,7 @@ class Exchange:
         self._req_ids = frozenset(answered)
         self._wire_shape = native_shape(self._provider)
         self._wire_ids = frozenset(wire_ids)
+        self._wire_list = tuple(wire_ids)
         self._wire_model = wire_model
         self._streaming = streaming
         self._stream = None
@@ -739,6 +759,7 @@ class Exchange:
         self._delivered = delivered
         self._delivered_ids = frozenset(ids)
         self._emitted = frozenset(wire_ids)
+        self._emitted_list = self._wire_list = tuple(wire_ids)
         self._wire_ids = frozenset(wire_ids)
         self._wire_shape = native_shape(self._provider)
         self._phase = "resp"
@@ -943,7 +964,7 @@ class Exchange:
             delivered = self._scrub.value(delivered)
         ids = _check_messages_response(delivered)
         if isinstance(stream.reader, OpenAIStreamTranslator):
-            wire_ids = [str(i) for i in stream.reader.wire_ids]
+            wire_ids = [_wire_str(i) for i in stream.reader.wire_ids]
             if len(ids) != len(wire_ids):
                 raise ProtocolError(
                     f"translation returned {len(ids)} tool_use blocks "
@@ -955,6 +976,7 @@ class Exchange:
         self._delivered = delivered
         self._delivered_ids = frozenset(ids)
         self._emitted = frozenset(wire_ids)
+        self._emitted_list = self._wire_list = tuple(wire_ids)
         self._wire_ids = frozenset(wire_ids)
         self._wire_shape = native_shape(self._provider)
         self._phase = "resp"

@@ -385,3 +385,30 @@ def test_snapshot_of_exchange_keeps_the_historys_obligations_on_failure() -> Non
         is None
     )
     assert m.observe(C1, "ProviderFail", gateway_view) is None
+
+
+def test_to_wire_counts_a_wire_id_the_provider_repeats() -> None:
+    """Two calls the provider gave the same id ("" from Gemini, a shared id): their caller
+    ids differ, their wire ids do not. The monitor counts them: two calls pass, one
+    dropped on delivery (the caller owes one of the two) is PairingInv."""
+    m = GatewayMonitor(provider="TPX", to_wire=wire_of)
+    start(m, C1)
+    assert step(m, C1, "CallerSend", phase="req", wireShape="openai") is None
+    both = ["", ""]
+    assert step(m, C1, "ProviderReply", phase="resp", wireIds=both, emitted=both) is None
+    owed = ["k-n1-", "k-n2-"]
+    assert step(m, C1, "Deliver", phase="idle", pending=owed, lastOutcome="ok", turn=1) is None
+    assert m.trace(C1)[-1]["pending"] == both  # the trace keeps the wire ids, repeats too
+    dropped = GatewayMonitor(provider="TPX", to_wire=wire_of)
+    start(dropped, C1)
+    assert step(dropped, C1, "CallerSend", phase="req", wireShape="openai") is None
+    assert step(dropped, C1, "ProviderReply", phase="resp", wireIds=both, emitted=both) is None
+    bad = step(dropped, C1, "Deliver", phase="idle", pending=owed[:1], lastOutcome="ok", turn=1)
+    assert bad is not None
+    assert bad.property == "PairingInv"
+    # the caller-side ids themselves must still be unique
+    twice = GatewayMonitor(provider="TPX", to_wire=wire_of)
+    start(twice, C1)
+    again = twice.observe(C1, "Resume", {**twice.trace(C1)[0], "pending": ["k-n1-", "k-n1-"]})
+    assert again is not None
+    assert again.property == "TypeOK"

@@ -116,7 +116,11 @@ def snapshot_of_exchange(
     CallerAbort discard the exchange's ``pending``; the conversation's obligations are
     its history's all the same (the gateway spec). Pass the request history's obligations
     as *obligations* with the *action* and, for those two actions, they are the snapshot's
-    ``pending``."""
+    ``pending``.
+
+    ``wireIds`` / ``emitted`` keep a wire id the provider repeated once per call (the
+    snapshot's ``wire_list`` / ``emitted_list``): a monitor with ``to_wire`` counts them
+    (see :class:`GatewayMonitor`)."""
     pending = snapshot.pending
     if obligations is not None and action in ("ProviderFail", "CallerAbort"):
         pending = obligations
@@ -127,8 +131,9 @@ def snapshot_of_exchange(
         "pending": sorted(pending),
         "reqIds": sorted(snapshot.req_ids),
         "wireShape": snapshot.wire_shape,
-        "wireIds": sorted(snapshot.wire_ids),
-        "emitted": sorted(snapshot.emitted),
+        # the multisets when the snapshot has them: a provider may repeat a wire id
+        "wireIds": sorted(getattr(snapshot, "wire_list", ()) or snapshot.wire_ids),
+        "emitted": sorted(getattr(snapshot, "emitted_list", ()) or snapshot.emitted),
         "gotShape": snapshot.got_shape,
         "lastOutcome": snapshot.last_outcome,
     }
@@ -157,6 +162,23 @@ def _ids(value: Any, name: str) -> frozenset[ToolId]:
     return frozenset((_C, ModelValue(i)) for i in items)
 
 
+def _tagged(value: Any, name: str) -> list[str]:
+    """A multiset of wire ids as a set: the k-th occurrence (0-based) of ``i`` is ``i#k``
+    (injective: ``k`` is the digits after the last ``#``)."""
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise _BadSnapshot(f"{name} must be a list of tool-id strings, got {value!r}")
+    items = list(value)
+    if not all(isinstance(i, str) for i in items):
+        raise _BadSnapshot(f"{name} must be a list of tool-id strings, got {value!r}")
+    seen: dict[str, int] = {}
+    out = []
+    for i in sorted(items):
+        k = seen.get(i, 0)
+        seen[i] = k + 1
+        out.append(f"{i}#{k}")
+    return out
+
+
 def _names(state: State) -> set[str]:
     return {t.name for v in _ID_VARS for _, t in state.__getattribute__(v)[_C]}
 
@@ -172,8 +194,8 @@ class GatewayMonitor:
     (``pending``, ``reqIds``: what the client sees) to its wire-side id (``wireIds``,
     ``emitted``: what the provider sent), for a gateway whose snapshots hold both (TPX:
     decode the signed caller id to the foreign id; ANTHROPIC: identity); the traces then hold
-    wire-side ids throughout. Not thread-safe: one per worker
-        (an event loop), or a lock around :meth:`observe`.
+    wire-side ids throughout (a repeated wire id once per call, see :meth:`_normalize`).
+    Not thread-safe: one per worker (an event loop), or a lock around :meth:`observe`.
     """
 
     def __init__(
@@ -287,7 +309,7 @@ class GatewayMonitor:
         changes: dict[str, Any] = {}
         for name in CONVERSATION_VARS:
             raw = snapshot[name]
-            value = _ids(raw, name) if name in _ID_VARS else raw
+            value = self._id_set(raw, name) if name in _ID_VARS else raw
             changes[name] = EXCEPT(getattr(base, name), _C, value)
         if "retryable" in snapshot:
             changes["retryable"] = EXCEPT(base.retryable, _C, snapshot["retryable"])
@@ -308,7 +330,15 @@ class GatewayMonitor:
 
     def _normalize(self, snapshot: Mapping[str, Any]) -> tuple[set[str] | None, dict[str, Any]]:
         """With ``to_wire``: the caller-side ids the snapshot holds (its identities, for
-        NoCrossPairing) and the snapshot with ``pending``/``reqIds`` mapped to wire ids."""
+        NoCrossPairing) and the snapshot with ``pending``/``reqIds`` mapped to wire ids.
+
+        Wire ids are not unique: a provider may repeat ``""`` or ``call_0``, or share one id,
+        within a response, and the caller-side encodings of those calls stay distinct
+        (:mod:`tpx.translate.ids`). So the wire side is a multiset, and each of the four id
+        variables becomes its occurrence-tagged set (``id#k`` for the k-th occurrence of
+        ``id``, :func:`_tagged`): two sides agree iff they carry the same wire ids the same
+        number of times. Caller-side ids must still be unique (TypeOK). The trace keeps the
+        untagged wire ids (lists, repeats kept)."""
         out = dict(snapshot)
         if self._to_wire is None:
             return None, out
@@ -316,10 +346,14 @@ class GatewayMonitor:
         for name in ("pending", "reqIds"):
             if name in out:
                 raw = out[name]
-                _ids(raw, name)  # the same checks as the wire side
+                _ids(raw, name)  # caller-side ids are unique
                 held.update(raw)
                 out[name] = sorted(self._to_wire(i) for i in raw)
         return held, out
+
+    def _id_set(self, raw: Any, name: str) -> frozenset[ToolId]:
+        """An id variable's value: with ``to_wire`` the occurrence-tagged wire ids."""
+        return _ids(_tagged(raw, name) if self._to_wire is not None else raw, name)
 
     def _held(self, state: State, held: set[str] | None) -> set[str]:
         """The ids whose owner NoCrossPairing checks: the caller-side ids with ``to_wire``
@@ -368,7 +402,7 @@ class GatewayMonitor:
             )
         if live is not None:
             self.close(conversation)
-        names = {i for v in _ID_VARS for i in snapshot.get(v, ()) if isinstance(i, str)}
+        names = {t.name for v in _ID_VARS if v in snapshot for _, t in self._id_set(snapshot[v], v)}
         cfg = self._config(names, self._in_flight)
         (init,) = [
             s for s in Init(cfg) if (s.hasKey, s.hasToken) == (self._has_key, self._has_token)
