@@ -19,9 +19,9 @@ import attrs
 import orjson
 import pytest
 
+import tpx._config
 import tpx.exchange
 import tpx.translate
-import tpx.transport
 from conformance.replay import Behaviour, Replayer
 from tpx.exchange import Exchange, Provider
 from tpx.model import Config
@@ -136,7 +136,7 @@ def _token_over_key(mp: pytest.MonkeyPatch) -> None:
             return Provider.TPX
         return Provider.ANTHROPIC if has_key else Provider.NONE
 
-    mp.setattr(tpx.transport, "select_provider", select)
+    mp.setattr(tpx._config, "select_provider", select)  # where boot() selects
 
 
 def _provider_changes(mp: pytest.MonkeyPatch) -> None:

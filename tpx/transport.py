@@ -60,8 +60,6 @@ it never leaves an exchange in ``req``: after ``CallerSend`` it takes ``Provider
 from __future__ import annotations
 
 import logging
-import os
-import re
 from collections.abc import AsyncIterator, Iterator, Mapping
 from types import TracebackType
 from typing import Any, Self
@@ -69,6 +67,16 @@ from typing import Any, Self
 import attrs
 import httpx2
 
+from tpx._config import (
+    DEFAULT_ANTHROPIC_BASE_URL,
+    DEFAULT_TIMEOUT,
+    _Config,
+    _exchange_for,
+    _Secret,
+    _timeout,
+)
+from tpx._config import _check_credential as _check_credential  # re-exported for the gateway
+from tpx._config import _configure as _configure  # re-exported for the gateway
 from tpx._http import error_from_httpx
 from tpx.errors import (
     ConfigurationError,
@@ -80,14 +88,8 @@ from tpx.errors import (
     redact,
     secret_forms,
 )
-from tpx.exchange import (
-    Exchange,
-    ExchangeObserver,
-    OutboundRequest,
-    Provider,
-    select_provider,
-)
-from tpx.translate.profiles import Profile, profile_from_env
+from tpx.exchange import Exchange, ExchangeObserver, OutboundRequest, Provider
+from tpx.translate.profiles import Profile
 from tpx.translate.stream import serialize_event
 
 __all__ = [
@@ -101,41 +103,7 @@ __all__ = [
 
 logger = logging.getLogger("tpx.transport")
 
-DEFAULT_ANTHROPIC_BASE_URL = "https://api.anthropic.com"
-DEFAULT_TIMEOUT = httpx2.Timeout(600.0, connect=10.0)
-
 _CREDENTIAL_HEADERS = ("authorization", "x-api-key")
-# A host as httpx2 encodes it (IDNA applied, IPv6 without brackets).
-_HOST = re.compile(rb"[A-Za-z0-9._-]+|[0-9A-Fa-f:.]+").fullmatch
-
-
-class _Secret:
-    """A credential that never renders, pickles or copies.
-
-    Deliberately not an attrs class: ``attrs.asdict`` / ``attrs.astuple`` of a transport
-    keep it as this opaque object instead of recursing into its value.
-    """
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: str) -> None:
-        self.value = value
-
-    def __repr__(self) -> str:
-        return "<redacted>"
-
-    __str__ = __repr__
-
-    def __reduce_ex__(self, protocol: Any) -> Any:
-        raise TypeError("a credential cannot be pickled or copied")
-
-
-@attrs.frozen(repr=False)
-class _Config:
-    provider: Provider
-    base_url: str | None
-    secret: _Secret | None
-    model: str | None
 
 
 class _Handover:
@@ -147,108 +115,6 @@ class _Handover:
         self.started = False  # some bytes reached the caller
         self.done = False  # nothing more to read from the body
         self.error: ModelError | None = None  # to raise once the bytes are out
-
-
-def _pick(explicit: object, env: Mapping[str, str], name: str, argument: str) -> str | None:
-    """The explicit argument, else the environment variable; blank -> ``None``.
-
-    Anything but a string is refused (:class:`ConfigurationError`, the value not shown).
-    """
-    value: object = explicit if explicit is not None else env.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        where = (
-            f"the {argument}= argument"
-            if explicit is not None
-            else f"the {name} environment variable"
-        )
-        raise ConfigurationError(
-            f"{where} must be a string, got {type(value).__name__} (the value is not shown)"
-        )
-    return value.strip() or None
-
-
-def _credential_problem(value: str) -> str | None:
-    """Why *value* cannot be a credential (token68-like: printable ASCII, no spaces)."""
-    if not value.isascii():
-        return "contains a non-ASCII character"
-    if any(c.isspace() for c in value):
-        return "contains whitespace (a space, tab or line break)"
-    if not value.isprintable():
-        return "contains a control character"
-    return None
-
-
-def _check_credential(value: str, explicit: str | None, name: str, argument: str) -> str:
-    problem = _credential_problem(value)
-    if problem is not None:
-        where = (
-            f"the {argument}= argument"
-            if explicit is not None
-            else f"the {name} environment variable"
-        )
-        raise ConfigurationError(
-            f"{where} is not a valid credential: it {problem}; API keys and tokens are "
-            "printable ASCII without spaces (the value is not shown)"
-        )
-    return value
-
-
-def _base_url(raw: str, name: str) -> str:
-    if any(c.isspace() or not c.isprintable() for c in raw):
-        raise ConfigurationError(f"{name} is not a valid URL: it contains whitespace")
-    try:
-        url = httpx2.URL(raw)
-    except (httpx2.InvalidURL, TypeError) as exc:
-        raise ConfigurationError(f"{name} is not a valid URL") from exc
-    if url.scheme not in ("http", "https") or not url.host:
-        raise ConfigurationError(f"{name} must be an http(s) URL with a host")
-    if _HOST(url.raw_host) is None:  # httpx2 percent-encodes what a host may not hold
-        raise ConfigurationError(
-            f"{name} is not a valid URL: its host is neither a DNS name nor an IP address"
-        )
-    if url.userinfo or url.query or url.fragment:
-        raise ConfigurationError(f"{name} must not carry user info, a query or a fragment")
-    path = url.path.rstrip("/")
-    if path.endswith("/v1"):  # paths below already start with /v1
-        path = path[: -len("/v1")]
-    return str(url.copy_with(path=path or "/")).rstrip("/")
-
-
-def _configure(
-    *,
-    api_key: str | None,
-    oauth_token: str | None,
-    anthropic_base_url: str | None,
-    tpx_base_url: str | None,
-    env: Mapping[str, str] | None,
-    model: str | None,
-) -> _Config:
-    if env is not None and not isinstance(env, Mapping):
-        raise ConfigurationError(f"env= must be a mapping, got {type(env).__name__}")
-    environ: Mapping[str, str] = os.environ if env is None else env
-    key = _pick(api_key, environ, "ANTHROPIC_API_KEY", "api_key")
-    token = _pick(oauth_token, environ, "TPX_OAUTH_TOKEN", "oauth_token")
-    provider = select_provider(key is not None, token is not None)
-    if provider is Provider.ANTHROPIC:
-        assert key is not None
-        key = _check_credential(key, api_key, "ANTHROPIC_API_KEY", "api_key")
-        raw = _pick(anthropic_base_url, environ, "ANTHROPIC_BASE_URL", "anthropic_base_url")
-        base = _base_url(raw or DEFAULT_ANTHROPIC_BASE_URL, "ANTHROPIC_BASE_URL")
-        return _Config(provider, base, _Secret(key), None)
-    if provider is Provider.TPX:
-        assert token is not None
-        token = _check_credential(token, oauth_token, "TPX_OAUTH_TOKEN", "oauth_token")
-        raw = _pick(tpx_base_url, environ, "TPX_BASE_URL", "tpx_base_url")
-        if raw is None:
-            raise ConfigurationError(
-                "TPX_OAUTH_TOKEN is set but TPX_BASE_URL is not: there is no default TPX "
-                "endpoint, set TPX_BASE_URL (or pass tpx_base_url=)"
-            )
-        tpx_model = _pick(model, environ, "TPX_MODEL", "model")
-        return _Config(provider, _base_url(raw, "TPX_BASE_URL"), _Secret(token), tpx_model)
-    return _Config(Provider.NONE, None, None, None)
 
 
 @attrs.frozen(repr=False)
@@ -535,35 +401,6 @@ class _Core:
         return self.exchange.deliver()
 
 
-def _exchange_for(
-    config: _Config,
-    max_turns: int | None,
-    observer: ExchangeObserver | None,
-    profile: str | Profile | None = None,
-    thinking_secret: str | None = None,
-    env: Mapping[str, str] | None = None,
-) -> Exchange:
-    secrets = (config.secret.value,) if config.secret else ()
-    environ: Mapping[str, str] = os.environ if env is None else env
-    if thinking_secret is None:
-        thinking_secret = environ.get("TPX_THINKING_SECRET") or None
-    return Exchange(
-        config.provider,
-        max_turns=max_turns,
-        model=config.model,
-        secrets=secrets,
-        observer=observer,
-        profile=profile_from_env(profile, environ),
-        thinking_secret=thinking_secret,
-    )
-
-
-def _timeout(timeout: float | httpx2.Timeout | None) -> httpx2.Timeout | None:
-    if timeout is None or isinstance(timeout, httpx2.Timeout):
-        return timeout
-    return httpx2.Timeout(timeout)
-
-
 @attrs.frozen(repr=False)
 class Transport(_Core):
     """Synchronous transport: one provider, fixed at :func:`boot`."""
@@ -812,6 +649,18 @@ class AsyncTransport(_Core):
         await self.aclose()
 
 
+def _one_of(client: object, transport: object) -> None:
+    if client is not None and transport is not None:
+        raise ConfigurationError("pass client= or transport=, not both")
+
+
+def _fields(
+    config: _Config, exchange: Exchange, timeout: httpx2.Timeout | None
+) -> tuple[Provider, str | None, str | None, Exchange, _Secret | None, httpx2.Timeout | None]:
+    """The fields both transports start with (then ``owns_client`` and ``client``)."""
+    return config.provider, config.base_url, config.model, exchange, config.secret, timeout
+
+
 def boot(
     *,
     api_key: str | None = None,
@@ -849,8 +698,7 @@ def boot(
     thinking blocks tpx makes from the upstream's reasoning and verifies them when they
     come back (:mod:`tpx.translate.signing`; replicas must share it).
     """
-    if client is not None and transport is not None:
-        raise ConfigurationError("pass client= or transport=, not both")
+    _one_of(client, transport)
     config = _configure(
         api_key=api_key,
         oauth_token=oauth_token,
@@ -859,19 +707,11 @@ def boot(
         env=env,
         model=model,
     )
-    owns = client is None
+    exchange = _exchange_for(config, max_turns, observer, profile, thinking_secret, env)
     if client is None:
-        client = httpx2.Client(transport=transport, timeout=_timeout(timeout) or DEFAULT_TIMEOUT)
-    return Transport(
-        config.provider,
-        config.base_url,
-        config.model,
-        _exchange_for(config, max_turns, observer, profile, thinking_secret, env),
-        config.secret,
-        None if owns else _timeout(timeout),
-        owns,
-        client=client,
-    )
+        own = httpx2.Client(transport=transport, timeout=_timeout(timeout) or DEFAULT_TIMEOUT)
+        return Transport(*_fields(config, exchange, None), True, client=own)
+    return Transport(*_fields(config, exchange, _timeout(timeout)), False, client=client)
 
 
 def aboot(
@@ -891,8 +731,7 @@ def aboot(
     thinking_secret: str | None = None,
 ) -> AsyncTransport:
     """:func:`boot` for ``httpx2.AsyncClient`` (a plain function: booting does no I/O)."""
-    if client is not None and transport is not None:
-        raise ConfigurationError("pass client= or transport=, not both")
+    _one_of(client, transport)
     config = _configure(
         api_key=api_key,
         oauth_token=oauth_token,
@@ -901,18 +740,8 @@ def aboot(
         env=env,
         model=model,
     )
-    owns = client is None
+    exchange = _exchange_for(config, max_turns, observer, profile, thinking_secret, env)
     if client is None:
-        client = httpx2.AsyncClient(
-            transport=transport, timeout=_timeout(timeout) or DEFAULT_TIMEOUT
-        )
-    return AsyncTransport(
-        config.provider,
-        config.base_url,
-        config.model,
-        _exchange_for(config, max_turns, observer, profile, thinking_secret, env),
-        config.secret,
-        None if owns else _timeout(timeout),
-        owns,
-        client=client,
-    )
+        own = httpx2.AsyncClient(transport=transport, timeout=_timeout(timeout) or DEFAULT_TIMEOUT)
+        return AsyncTransport(*_fields(config, exchange, None), True, client=own)
+    return AsyncTransport(*_fields(config, exchange, _timeout(timeout)), False, client=client)
