@@ -103,6 +103,26 @@ _TOOL_IMAGE_WARNING = (
     "images in a tool_result moved to a user message after the tool messages "
     "(Chat Completions tool messages carry text only)"
 )
+#: caller id -> wire id (:func:`tpx.translate.ids.wire_id`, a pure function) for ids
+#: translated before: a client resends its whole history every turn, so nearly every
+#: tool_use id of a request was decoded for the one before. Bounded (emptied when full;
+#: long ids are not kept); dict reads and writes are atomic, so threads may share it.
+_WIRE_MEMO: dict[str, str] = {}
+_WIRE_MEMO_SIZE = 4096
+_WIRE_MEMO_ID_LENGTH = 256
+
+
+def _memo_wire_id(caller_id: str) -> str:
+    """:func:`wire_id` of a non-empty caller id, remembered (see ``_WIRE_MEMO``)."""
+    raw = _RAW_ENCODED(caller_id)
+    wire = raw[1] if raw is not None else wire_id(caller_id)
+    if len(caller_id) <= _WIRE_MEMO_ID_LENGTH:
+        if len(_WIRE_MEMO) >= _WIRE_MEMO_SIZE:
+            _WIRE_MEMO.clear()
+        _WIRE_MEMO[caller_id] = wire
+    return wire
+
+
 #: OpenAI's limit on ``stop``; other OpenAI-compatible servers take more, so more are sent.
 OPENAI_MAX_STOP = 4
 
@@ -304,9 +324,12 @@ def _assistant(content: Any, out: list[dict[str, Any]], st: _State, index: int) 
             _bad(f"messages[{index}].content blocks must be objects")
         kind = block.get("type")
         if kind == "tool_use":
-            caller_id = block.get("id")
-            name = block.get("name")
-            tool_input = block.get("input")
+            try:  # subscripts (cheaper than .get); a missing field: the precise error
+                caller_id = block["id"]
+                name = block["name"]
+                tool_input = block["input"]
+            except KeyError:
+                _tool_use_slow(block)
             if (
                 caller_id.__class__ is not str
                 or name.__class__ is not str
@@ -317,8 +340,9 @@ def _assistant(content: Any, out: list[dict[str, Any]], st: _State, index: int) 
                 _tool_use_slow(block)
             if caller_id in callers:
                 _bad(f"messages[{index}]: tool_use ids must be unique")
-            raw = _RAW_ENCODED(caller_id)
-            wire = raw[1] if raw is not None else wire_id(caller_id)
+            wire = _WIRE_MEMO.get(caller_id)
+            if wire is None:
+                wire = _memo_wire_id(caller_id)
             try:
                 arguments = _dumps(tool_input).decode()
             except TypeError as exc:
@@ -642,7 +666,7 @@ def translate_request(request: Any, model: str | None, st: _State) -> dict[str, 
             _bad(
                 f"messages[{index}].role must be 'user', 'assistant' or 'system', not {quote(role)}"
             )
-    if all(message["role"] == "system" for message in out):
+    if not any(message["role"] != "system" for message in out):  # stops at the first
         _bad(
             "no message left to send: the conversation is empty once empty messages are "
             "dropped (Chat Completions providers reject a request without messages)"

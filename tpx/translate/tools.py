@@ -54,17 +54,33 @@ def translate_tools(
             key = _dumps(tools)
         except TypeError:  # not JSON (the dict entry point): translated uncached
             return _translate_tools(tools, profile, warn)
-        result, warnings = _cached_tools(key, profile)
+        for recent_key, recent_profile, hit in _RECENT:  # bytes ==: no hashing of the key
+            if recent_profile is profile and recent_key == key:
+                result, warnings = hit
+                break
+        else:
+            result, warnings = hit = _cached_tools(key, profile)
+            _remember((key, profile, hit))
         for warning in warnings:
             warn(warning)
         return list(result)
     return _translate_tools(tools, profile, warn)
 
 
+_Translated = tuple[tuple[dict[str, Any], ...], tuple[str, ...]]
+#: The last few (key, profile, translation) looked up: compared by ``==`` (lengths first,
+#: then a memcmp) before the LRU, which hashes the whole key. Replaced, never mutated.
+_RECENT: tuple[tuple[bytes, Profile, _Translated], ...] = ()
+_RECENT_SIZE = 4
+
+
+def _remember(entry: tuple[bytes, Profile, _Translated]) -> None:
+    global _RECENT
+    _RECENT = (entry, *_RECENT[: _RECENT_SIZE - 1])
+
+
 @functools.lru_cache(maxsize=64)
-def _cached_tools(
-    key: bytes, profile: Profile
-) -> tuple[tuple[dict[str, Any], ...], tuple[str, ...]]:
+def _cached_tools(key: bytes, profile: Profile) -> _Translated:
     warnings: list[str] = []
     result = _translate_tools(orjson.loads(key), profile, warnings.append)
     return tuple(result), tuple(dict.fromkeys(warnings))
