@@ -312,6 +312,12 @@ __all__ = [
 
 _loads = orjson.loads  # module-level names: one lookup less per call on the hot path
 _dumps = orjson.dumps
+_JSONDecodeError = orjson.JSONDecodeError
+_may_be_deep = _safe.bytes_may_be_too_deep
+_parsed_too_deep = _safe.parsed_too_deep
+#: Texts at most this long cannot nest deeper than the depth rule allows.
+_SHORT = 2 * _safe.MAX_DEPTH
+_NOT_JSON = object()
 
 
 def request_bytes_to_openai(
@@ -369,14 +375,24 @@ def response_bytes_to_messages(
     secret: str | bytes | ThinkingSigner | None = None,
 ) -> bytes:
     """JSON Chat Completions response -> JSON Messages response (:func:`response_to_messages`)."""
-    get_profile(profile)  # validated; replies are read alike for every profile
-    problem: str | None = None
+    if profile is not None:
+        get_profile(profile)  # validated; replies are read alike for every profile
+    # == _safe.loads(data), inlined for the common short, valid reply (_safe.loads itself
+    # only runs again to raise its error)
     try:
-        response: Any = _safe.loads(data)
-    except ValueError as exc:  # not JSON, or nested deeper than the depth rule
-        problem = str(exc)
-    if problem is not None:
-        raise ProtocolError(f"not a Chat Completions response: body is not JSON ({problem})")
+        response: Any = _loads(data)
+    except _JSONDecodeError:
+        response = _NOT_JSON
+    if response is _NOT_JSON or (
+        len(data) > _SHORT and _may_be_deep(data) and _parsed_too_deep(response)
+    ):
+        problem: str | None = None
+        try:
+            response = _safe.loads(data)
+        except ValueError as exc:  # not JSON, or nested deeper than the depth rule
+            problem = str(exc)
+        if problem is not None:
+            raise ProtocolError(f"not a Chat Completions response: body is not JSON ({problem})")
     if nonce is not None:
         check_nonce(nonce)
     if response.__class__ is dict:  # the common case, without a detour (no warnings there)
