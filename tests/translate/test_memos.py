@@ -35,8 +35,8 @@ def _request(messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     "caller_id",
     [
-        to_caller_id("call_abc", 0),  # raw-encoded: decoded
-        to_caller_id("weird id/é", 2),  # base64-encoded: decoded
+        to_caller_id("call_abc", 0, "0123456789ab"),  # raw-encoded: decoded
+        to_caller_id("weird id/é", 2, "0123456789ab"),  # base64-encoded: decoded
         "toolu_01abc",  # not ours: unchanged
         "tpxr0-0123456789ab_" + "x" * 600,  # too long to be remembered
     ],

@@ -406,6 +406,17 @@ def _assistant(content: Any, out: list[dict[str, Any]], st: _State, index: int) 
     return callers
 
 
+def _single_text(result: Any) -> str | None:
+    """The text of a tool_result content that is exactly one plain text block, else None."""
+    if result.__class__ is list and len(result) == 1:
+        only = result[0]
+        if only.__class__ is dict and len(only) == 2 and only.get("type") == "text":
+            text = only.get("text")
+            if text.__class__ is str:
+                return text
+    return None
+
+
 def _user(
     content: Any,
     out: list[dict[str, Any]],
@@ -444,34 +455,35 @@ def _user(
         kind = block.get("type")
         if kind == "tool_result":
             caller_id: str = block.get("tool_use_id", "")
-            wire = wire_of.get(caller_id) if caller_id.__class__ is str else None
-            if wire is None:
-                _bad(
-                    f"messages[{index}]: tool_result {quote(caller_id)} answers no tool_use of the "
-                    "assistant turn before it (or one its user turn already answered)"
-                )
-            if answers is None and caller_id != next(expected, None):
-                # the ones appended so far answer the first calls, in order
-                answers = dict(zip(wire_of, out[tools_at:], strict=False))
-                del out[tools_at:]
-            if answers is not None and caller_id in answers:
-                _bad(f"messages[{index}]: tool_use {quote(caller_id)} answered twice")
+            if answers is None and caller_id.__class__ is str and caller_id == next(expected, None):
+                wire = wire_of[caller_id]  # the next call, answered in order: the common case
+            else:
+                found = wire_of.get(caller_id) if caller_id.__class__ is str else None
+                if found is None:
+                    _bad(
+                        f"messages[{index}]: tool_result {quote(caller_id)} answers no tool_use of "
+                        "the assistant turn before it (or one its user turn already answered)"
+                    )
+                wire = found
+                if answers is None:  # out of order
+                    # the ones appended so far answer the first calls, in order
+                    answers = dict(zip(wire_of, out[tools_at:], strict=False))
+                    del out[tools_at:]
+                if caller_id in answers:
+                    _bad(f"messages[{index}]: tool_use {quote(caller_id)} answered twice")
             result = block.get("content")
             is_error = block.get("is_error")
-            message: dict[str, Any] | None = None
-            if is_error is None or is_error is False:
-                if result.__class__ is str:
-                    message = {"role": "tool", "tool_call_id": wire, "content": result}
-                elif result.__class__ is list and len(result) == 1:
-                    only = result[0]
-                    if only.__class__ is dict and len(only) == 2 and only.get("type") == "text":
-                        text = only.get("text")
-                        if text.__class__ is str:
-                            message = {"role": "tool", "tool_call_id": wire, "content": text}
-            if message is None:
-                if parts is None:
-                    parts = []
-                message = _tool_message(block, wire, parts, st)
+            message: dict[str, Any]
+            if result.__class__ is str and (is_error is None or is_error is False):
+                message = {"role": "tool", "tool_call_id": wire, "content": result}
+            else:
+                text = _single_text(result) if is_error is None or is_error is False else None
+                if text is not None:
+                    message = {"role": "tool", "tool_call_id": wire, "content": text}
+                else:
+                    if parts is None:
+                        parts = []
+                    message = _tool_message(block, wire, parts, st)
             if answers is None:
                 out.append(message)
             else:
