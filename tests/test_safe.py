@@ -111,7 +111,7 @@ def test_parsed_too_deep_leaves_nothing_behind_and_is_thread_safe() -> None:
     for thread in threads:
         thread.join()
     assert set(verdicts) == {(False, True)}
-    for outer, inner in _safe._NESTS:  # the pooled nests hold no caller value
+    for outer, inner in _safe._NESTS[254 - _safe.MAX_DEPTH]:  # they hold no caller value
         assert inner == [None]
         assert not _safe.too_deep(outer, 254 - _safe.MAX_DEPTH)
         assert _safe.too_deep(outer, 254 - _safe.MAX_DEPTH - 1)

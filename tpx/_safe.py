@@ -31,6 +31,7 @@ __all__ = [
     "loads",
     "parsed_too_deep",
     "quote",
+    "serialized_within",
     "too_deep",
 ]
 
@@ -150,41 +151,50 @@ def _nest(levels: int) -> tuple[list[Any], list[Any]]:
     return outer, inner
 
 
-#: Ready-made nests for the default limit (one per concurrent caller: ``list.pop`` and
-#: ``append`` are atomic, so a thread never shares a nest; an empty pool makes a new one).
-_NESTS: list[tuple[list[Any], list[Any]]] = []
+#: Ready-made nests, by limit (one per concurrent caller: ``list.pop`` and ``append`` are
+#: atomic, so a thread never shares a nest; an empty pool makes a new one).
+_NESTS: dict[int, list[tuple[list[Any], list[Any]]]] = {}
 
 
-def parsed_too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
-    """:func:`too_deep` for a value as orjson parses it (dicts with str keys, lists,
-    str, int, float, bool, None; anything orjson parsed it writes back), at C speed: put
-    in ``254 - limit`` nested lists (depth *limit* lands exactly on orjson's own bound),
-    it serializes iff it is not too deep. Not for values of other types (``dumps`` could
-    fail for another reason and it would read as too deep)."""
-    levels = _ORJSON_DEPTH - limit
-    if levels <= 0:  # a limit at or past orjson's: the plain walk
-        return too_deep(value, limit)
-    if limit != MAX_DEPTH:
-        outer, inner = _nest(levels)
-        inner[0] = value
-        try:
-            orjson.dumps(outer)
-        except TypeError:
-            return True
-        return False
+def _nested_dumps(value: Any, levels: int) -> bytes | None:
+    """``orjson.dumps`` of *value* inside *levels* nested lists; ``None`` if it fails."""
+    pool = _NESTS.get(levels)
+    if pool is None:
+        pool = _NESTS.setdefault(levels, [])
     try:
-        outer, inner = _NESTS.pop()
+        outer, inner = pool.pop()
     except IndexError:
         outer, inner = _nest(levels)
     inner[0] = value
     try:
-        orjson.dumps(outer)
+        return orjson.dumps(outer)
     except TypeError:
-        return True
+        return None
     finally:
         inner[0] = None  # the pool keeps no reference to a caller's value
-        _NESTS.append((outer, inner))
-    return False
+        pool.append((outer, inner))
+
+
+def serialized_within(value: Any, limit: int = MAX_DEPTH) -> bytes | None:
+    """``orjson.dumps(value)`` for a value as orjson parses it (dicts with str keys,
+    lists, str, int, float, bool, None), or ``None`` when it nests deeper than *limit*:
+    serialized inside ``254 - limit`` nested lists (depth *limit* lands exactly on
+    orjson's own bound), it fails iff it is too deep. *limit* below orjson's bound.
+    Not for values of other types (``dumps`` could fail for another reason and it would
+    read as too deep)."""
+    levels = _ORJSON_DEPTH - limit
+    if levels <= 0:
+        raise ValueError(f"limit {limit} is not below orjson's bound ({_ORJSON_DEPTH})")
+    text = _nested_dumps(value, levels)
+    return None if text is None else text[levels:-levels]
+
+
+def parsed_too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """:func:`too_deep` for a value as orjson parses it, at C speed (see
+    :func:`serialized_within`; the plain walk for a limit at or past orjson's bound)."""
+    if limit >= _ORJSON_DEPTH:
+        return too_deep(value, limit)
+    return _nested_dumps(value, _ORJSON_DEPTH - limit) is None
 
 
 def quote(value: Any, limit: int = QUOTE_LIMIT) -> str:

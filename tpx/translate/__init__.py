@@ -241,7 +241,7 @@ points fixes it (tests, replays). Legacy ids without a nonce
 from __future__ import annotations
 
 import gc
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 
@@ -315,6 +315,7 @@ _dumps = orjson.dumps
 _JSONDecodeError = orjson.JSONDecodeError
 _may_be_deep = _safe.bytes_may_be_too_deep
 _parsed_too_deep = _safe.parsed_too_deep
+_serialized_within = _safe.serialized_within
 #: Texts at most this long cannot nest deeper than the depth rule allows.
 _SHORT = 2 * _safe.MAX_DEPTH
 _NOT_JSON = object()
@@ -344,25 +345,81 @@ def request_bytes_to_openai(
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        problem: str | None = None
+        st = None
         try:
-            request: Any = _safe.loads(data)
-        except ValueError as exc:  # not JSON, or nested deeper than the depth rule
-            problem = str(exc)
-        if problem is not None:
-            raise ProtocolError(
-                f"invalid Messages request: body is not JSON ({problem})",
-                status=400,
-                error_type="invalid_request_error",
-            )
-        st = new_state(profile, secret)
-        body = translate_request(request, model, st)
+            request: Any = _loads(data)
+        except _JSONDecodeError:
+            request = _NOT_JSON
+        if request is _NOT_JSON or len(data) <= _SHORT:  # short: cannot nest too deep
+            if request is _NOT_JSON:
+                _refuse_request_text(data)
+        elif request.__class__ is not dict:
+            _check_request_depth(request)
+        else:
+            # Everything but the messages is checked before any of it is read (schemas are
+            # walked); the tools apart, their text is the tools cache's key. The messages
+            # are checked after the walk, and only if it found one not plain.
+            tools = request.get("tools")
+            tools_key = None
+            if tools.__class__ is list and tools:
+                tools_key = _serialized_within(tools, _safe.MAX_DEPTH - 1)  # tools: level 2
+                if tools_key is None:
+                    _refuse_too_deep()
+                rest = {**request, "messages": None, "tools": None}
+            else:
+                rest = {**request, "messages": None}
+            if _parsed_too_deep(rest):
+                _refuse_too_deep()
+            st = new_state(profile, secret)
+            st.tools_key = tools_key
+            failed = False
+            try:
+                body = translate_request(request, model, st)
+            except Exception:
+                failed = True  # a malformed request may also be too deep: that error wins
+            if failed:
+                _check_request_depth(request)
+                st = None  # not too deep: the translation's own error, raised afresh below
+            elif not st.plain and _parsed_too_deep(request["messages"], _safe.MAX_DEPTH - 1):
+                _refuse_too_deep()
+        if st is None:
+            st = new_state(profile, secret)
+            body = translate_request(request, model, st)
         if warnings is not None:
             warnings.extend(st.warnings)
         return orjson.dumps(body)
     finally:
         if was_enabled:
             gc.enable()
+
+
+def _refuse_request_text(data: bytes | str) -> None:
+    """Raise the caller's 400 for request bytes that are not JSON or nest too deep."""
+    problem: str | None = None
+    try:
+        _safe.loads(data)
+    except ValueError as exc:  # not JSON, or nested deeper than the depth rule
+        problem = str(exc)
+    if problem is not None:
+        raise ProtocolError(
+            f"invalid Messages request: body is not JSON ({problem})",
+            status=400,
+            error_type="invalid_request_error",
+        )
+
+
+def _check_request_depth(request: Any) -> None:
+    """Raise the caller's 400 when the parsed *request* nests deeper than the depth rule."""
+    if _parsed_too_deep(request):
+        _refuse_too_deep()
+
+
+def _refuse_too_deep() -> NoReturn:
+    raise ProtocolError(
+        f"invalid Messages request: body is not JSON ({_safe.DepthError()})",
+        status=400,
+        error_type="invalid_request_error",
+    )
 
 
 def response_bytes_to_messages(

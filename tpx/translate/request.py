@@ -103,6 +103,17 @@ _TOOL_IMAGE_WARNING = (
     "images in a tool_result moved to a user message after the tool messages "
     "(Chat Completions tool messages carry text only)"
 )
+#: The longest tool_use ``arguments`` text a plain message may carry: a JSON text of n
+#: characters nests at most n / 2 deep, and a tool input sits 5 levels down (request,
+#: messages, message, content, block), so these inputs keep the request within
+#: ``_safe.MAX_DEPTH``. A *plain* message: exactly ``role`` + ``content``; content a
+#: string or blocks that are exactly ``{type: text, text}``, ``{type, id, name, input}``
+#: (tool_use, input no longer than this once serialized) or tool_result ``{type,
+#: tool_use_id, content[, is_error]}`` with string content or one plain text block.
+#: Everything a plain message holds is read (and type-checked) by the walk, so such
+#: messages nest at most 7 levels besides the inputs.
+PLAIN_ARGUMENTS = 2 * (_safe.MAX_DEPTH - 5)
+
 #: caller id -> wire id (:func:`tpx.translate.ids.wire_id`, a pure function) for ids
 #: translated before: a client resends its whole history every turn, so nearly every
 #: tool_use id of a request was decoded for the one before. Bounded (emptied when full;
@@ -190,7 +201,16 @@ def _wire_id(caller_id: Any, where: str) -> str:
 
 
 class _State:
-    __slots__ = ("cleared", "folded", "profile", "signer", "tagged_system", "warnings")
+    __slots__ = (
+        "cleared",
+        "folded",
+        "plain",
+        "profile",
+        "signer",
+        "tagged_system",
+        "tools_key",
+        "warnings",
+    )
 
     def __init__(
         self, profile: Profile = DEFAULT_PROFILE, signer: ThinkingSigner = PROCESS_SIGNER
@@ -204,6 +224,11 @@ class _State:
         self.folded: list[str] = []
         #: a mid-conversation system message became a user message (merge pass needed)
         self.tagged_system = False
+        #: every message the walk read was *plain* (see ``PLAIN_DEPTH``): the messages
+        #: nest at most MAX_DEPTH deep without a depth check; cleared by anything else
+        self.plain = True
+        #: ``orjson.dumps(request["tools"])`` when the caller has it already (bytes path)
+        self.tools_key: bytes | None = None
 
     def warn(self, message: str) -> None:
         if message not in self.warnings:
@@ -347,6 +372,8 @@ def _assistant(content: Any, out: list[dict[str, Any]], st: _State, index: int) 
                 arguments = _dumps(tool_input).decode()
             except TypeError as exc:
                 _bad(f"tool_use {quote(caller_id)}: input is not JSON-serialisable ({exc})")
+            if len(block) != 4 or len(arguments) > PLAIN_ARGUMENTS:
+                st.plain = False
             calls.append(
                 {
                     "id": wire,
@@ -359,6 +386,8 @@ def _assistant(content: Any, out: list[dict[str, Any]], st: _State, index: int) 
             text = block.get("text")
             if text.__class__ is not str:
                 _bad("text block without a string text")
+            if len(block) != 2:
+                st.plain = False
             if text:
                 if first is None:
                     first = text
@@ -369,6 +398,7 @@ def _assistant(content: Any, out: list[dict[str, Any]], st: _State, index: int) 
             if block.get("citations"):
                 st.warn(_CITATIONS_WARNING)
         elif kind == "thinking":
+            st.plain = False
             thought = block.get("thinking")
             if thought.__class__ is not str:
                 _bad("thinking block without a string thinking")
@@ -380,6 +410,7 @@ def _assistant(content: Any, out: list[dict[str, Any]], st: _State, index: int) 
                 else:
                     reasoning.append(thought)
         elif kind == "redacted_thinking":
+            st.plain = False
             st.warn("redacted_thinking blocks dropped: encrypted for another provider")
         elif kind == "image":
             _unsupported("images in assistant messages")
@@ -476,14 +507,24 @@ def _user(
             message: dict[str, Any]
             if result.__class__ is str and (is_error is None or is_error is False):
                 message = {"role": "tool", "tool_call_id": wire, "content": result}
+                if len(block) != 3 and (len(block) != 4 or "is_error" not in block):
+                    st.plain = False
             else:
                 text = _single_text(result) if is_error is None or is_error is False else None
                 if text is not None:
                     message = {"role": "tool", "tool_call_id": wire, "content": text}
+                    if len(block) != 3 and (len(block) != 4 or "is_error" not in block):
+                        st.plain = False
                 else:
                     if parts is None:
                         parts = []
                     message = _tool_message(block, wire, parts, st)
+                    if (  # plain: an error result of a string or one plain text block
+                        is_error is not True
+                        or len(block) != 4
+                        or (result.__class__ is not str and _single_text(result) is None)
+                    ):
+                        st.plain = False
             if answers is None:
                 out.append(message)
             else:
@@ -492,6 +533,8 @@ def _user(
             text = block.get("text")
             if text.__class__ is not str:
                 _bad("text block without a string text")
+            if len(block) != 2:
+                st.plain = False
             if text:
                 if parts is None:
                     parts = []
@@ -499,14 +542,17 @@ def _user(
             if block.get("citations"):
                 st.warn(_CITATIONS_WARNING)
         elif kind == "image":
+            st.plain = False
             if parts is None:
                 parts = []
             parts.append(_image_part(block))
         elif kind == "document":
+            st.plain = False
             if parts is None:
                 parts = []
             parts.append(document_part(block, st.profile, st.warn))
         elif kind in ("thinking", "redacted_thinking"):
+            st.plain = False
             st.warn(f"{kind} blocks in user messages dropped")
         elif kind.__class__ is str and kind in _UNSUPPORTED_BLOCKS:
             _unsupported(f"{kind} blocks")
@@ -634,6 +680,8 @@ def translate_request(request: Any, model: str | None, st: _State) -> dict[str, 
         content = message.get("content", _MISSING)
         if content is _MISSING:
             _bad(f"messages[{index}] has no content")
+        if len(message) != 2:
+            st.plain = False
         if role == "user":
             try:
                 _user(content, out, st, index, callers)
@@ -645,6 +693,7 @@ def translate_request(request: Any, model: str | None, st: _State) -> dict[str, 
                 if end == index + 1:
                     raise
                 del out[unanswered.tools_at :]
+                st.plain = False
                 merged = _merged_content(messages, index, end)
                 _user(merged, out, st, f"{index}-{end - 1}", callers)
                 for _ in range(end - index - 1):
@@ -662,6 +711,7 @@ def translate_request(request: Any, model: str | None, st: _State) -> dict[str, 
                     "the provider may not continue it"
                 )
         elif role == "system":
+            st.plain = False
             if callers:
                 _bad(f"messages[{index}]: a system message between tool_use and tool_result")
             text = system_text(content, index)
@@ -691,7 +741,7 @@ def translate_request(request: Any, model: str | None, st: _State) -> dict[str, 
     fold_system(out, st.folded)
     body["messages"] = out
     if "tools" in request:
-        tools = translate_tools(request["tools"], st.profile, st.warn)
+        tools = translate_tools(request["tools"], st.profile, st.warn, st.tools_key)
         if tools:
             body["tools"] = tools
     else:
