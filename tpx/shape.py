@@ -328,76 +328,68 @@ def check_message(body: Any) -> list[str]:
     its tool_use ids (in order). Raises :class:`~tpx.errors.ProtocolError` naming the
     first problem.
 
-    The common body (exactly the eight core fields, integer token counts, text and
-    tool_use blocks of their core fields) is recognised by a fast path of subscripts and
-    class tests; anything else, valid or not, goes through the full check.
+    The common body is recognised by a fast path of subscripts and class tests: eight
+    fields, each of the eight core names read by subscript (``KeyError``: the full check),
+    are exactly the core fields; a block of two (four) fields whose names all read is
+    exactly a text (tool_use) block; integer token counts. Anything else, valid or not,
+    goes through the full check (which the fast path never contradicts).
     """
     if body.__class__ is dict and len(body) == 8:
-        ids = _fast(body)
-        if ids is not None:
-            return ids
+        try:
+            if (
+                body["type"] != "message"
+                or body["role"] != "assistant"
+                or body["id"].__class__ is not str
+                or body["model"].__class__ is not str
+            ):
+                return _check_message(body)
+            stop = body["stop_reason"]
+            sequence = body["stop_sequence"]
+            usage = body["usage"]
+            content = body["content"]
+            if (
+                (stop is not None and (stop.__class__ is not str or stop not in STOP_REASONS))
+                or (sequence is not None and sequence.__class__ is not str)
+                or usage.__class__ is not dict
+                or content.__class__ is not list
+                or usage["input_tokens"].__class__ is not int
+                or usage["output_tokens"].__class__ is not int
+            ):
+                return _check_message(body)
+            counts = len(usage)
+            if counts != 2 and (
+                counts != 4
+                or usage["cache_read_input_tokens"].__class__ is not int
+                or usage["cache_creation_input_tokens"].__class__ is not int
+            ):
+                return _check_message(body)  # other usage fields, or null counts
+            ids: list[str] = []
+            for block in content:
+                if block.__class__ is not dict:
+                    return _check_message(body)
+                kind = block["type"]
+                if kind == "text":
+                    if len(block) != 2 or block["text"].__class__ is not str:
+                        return _check_message(body)
+                elif kind == "tool_use":
+                    tool_id = block["id"]
+                    if (
+                        len(block) != 4
+                        or tool_id.__class__ is not str
+                        or block["name"].__class__ is not str
+                        or block["input"].__class__ is not dict
+                        or not _is_tool_id(tool_id)
+                    ):
+                        return _check_message(body)
+                    ids.append(tool_id)
+                else:
+                    return _check_message(body)
+        except KeyError:
+            return _check_message(body)
+        if len(ids) > 1 and len(set(ids)) != len(ids):
+            return _check_message(body)
+        return ids
     return _check_message(body)
-
-
-def _fast(body: dict[str, Any]) -> list[str] | None:
-    """The tool_use ids of a common, valid body of eight fields; ``None``: take the full
-    check. Eight fields, each of the eight core names read by subscript (``KeyError``:
-    ``None``), are exactly the core fields; a block of two (four) fields whose names all
-    read is exactly a text (tool_use) block. Accepts nothing the full check refuses."""
-    try:
-        if (
-            body["type"] != "message"
-            or body["role"] != "assistant"
-            or body["id"].__class__ is not str
-            or body["model"].__class__ is not str
-        ):
-            return None
-        stop = body["stop_reason"]
-        sequence = body["stop_sequence"]
-        usage = body["usage"]
-        content = body["content"]
-        if (
-            (stop is not None and (stop.__class__ is not str or stop not in STOP_REASONS))
-            or (sequence is not None and sequence.__class__ is not str)
-            or usage.__class__ is not dict
-            or content.__class__ is not list
-            or usage["input_tokens"].__class__ is not int
-            or usage["output_tokens"].__class__ is not int
-        ):
-            return None
-        counts = len(usage)
-        if counts != 2 and (
-            counts != 4
-            or usage["cache_read_input_tokens"].__class__ is not int
-            or usage["cache_creation_input_tokens"].__class__ is not int
-        ):
-            return None  # other usage fields (or null counts): the full check
-        ids: list[str] = []
-        for block in content:
-            if block.__class__ is not dict:
-                return None
-            kind = block["type"]
-            if kind == "text":
-                if len(block) != 2 or block["text"].__class__ is not str:
-                    return None
-            elif kind == "tool_use":
-                tool_id = block["id"]
-                if (
-                    len(block) != 4
-                    or tool_id.__class__ is not str
-                    or block["name"].__class__ is not str
-                    or block["input"].__class__ is not dict
-                    or not _is_tool_id(tool_id)
-                ):
-                    return None
-                ids.append(tool_id)
-            else:
-                return None
-    except KeyError:
-        return None
-    if len(ids) > 1 and len(set(ids)) != len(ids):
-        return None
-    return ids
 
 
 def _check_message(body: Any) -> list[str]:
