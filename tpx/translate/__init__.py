@@ -361,13 +361,17 @@ def request_bytes_to_openai(
             # are checked after the walk, and only if it found one not plain.
             tools = request.get("tools")
             tools_key = None
+            rest = {**request, "messages": None}
             if tools.__class__ is list and tools:
                 tools_key = _serialized_within(tools, _safe.MAX_DEPTH - 1)  # tools: level 2
                 if tools_key is None:
                     _refuse_too_deep()
-                rest = {**request, "messages": None, "tools": None}
-            else:
-                rest = {**request, "messages": None}
+                rest["tools"] = None
+            system = request.get("system")
+            if system.__class__ is str:  # a string is a leaf: the (long) text needs no check
+                rest["system"] = None
+            elif system.__class__ is list:  # the same depth without the texts
+                rest["system"] = [_textless(block) for block in system]
             if _parsed_too_deep(rest):
                 _refuse_too_deep()
             st = new_state(profile, secret)
@@ -391,6 +395,13 @@ def request_bytes_to_openai(
     finally:
         if was_enabled:
             gc.enable()
+
+
+def _textless(block: Any) -> Any:
+    """A system block with its string ``text`` as null (a leaf either way: same depth)."""
+    if block.__class__ is dict and block.get("text").__class__ is str:
+        return {**block, "text": None}
+    return block
 
 
 def _refuse_request_text(data: bytes | str) -> None:

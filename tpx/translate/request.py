@@ -510,7 +510,17 @@ def _user(
                 if len(block) != 3 and (len(block) != 4 or "is_error" not in block):
                     st.plain = False
             else:
-                text = _single_text(result) if is_error is None or is_error is False else None
+                text = None  # == _single_text(result) for a result that is no error, inlined
+                if (
+                    (is_error is None or is_error is False)
+                    and result.__class__ is list
+                    and len(result) == 1
+                ):
+                    only = result[0]
+                    if only.__class__ is dict and len(only) == 2 and only.get("type") == "text":
+                        text = only.get("text")
+                        if text.__class__ is not str:
+                            text = None
                 if text is not None:
                     message = {"role": "tool", "tool_call_id": wire, "content": text}
                     if len(block) != 3 and (len(block) != 4 or "is_error" not in block):
