@@ -170,3 +170,16 @@ def test_a_secret_broken_up_by_unforeseen_escapes_leaves_no_readable_piece() -> 
     assert "Q7fZ9xY2" not in cleaned
     assert "sk-canary" not in cleaned
     assert redact("nothing secret here", secret_forms([secret])) == "nothing secret here"
+
+
+def test_serialized_within_is_orjson_dumps_or_none() -> None:
+    value = {"a": [1, "x]", {"b": None}], "c": "\\"}
+    assert _safe.serialized_within(value) == orjson.dumps(value)
+    assert _safe.serialized_within(value, 3) == orjson.dumps(value)
+    assert _safe.serialized_within(value, 2) is None
+    assert _safe.serialized_within(_nested(_safe.MAX_DEPTH)) == orjson.dumps(
+        _nested(_safe.MAX_DEPTH)
+    )
+    assert _safe.serialized_within(_nested(_safe.MAX_DEPTH + 1)) is None
+    with pytest.raises(ValueError, match="not below"):
+        _safe.serialized_within(value, 254)
