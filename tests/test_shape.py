@@ -9,9 +9,10 @@ import pydantic
 import pytest
 from anthropic.types import Message, RawMessageStreamEvent
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.fuzz import strategies as fz
-from tpx import _safe
+from tpx import _safe, shape
 from tpx.errors import ProtocolError
 from tpx.shape import check_event, check_message
 
@@ -157,3 +158,86 @@ def test_event_rule(event: dict[str, Any], known: bool) -> None:
 def test_malformed_events_are_refused(event: dict[str, Any]) -> None:
     with pytest.raises(ProtocolError):
         check_event(event)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=st.sampled_from("aZ09_-\n é٣ｱ.$"), max_size=8) | st.text(max_size=8))
+def test_the_cheap_tool_id_test_is_the_regular_expression(text: str) -> None:
+    assert shape._is_tool_id(text) is (shape.valid_tool_id(text) is not None)
+
+
+_GOOD_IDS = ["toolu_01A09q90qw90lq917835lq9", "tpxr0-3eb9d25725ad_call_x", "0abc", "-", "_"]
+_BAD_IDS = ["a\n", "a b", "é", "", "a.b", "٣", 5, None]
+_BLOCKS = st.sampled_from(
+    [
+        {"type": "text", "text": "x"},
+        {"type": "text", "text": 1},
+        {"type": "text", "text": "x", "extra": 1},
+        {"type": "text"},
+        {"type": "thinking", "thinking": "t", "signature": "s"},
+        {"type": "image", "source": {}},
+        {"type": None, "text": "x"},
+        "text",
+        *(
+            {"type": "tool_use", "id": tool_id, "name": "f", "input": {}}
+            for tool_id in _GOOD_IDS + _BAD_IDS
+        ),
+        {"type": "tool_use", "id": "a", "name": 1, "input": {}},
+        {"type": "tool_use", "id": "a", "name": "f", "input": []},
+        {"type": "tool_use", "id": "a", "name": "f"},
+        {"type": "tool_use", "id": "a", "name": "f", "input": {}, "caller": {"type": "direct"}},
+    ]
+)
+_USAGES = st.sampled_from(
+    [
+        {"input_tokens": 1, "output_tokens": 2},
+        {"input_tokens": 1, "output_tokens": 2, "cache_read_input_tokens": 0,
+         "cache_creation_input_tokens": 3},
+        {"input_tokens": 1, "output_tokens": 2, "cache_read_input_tokens": None,
+         "cache_creation_input_tokens": 3},
+        {"input_tokens": 1, "output_tokens": 2, "cache_read_input_tokens": 1.0,
+         "cache_creation_input_tokens": 3},
+        {"input_tokens": 1, "output_tokens": 2, "service_tier": "standard", "speed": "fast"},
+        {"input_tokens": 1, "output_tokens": 2, "cache_read_input_tokens": 0, "x": 1},
+        {"input_tokens": True, "output_tokens": 2},
+        {"output_tokens": 2, "x": 1},
+        [],
+    ]
+)  # fmt: skip
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    content=st.lists(_BLOCKS, max_size=4),
+    usage=_USAGES,
+    stop=st.sampled_from(["end_turn", "tool_use", None, "weird", 1]),
+    sequence=st.sampled_from([None, "x", 2]),
+    top=st.sampled_from(
+        [{}, {"id": None}, {"model": 3}, {"type": "msg"}, {"role": "user"}, {"x": 1}]
+    ),
+    drop=st.sampled_from([None, "id", "usage", "content"]),
+)
+def test_the_fast_path_gives_the_full_checks_verdict(
+    content: list[Any],
+    usage: Any,
+    stop: Any,
+    sequence: Any,
+    top: dict[str, Any],
+    drop: str | None,
+) -> None:
+    """Eight-field bodies (the fast path's) and their near misses: check_message accepts
+    exactly what the full check accepts, with the same ids."""
+    body = {**BASE, "content": content, "usage": usage, "stop_reason": stop}
+    body["stop_sequence"] = sequence
+    body.update(top)
+    if drop is not None:
+        del body[drop]
+    outcomes: list[Any] = []
+    for check in (check_message, shape._check_message):
+        try:
+            outcomes.append(check(body))
+        except ProtocolError:
+            outcomes.append("refused")
+    assert outcomes[0] == outcomes[1], body
+    if outcomes[0] != "refused":
+        assert _sdk_accepts(body), body

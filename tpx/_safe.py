@@ -29,7 +29,9 @@ __all__ = [
     "DepthError",
     "NotJSONError",
     "loads",
+    "parsed_too_deep",
     "quote",
+    "serialized_within",
     "too_deep",
 ]
 
@@ -88,7 +90,20 @@ def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
 
 
 def bytes_may_be_too_deep(data: bytes | str, limit: int = MAX_DEPTH) -> bool:
-    """Cheap pre-check: ``False`` proves the JSON text *data* nests at most *limit* deep."""
+    """Cheap pre-check: ``False`` proves the JSON text *data* nests at most *limit* deep.
+
+    Exact reasoning: every level of nesting takes one opening and one closing bracket, so
+    a text of at most ``2 * limit`` characters cannot nest deeper than *limit*; nor can a
+    text with at most *limit* opening brackets (strings included: a bracket in a string
+    only makes the count larger). The length test costs nothing; the count is one pass
+    per bracket kind, done only for short texts (a long text goes straight to the exact
+    check, :func:`loads`, which costs about as much as counting would).
+    """
+    size = len(data)
+    if size <= 2 * limit:
+        return False
+    if size > _COUNT_BELOW:
+        return True
     if isinstance(data, str):
         return data.count("[") + data.count("{") > limit
     return data.count(b"[") + data.count(b"{") > limit
@@ -110,27 +125,76 @@ def loads(data: bytes | str, limit: int = MAX_DEPTH) -> Any:
         if "depth limit" in failure:  # deeper than orjson's own bound (1024)
             raise DepthError(limit)
         raise NotJSONError(failure)
-    if bytes_may_be_too_deep(data, limit) and _parsed_too_deep(value, limit):
+    # A text of at most 2 * limit characters cannot nest deeper (bytes_may_be_too_deep).
+    if (
+        len(data) > 2 * limit
+        and bytes_may_be_too_deep(data, limit)
+        and parsed_too_deep(value, limit)
+    ):
         raise DepthError(limit)
     return value
 
 
 #: orjson.dumps writes at most this many nested levels (it raises beyond).
 _ORJSON_DEPTH = 254
+#: Texts at least this long skip the bracket count: serializing the parsed value (the
+#: exact check) costs about what two counts over the text would.
+_COUNT_BELOW = 16_384
 
 
-def _parsed_too_deep(value: Any, limit: int) -> bool:
-    """:func:`too_deep` for a value orjson parsed, at C speed: wrapped in enough lists to
-    put depth *limit* exactly at orjson's own bound, it serializes iff it is not too
-    deep."""
-    wrapped = value
-    for _ in range(_ORJSON_DEPTH - limit):
-        wrapped = [wrapped]
+def _nest(levels: int) -> tuple[list[Any], list[Any]]:
+    """(outer, inner): *levels* nested lists, the innermost (*inner*) holding ``None``."""
+    inner: list[Any] = [None]
+    outer = inner
+    for _ in range(levels - 1):
+        outer = [outer]
+    return outer, inner
+
+
+#: Ready-made nests, by limit (one per concurrent caller: ``list.pop`` and ``append`` are
+#: atomic, so a thread never shares a nest; an empty pool makes a new one).
+_NESTS: dict[int, list[tuple[list[Any], list[Any]]]] = {}
+
+
+def _nested_dumps(value: Any, levels: int) -> bytes | None:
+    """``orjson.dumps`` of *value* inside *levels* nested lists; ``None`` if it fails."""
+    pool = _NESTS.get(levels)
+    if pool is None:
+        pool = _NESTS.setdefault(levels, [])
     try:
-        orjson.dumps(wrapped)
+        outer, inner = pool.pop()
+    except IndexError:
+        outer, inner = _nest(levels)
+    inner[0] = value
+    try:
+        return orjson.dumps(outer)
     except TypeError:
-        return True
-    return False
+        return None
+    finally:
+        inner[0] = None  # the pool keeps no reference to a caller's value
+        pool.append((outer, inner))
+
+
+def serialized_within(value: Any, limit: int = MAX_DEPTH) -> bytes | None:
+    """``orjson.dumps(value)`` for a value as orjson parses it (dicts with str keys,
+    lists, str, int, float, bool, None), or ``None`` when it nests deeper than *limit*:
+    serialized inside ``254 - limit`` nested lists (depth *limit* lands exactly on
+    orjson's own bound), it fails iff it is too deep. *limit* below orjson's bound.
+    Not for values of other types (``dumps`` could fail for another reason and it would
+    read as too deep)."""
+    levels = _ORJSON_DEPTH - limit
+    if levels <= 0:
+        raise ValueError(f"limit {limit} is not below orjson's bound ({_ORJSON_DEPTH})")
+    text = _nested_dumps(value, levels)
+    return None if text is None else text[levels:-levels]
+
+
+def parsed_too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """:func:`too_deep` for a value as orjson parses it, at C speed (see
+    :func:`serialized_within`; the plain walk for a limit at or past orjson's bound)."""
+    if limit >= _ORJSON_DEPTH:
+        return too_deep(value, limit)
+    return _nested_dumps(value, _ORJSON_DEPTH - limit) is None
 
 
 def quote(value: Any, limit: int = QUOTE_LIMIT) -> str:

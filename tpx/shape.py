@@ -310,18 +310,17 @@ def check_block(block: Any, path: str = "content_block") -> None:
     if spec is None:
         _bad(f"{path} has type {quote(kind)}, which tpx does not deliver")
     _check_fields(block, spec[1], spec[2], path)
-    if (kind == "tool_use" or kind == "server_tool_use") and valid_tool_id(block["id"]) is None:
+    if (kind == "tool_use" or kind == "server_tool_use") and not _is_tool_id(block["id"]):
         _bad(f"{path} is a {kind} block with an invalid id {quote(block['id'])}")
 
 
-_CANONICAL = frozenset(
-    ("id", "type", "role", "model", "content", "stop_reason", "stop_sequence", "usage")
-)
-_TEXT_KEYS = frozenset(("type", "text"))
-_TOOL_KEYS = frozenset(("type", "id", "name", "input"))
-_COUNTS = frozenset(
-    ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
-)
+def _is_tool_id(text: str) -> bool:
+    """``valid_tool_id(text)`` for a str, cheaper for the usual ids: an ASCII identifier
+    once ``-`` reads as ``_`` is made of ``[A-Za-z0-9_-]`` only; anything else (a leading
+    digit or dash, say) is left to the regular expression."""
+    if text.isascii() and (text.isidentifier() or text.replace("-", "_").isidentifier()):
+        return True
+    return valid_tool_id(text) is not None
 
 
 def check_message(body: Any) -> list[str]:
@@ -329,64 +328,68 @@ def check_message(body: Any) -> list[str]:
     its tool_use ids (in order). Raises :class:`~tpx.errors.ProtocolError` naming the
     first problem.
 
-    The common body (exactly the eight core fields, integer token counts, text and
-    tool_use blocks of their core fields) is recognised by a fast path of C-level key-set
-    comparisons; anything else, valid or not, goes through the full check.
+    The common body is recognised by a fast path of subscripts and class tests: eight
+    fields, each of the eight core names read by subscript (``KeyError``: the full check),
+    are exactly the core fields; a block of two (four) fields whose names all read is
+    exactly a text (tool_use) block; integer token counts. Anything else, valid or not,
+    goes through the full check (which the fast path never contradicts).
     """
-    if body.__class__ is dict and body.keys() == _CANONICAL:
-        ids = _fast(body)
-        if ids is not None:
-            return ids
-    return _check_message(body)
-
-
-def _fast(body: dict[str, Any]) -> list[str] | None:
-    """The tool_use ids of a common, valid body; ``None``: take the full check."""
-    stop = body["stop_reason"]
-    sequence = body["stop_sequence"]
-    usage = body["usage"]
-    content = body["content"]
-    if (
-        body["type"] != "message"
-        or body["role"] != "assistant"
-        or body["id"].__class__ is not str
-        or body["model"].__class__ is not str
-        or (stop is not None and (stop.__class__ is not str or stop not in STOP_REASONS))
-        or (sequence is not None and sequence.__class__ is not str)
-        or usage.__class__ is not dict
-        or not usage.keys() <= _COUNTS
-        or usage.get("input_tokens").__class__ is not int
-        or usage.get("output_tokens").__class__ is not int
-        or content.__class__ is not list
-    ):
-        return None
-    for value in usage.values():
-        if value is not None and value.__class__ is not int:
-            return None
-    ids: list[str] = []
-    for block in content:
-        if block.__class__ is not dict:
-            return None
-        keys = block.keys()
-        if keys == _TEXT_KEYS:
-            if block["type"] != "text" or block["text"].__class__ is not str:
-                return None
-        elif keys == _TOOL_KEYS:
-            tool_id = block["id"]
+    if body.__class__ is dict and len(body) == 8:
+        try:
             if (
-                block["type"] != "tool_use"
-                or tool_id.__class__ is not str
-                or valid_tool_id(tool_id) is None
-                or block["name"].__class__ is not str
-                or block["input"].__class__ is not dict
+                body["type"] != "message"
+                or body["role"] != "assistant"
+                or body["id"].__class__ is not str
+                or body["model"].__class__ is not str
             ):
-                return None
-            ids.append(tool_id)
-        else:
-            return None
-    if len(ids) > 1 and len(set(ids)) != len(ids):
-        return None
-    return ids
+                return _check_message(body)
+            stop = body["stop_reason"]
+            sequence = body["stop_sequence"]
+            usage = body["usage"]
+            content = body["content"]
+            if (
+                (stop is not None and (stop.__class__ is not str or stop not in STOP_REASONS))
+                or (sequence is not None and sequence.__class__ is not str)
+                or usage.__class__ is not dict
+                or content.__class__ is not list
+                or usage["input_tokens"].__class__ is not int
+                or usage["output_tokens"].__class__ is not int
+            ):
+                return _check_message(body)
+            counts = len(usage)
+            if counts != 2 and (
+                counts != 4
+                or usage["cache_read_input_tokens"].__class__ is not int
+                or usage["cache_creation_input_tokens"].__class__ is not int
+            ):
+                return _check_message(body)  # other usage fields, or null counts
+            ids: list[str] = []
+            for block in content:
+                if block.__class__ is not dict:
+                    return _check_message(body)
+                kind = block["type"]
+                if kind == "text":
+                    if len(block) != 2 or block["text"].__class__ is not str:
+                        return _check_message(body)
+                elif kind == "tool_use":
+                    tool_id = block["id"]
+                    if (
+                        len(block) != 4
+                        or tool_id.__class__ is not str
+                        or block["name"].__class__ is not str
+                        or block["input"].__class__ is not dict
+                        or not _is_tool_id(tool_id)
+                    ):
+                        return _check_message(body)
+                    ids.append(tool_id)
+                else:
+                    return _check_message(body)
+        except KeyError:
+            return _check_message(body)
+        if len(ids) > 1 and len(set(ids)) != len(ids):
+            return _check_message(body)
+        return ids
+    return _check_message(body)
 
 
 def _check_message(body: Any) -> list[str]:

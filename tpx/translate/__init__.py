@@ -241,7 +241,7 @@ points fixes it (tests, replays). Legacy ids without a nonce
 from __future__ import annotations
 
 import gc
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 
@@ -312,6 +312,13 @@ __all__ = [
 
 _loads = orjson.loads  # module-level names: one lookup less per call on the hot path
 _dumps = orjson.dumps
+_JSONDecodeError = orjson.JSONDecodeError
+_may_be_deep = _safe.bytes_may_be_too_deep
+_parsed_too_deep = _safe.parsed_too_deep
+_serialized_within = _safe.serialized_within
+#: Texts at most this long cannot nest deeper than the depth rule allows.
+_SHORT = 2 * _safe.MAX_DEPTH
+_NOT_JSON = object()
 
 
 def request_bytes_to_openai(
@@ -338,25 +345,92 @@ def request_bytes_to_openai(
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        problem: str | None = None
+        st = None
         try:
-            request: Any = _safe.loads(data)
-        except ValueError as exc:  # not JSON, or nested deeper than the depth rule
-            problem = str(exc)
-        if problem is not None:
-            raise ProtocolError(
-                f"invalid Messages request: body is not JSON ({problem})",
-                status=400,
-                error_type="invalid_request_error",
-            )
-        st = new_state(profile, secret)
-        body = translate_request(request, model, st)
+            request: Any = _loads(data)
+        except _JSONDecodeError:
+            request = _NOT_JSON
+        if request is _NOT_JSON or len(data) <= _SHORT:  # short: cannot nest too deep
+            if request is _NOT_JSON:
+                _refuse_request_text(data)
+        elif request.__class__ is not dict:
+            _check_request_depth(request)
+        else:
+            # Everything but the messages is checked before any of it is read (schemas are
+            # walked); the tools apart, their text is the tools cache's key. The messages
+            # are checked after the walk, and only if it found one not plain.
+            tools = request.get("tools")
+            tools_key = None
+            rest = {**request, "messages": None}
+            if tools.__class__ is list and tools:
+                tools_key = _serialized_within(tools, _safe.MAX_DEPTH - 1)  # tools: level 2
+                if tools_key is None:
+                    _refuse_too_deep()
+                rest["tools"] = None
+            system = request.get("system")
+            if system.__class__ is str:  # a string is a leaf: the (long) text needs no check
+                rest["system"] = None
+            elif system.__class__ is list:  # the same depth without the texts
+                rest["system"] = [_textless(block) for block in system]
+            if _parsed_too_deep(rest):
+                _refuse_too_deep()
+            st = new_state(profile, secret)
+            st.tools_key = tools_key
+            failed = False
+            try:
+                body = translate_request(request, model, st)
+            except Exception:
+                failed = True  # a malformed request may also be too deep: that error wins
+            if failed:
+                _check_request_depth(request)
+                st = None  # not too deep: the translation's own error, raised afresh below
+            elif not st.plain and _parsed_too_deep(request["messages"], _safe.MAX_DEPTH - 1):
+                _refuse_too_deep()
+        if st is None:
+            st = new_state(profile, secret)
+            body = translate_request(request, model, st)
         if warnings is not None:
             warnings.extend(st.warnings)
         return orjson.dumps(body)
     finally:
         if was_enabled:
             gc.enable()
+
+
+def _textless(block: Any) -> Any:
+    """A system block with its string ``text`` as null (a leaf either way: same depth)."""
+    if block.__class__ is dict and block.get("text").__class__ is str:
+        return {**block, "text": None}
+    return block
+
+
+def _refuse_request_text(data: bytes | str) -> None:
+    """Raise the caller's 400 for request bytes that are not JSON or nest too deep."""
+    problem: str | None = None
+    try:
+        _safe.loads(data)
+    except ValueError as exc:  # not JSON, or nested deeper than the depth rule
+        problem = str(exc)
+    if problem is not None:
+        raise ProtocolError(
+            f"invalid Messages request: body is not JSON ({problem})",
+            status=400,
+            error_type="invalid_request_error",
+        )
+
+
+def _check_request_depth(request: Any) -> None:
+    """Raise the caller's 400 when the parsed *request* nests deeper than the depth rule."""
+    if _parsed_too_deep(request):
+        _refuse_too_deep()
+
+
+def _refuse_too_deep() -> NoReturn:
+    raise ProtocolError(
+        f"invalid Messages request: body is not JSON ({_safe.DepthError()})",
+        status=400,
+        error_type="invalid_request_error",
+    )
 
 
 def response_bytes_to_messages(
@@ -369,14 +443,24 @@ def response_bytes_to_messages(
     secret: str | bytes | ThinkingSigner | None = None,
 ) -> bytes:
     """JSON Chat Completions response -> JSON Messages response (:func:`response_to_messages`)."""
-    get_profile(profile)  # validated; replies are read alike for every profile
-    problem: str | None = None
+    if profile is not None:
+        get_profile(profile)  # validated; replies are read alike for every profile
+    # == _safe.loads(data), inlined for the common short, valid reply (_safe.loads itself
+    # only runs again to raise its error)
     try:
-        response: Any = _safe.loads(data)
-    except ValueError as exc:  # not JSON, or nested deeper than the depth rule
-        problem = str(exc)
-    if problem is not None:
-        raise ProtocolError(f"not a Chat Completions response: body is not JSON ({problem})")
+        response: Any = _loads(data)
+    except _JSONDecodeError:
+        response = _NOT_JSON
+    if response is _NOT_JSON or (
+        len(data) > _SHORT and _may_be_deep(data) and _parsed_too_deep(response)
+    ):
+        problem: str | None = None
+        try:
+            response = _safe.loads(data)
+        except ValueError as exc:  # not JSON, or nested deeper than the depth rule
+            problem = str(exc)
+        if problem is not None:
+            raise ProtocolError(f"not a Chat Completions response: body is not JSON ({problem})")
     if nonce is not None:
         check_nonce(nonce)
     if response.__class__ is dict:  # the common case, without a detour (no warnings there)

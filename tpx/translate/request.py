@@ -103,6 +103,37 @@ _TOOL_IMAGE_WARNING = (
     "images in a tool_result moved to a user message after the tool messages "
     "(Chat Completions tool messages carry text only)"
 )
+#: The longest tool_use ``arguments`` text a plain message may carry: a JSON text of n
+#: characters nests at most n / 2 deep, and a tool input sits 5 levels down (request,
+#: messages, message, content, block), so these inputs keep the request within
+#: ``_safe.MAX_DEPTH``. A *plain* message: exactly ``role`` + ``content``; content a
+#: string or blocks that are exactly ``{type: text, text}``, ``{type, id, name, input}``
+#: (tool_use, input no longer than this once serialized) or tool_result ``{type,
+#: tool_use_id, content[, is_error]}`` with string content or one plain text block.
+#: Everything a plain message holds is read (and type-checked) by the walk, so such
+#: messages nest at most 7 levels besides the inputs.
+PLAIN_ARGUMENTS = 2 * (_safe.MAX_DEPTH - 5)
+
+#: caller id -> wire id (:func:`tpx.translate.ids.wire_id`, a pure function) for ids
+#: translated before: a client resends its whole history every turn, so nearly every
+#: tool_use id of a request was decoded for the one before. Bounded (emptied when full;
+#: long ids are not kept); dict reads and writes are atomic, so threads may share it.
+_WIRE_MEMO: dict[str, str] = {}
+_WIRE_MEMO_SIZE = 4096
+_WIRE_MEMO_ID_LENGTH = 256
+
+
+def _memo_wire_id(caller_id: str) -> str:
+    """:func:`wire_id` of a non-empty caller id, remembered (see ``_WIRE_MEMO``)."""
+    raw = _RAW_ENCODED(caller_id)
+    wire = raw[1] if raw is not None else wire_id(caller_id)
+    if len(caller_id) <= _WIRE_MEMO_ID_LENGTH:
+        if len(_WIRE_MEMO) >= _WIRE_MEMO_SIZE:
+            _WIRE_MEMO.clear()
+        _WIRE_MEMO[caller_id] = wire
+    return wire
+
+
 #: OpenAI's limit on ``stop``; other OpenAI-compatible servers take more, so more are sent.
 OPENAI_MAX_STOP = 4
 
@@ -170,7 +201,16 @@ def _wire_id(caller_id: Any, where: str) -> str:
 
 
 class _State:
-    __slots__ = ("cleared", "folded", "profile", "signer", "tagged_system", "warnings")
+    __slots__ = (
+        "cleared",
+        "folded",
+        "plain",
+        "profile",
+        "signer",
+        "tagged_system",
+        "tools_key",
+        "warnings",
+    )
 
     def __init__(
         self, profile: Profile = DEFAULT_PROFILE, signer: ThinkingSigner = PROCESS_SIGNER
@@ -184,6 +224,11 @@ class _State:
         self.folded: list[str] = []
         #: a mid-conversation system message became a user message (merge pass needed)
         self.tagged_system = False
+        #: every message the walk read was *plain* (see ``PLAIN_DEPTH``): the messages
+        #: nest at most MAX_DEPTH deep without a depth check; cleared by anything else
+        self.plain = True
+        #: ``orjson.dumps(request["tools"])`` when the caller has it already (bytes path)
+        self.tools_key: bytes | None = None
 
     def warn(self, message: str) -> None:
         if message not in self.warnings:
@@ -304,9 +349,12 @@ def _assistant(content: Any, out: list[dict[str, Any]], st: _State, index: int) 
             _bad(f"messages[{index}].content blocks must be objects")
         kind = block.get("type")
         if kind == "tool_use":
-            caller_id = block.get("id")
-            name = block.get("name")
-            tool_input = block.get("input")
+            try:  # subscripts (cheaper than .get); a missing field: the precise error
+                caller_id = block["id"]
+                name = block["name"]
+                tool_input = block["input"]
+            except KeyError:
+                _tool_use_slow(block)
             if (
                 caller_id.__class__ is not str
                 or name.__class__ is not str
@@ -317,12 +365,15 @@ def _assistant(content: Any, out: list[dict[str, Any]], st: _State, index: int) 
                 _tool_use_slow(block)
             if caller_id in callers:
                 _bad(f"messages[{index}]: tool_use ids must be unique")
-            raw = _RAW_ENCODED(caller_id)
-            wire = raw[1] if raw is not None else wire_id(caller_id)
+            wire = _WIRE_MEMO.get(caller_id)
+            if wire is None:
+                wire = _memo_wire_id(caller_id)
             try:
                 arguments = _dumps(tool_input).decode()
             except TypeError as exc:
                 _bad(f"tool_use {quote(caller_id)}: input is not JSON-serialisable ({exc})")
+            if len(block) != 4 or len(arguments) > PLAIN_ARGUMENTS:
+                st.plain = False
             calls.append(
                 {
                     "id": wire,
@@ -335,6 +386,8 @@ def _assistant(content: Any, out: list[dict[str, Any]], st: _State, index: int) 
             text = block.get("text")
             if text.__class__ is not str:
                 _bad("text block without a string text")
+            if len(block) != 2:
+                st.plain = False
             if text:
                 if first is None:
                     first = text
@@ -345,6 +398,7 @@ def _assistant(content: Any, out: list[dict[str, Any]], st: _State, index: int) 
             if block.get("citations"):
                 st.warn(_CITATIONS_WARNING)
         elif kind == "thinking":
+            st.plain = False
             thought = block.get("thinking")
             if thought.__class__ is not str:
                 _bad("thinking block without a string thinking")
@@ -356,6 +410,7 @@ def _assistant(content: Any, out: list[dict[str, Any]], st: _State, index: int) 
                 else:
                     reasoning.append(thought)
         elif kind == "redacted_thinking":
+            st.plain = False
             st.warn("redacted_thinking blocks dropped: encrypted for another provider")
         elif kind == "image":
             _unsupported("images in assistant messages")
@@ -380,6 +435,17 @@ def _assistant(content: Any, out: list[dict[str, Any]], st: _State, index: int) 
         message[back] = "".join(reasoning)
     out.append(message)
     return callers
+
+
+def _single_text(result: Any) -> str | None:
+    """The text of a tool_result content that is exactly one plain text block, else None."""
+    if result.__class__ is list and len(result) == 1:
+        only = result[0]
+        if only.__class__ is dict and len(only) == 2 and only.get("type") == "text":
+            text = only.get("text")
+            if text.__class__ is str:
+                return text
+    return None
 
 
 def _user(
@@ -420,34 +486,55 @@ def _user(
         kind = block.get("type")
         if kind == "tool_result":
             caller_id: str = block.get("tool_use_id", "")
-            wire = wire_of.get(caller_id) if caller_id.__class__ is str else None
-            if wire is None:
-                _bad(
-                    f"messages[{index}]: tool_result {quote(caller_id)} answers no tool_use of the "
-                    "assistant turn before it (or one its user turn already answered)"
-                )
-            if answers is None and caller_id != next(expected, None):
-                # the ones appended so far answer the first calls, in order
-                answers = dict(zip(wire_of, out[tools_at:], strict=False))
-                del out[tools_at:]
-            if answers is not None and caller_id in answers:
-                _bad(f"messages[{index}]: tool_use {quote(caller_id)} answered twice")
+            if answers is None and caller_id.__class__ is str and caller_id == next(expected, None):
+                wire = wire_of[caller_id]  # the next call, answered in order: the common case
+            else:
+                found = wire_of.get(caller_id) if caller_id.__class__ is str else None
+                if found is None:
+                    _bad(
+                        f"messages[{index}]: tool_result {quote(caller_id)} answers no tool_use of "
+                        "the assistant turn before it (or one its user turn already answered)"
+                    )
+                wire = found
+                if answers is None:  # out of order
+                    # the ones appended so far answer the first calls, in order
+                    answers = dict(zip(wire_of, out[tools_at:], strict=False))
+                    del out[tools_at:]
+                if caller_id in answers:
+                    _bad(f"messages[{index}]: tool_use {quote(caller_id)} answered twice")
             result = block.get("content")
             is_error = block.get("is_error")
-            message: dict[str, Any] | None = None
-            if is_error is None or is_error is False:
-                if result.__class__ is str:
-                    message = {"role": "tool", "tool_call_id": wire, "content": result}
-                elif result.__class__ is list and len(result) == 1:
+            message: dict[str, Any]
+            if result.__class__ is str and (is_error is None or is_error is False):
+                message = {"role": "tool", "tool_call_id": wire, "content": result}
+                if len(block) != 3 and (len(block) != 4 or "is_error" not in block):
+                    st.plain = False
+            else:
+                text = None  # == _single_text(result) for a result that is no error, inlined
+                if (
+                    (is_error is None or is_error is False)
+                    and result.__class__ is list
+                    and len(result) == 1
+                ):
                     only = result[0]
                     if only.__class__ is dict and len(only) == 2 and only.get("type") == "text":
                         text = only.get("text")
-                        if text.__class__ is str:
-                            message = {"role": "tool", "tool_call_id": wire, "content": text}
-            if message is None:
-                if parts is None:
-                    parts = []
-                message = _tool_message(block, wire, parts, st)
+                        if text.__class__ is not str:
+                            text = None
+                if text is not None:
+                    message = {"role": "tool", "tool_call_id": wire, "content": text}
+                    if len(block) != 3 and (len(block) != 4 or "is_error" not in block):
+                        st.plain = False
+                else:
+                    if parts is None:
+                        parts = []
+                    message = _tool_message(block, wire, parts, st)
+                    if (  # plain: an error result of a string or one plain text block
+                        is_error is not True
+                        or len(block) != 4
+                        or (result.__class__ is not str and _single_text(result) is None)
+                    ):
+                        st.plain = False
             if answers is None:
                 out.append(message)
             else:
@@ -456,6 +543,8 @@ def _user(
             text = block.get("text")
             if text.__class__ is not str:
                 _bad("text block without a string text")
+            if len(block) != 2:
+                st.plain = False
             if text:
                 if parts is None:
                     parts = []
@@ -463,14 +552,17 @@ def _user(
             if block.get("citations"):
                 st.warn(_CITATIONS_WARNING)
         elif kind == "image":
+            st.plain = False
             if parts is None:
                 parts = []
             parts.append(_image_part(block))
         elif kind == "document":
+            st.plain = False
             if parts is None:
                 parts = []
             parts.append(document_part(block, st.profile, st.warn))
         elif kind in ("thinking", "redacted_thinking"):
+            st.plain = False
             st.warn(f"{kind} blocks in user messages dropped")
         elif kind.__class__ is str and kind in _UNSUPPORTED_BLOCKS:
             _unsupported(f"{kind} blocks")
@@ -598,6 +690,8 @@ def translate_request(request: Any, model: str | None, st: _State) -> dict[str, 
         content = message.get("content", _MISSING)
         if content is _MISSING:
             _bad(f"messages[{index}] has no content")
+        if len(message) != 2:
+            st.plain = False
         if role == "user":
             try:
                 _user(content, out, st, index, callers)
@@ -609,6 +703,7 @@ def translate_request(request: Any, model: str | None, st: _State) -> dict[str, 
                 if end == index + 1:
                     raise
                 del out[unanswered.tools_at :]
+                st.plain = False
                 merged = _merged_content(messages, index, end)
                 _user(merged, out, st, f"{index}-{end - 1}", callers)
                 for _ in range(end - index - 1):
@@ -626,6 +721,7 @@ def translate_request(request: Any, model: str | None, st: _State) -> dict[str, 
                     "the provider may not continue it"
                 )
         elif role == "system":
+            st.plain = False
             if callers:
                 _bad(f"messages[{index}]: a system message between tool_use and tool_result")
             text = system_text(content, index)
@@ -642,7 +738,7 @@ def translate_request(request: Any, model: str | None, st: _State) -> dict[str, 
             _bad(
                 f"messages[{index}].role must be 'user', 'assistant' or 'system', not {quote(role)}"
             )
-    if all(message["role"] == "system" for message in out):
+    if not any(message["role"] != "system" for message in out):  # stops at the first
         _bad(
             "no message left to send: the conversation is empty once empty messages are "
             "dropped (Chat Completions providers reject a request without messages)"
@@ -655,7 +751,7 @@ def translate_request(request: Any, model: str | None, st: _State) -> dict[str, 
     fold_system(out, st.folded)
     body["messages"] = out
     if "tools" in request:
-        tools = translate_tools(request["tools"], st.profile, st.warn)
+        tools = translate_tools(request["tools"], st.profile, st.warn, st.tools_key)
         if tools:
             body["tools"] = tools
     else:

@@ -32,6 +32,9 @@ __all__ = [
 
 _loads = orjson.loads
 _may_be_deep = _safe.bytes_may_be_too_deep
+_parsed_too_deep = _safe.parsed_too_deep
+#: Arguments texts at most this long cannot nest deeper than the depth rule allows.
+_SHALLOW = 2 * _safe.MAX_DEPTH
 #: ``"tpxr<position>-"`` for the first positions: the fast path formats no int per call.
 _RAW_HEADS = tuple(f"tpxr{position}-" for position in range(64))
 # Key-ordered templates of the fast path's output, copied (never mutated) then filled in:
@@ -309,7 +312,7 @@ def _fast_response(response: Any, model: str | None, nonce: str | None) -> dict[
                 arguments = _loads(raw)
                 if arguments.__class__ is not dict:
                     return None
-                if _may_be_deep(raw) and _safe.too_deep(arguments):
+                if len(raw) > _SHALLOW and _may_be_deep(raw) and _parsed_too_deep(arguments):
                     return None  # the general path refuses it
                 # An ASCII identifier ([A-Za-z_][A-Za-z0-9_]*, e.g. OpenAI's call_...) is
                 # raw-able; the cheaper test first, the exact one for everything else.
@@ -459,7 +462,7 @@ def translate_response(
                     arguments = _loads(raw)
                 except _JSONDecodeError:
                     arguments = None
-                if _may_be_deep(raw) and _safe.too_deep(arguments):
+                if _may_be_deep(raw) and _parsed_too_deep(arguments):
                     arguments = None  # parse_arguments refuses it
             if arguments.__class__ is not dict:
                 arguments = parse_arguments(raw, position, name)

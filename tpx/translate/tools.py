@@ -37,34 +37,52 @@ _TOOL_KEYS = frozenset({"name", "description", "input_schema", "type", "strict",
 
 
 def translate_tools(
-    tools: Any, profile: Profile, warn: Callable[[str], None]
+    tools: Any, profile: Profile, warn: Callable[[str], None], key: bytes | None = None
 ) -> list[dict[str, Any]]:
     """The translated tools; cached by content (a client sends the same tools every turn).
 
     Only for profiles that rewrite schemas (for the others the walk is cheaper than the
     key): a hit costs one ``orjson.dumps`` of the list instead of a Python walk over every
     schema; the cached function objects are shared between translations (read-only).
+    *key*: ``orjson.dumps(tools)``, when the caller made it already.
     """
     if (
         tools.__class__ is list
         and tools
         and (profile.schema_keep is not None or profile.schema_drop or profile.openapi_subset)
     ):
-        try:
-            key = _dumps(tools)
-        except TypeError:  # not JSON (the dict entry point): translated uncached
-            return _translate_tools(tools, profile, warn)
-        result, warnings = _cached_tools(key, profile)
+        if key is None:
+            try:
+                key = _dumps(tools)
+            except TypeError:  # not JSON (the dict entry point): translated uncached
+                return _translate_tools(tools, profile, warn)
+        for recent_key, recent_profile, hit in _RECENT:  # bytes ==: no hashing of the key
+            if recent_profile is profile and recent_key == key:
+                result, warnings = hit
+                break
+        else:
+            result, warnings = hit = _cached_tools(key, profile)
+            _remember((key, profile, hit))
         for warning in warnings:
             warn(warning)
         return list(result)
     return _translate_tools(tools, profile, warn)
 
 
+_Translated = tuple[tuple[dict[str, Any], ...], tuple[str, ...]]
+#: The last few (key, profile, translation) looked up: compared by ``==`` (lengths first,
+#: then a memcmp) before the LRU, which hashes the whole key. Replaced, never mutated.
+_RECENT: tuple[tuple[bytes, Profile, _Translated], ...] = ()
+_RECENT_SIZE = 4
+
+
+def _remember(entry: tuple[bytes, Profile, _Translated]) -> None:
+    global _RECENT
+    _RECENT = (entry, *_RECENT[: _RECENT_SIZE - 1])
+
+
 @functools.lru_cache(maxsize=64)
-def _cached_tools(
-    key: bytes, profile: Profile
-) -> tuple[tuple[dict[str, Any], ...], tuple[str, ...]]:
+def _cached_tools(key: bytes, profile: Profile) -> _Translated:
     warnings: list[str] = []
     result = _translate_tools(orjson.loads(key), profile, warnings.append)
     return tuple(result), tuple(dict.fromkeys(warnings))
