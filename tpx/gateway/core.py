@@ -26,7 +26,6 @@ deliberate difference from the seed spec, whose ProviderFail discards ``pending`
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import secrets
@@ -35,13 +34,7 @@ from typing import Any
 
 import orjson
 
-from tpx.errors import (
-    PairingError,
-    ProtocolError,
-    UnsupportedError,
-    redact,
-    secret_forms,
-)
+from tpx.errors import PairingError, ProtocolError, UnsupportedError
 from tpx.exchange import ExchangeSnapshot, Provider
 from tpx.gateway.history import (
     Refusal,
@@ -52,6 +45,7 @@ from tpx.gateway.history import (
 )
 from tpx.gateway.metrics import CONTENT_TYPE, Metrics
 from tpx.gateway.monitoring import LiveMonitor, SpecViolationError
+from tpx.gateway.redaction import Secrets, prepared
 from tpx.gateway.settings import Settings
 from tpx.gateway.turn import Conversation, Forward, Turn
 from tpx.gateway.wire import (
@@ -89,8 +83,6 @@ __all__ = [
 
 logger = logging.getLogger("tpx.gateway")
 
-#: every rendered form of the secrets (a token command may change them: keyed by value)
-_forms = functools.lru_cache(maxsize=8)(secret_forms)
 _PID = os.getpid()
 os.register_at_fork(after_in_child=lambda: globals().update(_PID=os.getpid()))
 
@@ -101,12 +93,11 @@ class Gateway:
     def __init__(self, settings: Settings, *, metrics: Metrics | None = None) -> None:
         self.settings = settings
         self.metrics = metrics or Metrics()
-        self._secrets = secret_forms(settings.secret_values())
         # what every TPX exchange translates with: the upstream's profile and the thinking
         # signer (a block signed by one worker or replica verifies on any other sharing
         # TPX_THINKING_SECRET); the ANTHROPIC pass-through takes neither
         self._translation: dict[str, Any] = (
-            {"profile": settings.profile, "thinking_secret": settings.thinking_secret}
+            {"profile": settings.profile, "thinking_secret": settings.signer}
             if settings.provider is Provider.TPX
             else {}
         )
@@ -116,8 +107,14 @@ class Gateway:
         if settings.monitor:  # tpx serve --monitor
             self.monitor = LiveMonitor(settings, self.metrics)
 
+    @property
+    def secrets(self) -> Secrets:
+        """The secrets' forms, scrubber and redactor (a token command may change the
+        credential: prepared once per value)."""
+        return prepared(self.settings.secret_values())
+
     def redact(self, text: str) -> str:
-        return redact(text, _forms(self.settings.secret_values()))
+        return self.secrets.redact(text)
 
     # -- entry point ---------------------------------------------------------------------
 
@@ -248,7 +245,7 @@ class Gateway:
             settings.provider,
             pending,
             model=upstream_model,
-            secrets=settings.secret_values(),
+            prepared=self.secrets,
             observer=observer,
             **self._translation,
         )

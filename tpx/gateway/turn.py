@@ -13,6 +13,7 @@ import orjson
 from tpx.errors import ModelError, NetworkError
 from tpx.exchange import Exchange, Provider
 from tpx.gateway.monitoring import SpecViolationError
+from tpx.gateway.redaction import Secrets
 from tpx.gateway.wire import (
     SSE_HEADERS,
     Response,
@@ -32,13 +33,34 @@ __all__ = ["Conversation", "Forward", "Turn"]
 
 
 class Conversation(Exchange):
-    """An exchange resumed at ``idle`` with the obligations the request's history carries."""
+    """An exchange resumed at ``idle`` with the obligations the request's history carries.
+
+    *prepared*: every secret of the gateway (the thinking secret included) with its forms
+    and scrubber built once at boot, in place of ``secrets=``, which an
+    :class:`~tpx.exchange.Exchange` renders anew each time (~0.1 ms a request). Pass the
+    thinking secret as its signer then (``thinking_secret=settings.signer``; a str would
+    be rendered again).
+    """
 
     __slots__ = ()
 
-    def __init__(self, provider: Provider, pending: Iterable[str], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        provider: Provider,
+        pending: Iterable[str],
+        *,
+        prepared: Secrets | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if prepared is not None and (
+            "secrets" in kwargs or isinstance(kwargs.get("thinking_secret"), str)
+        ):
+            raise TypeError("prepared= replaces secrets= and a str thinking_secret=")
         super().__init__(provider, **kwargs)
         self._pending = frozenset(pending)
+        if prepared is not None:  # what Exchange.__init__ derives from the secrets
+            self._secrets = prepared.forms
+            self._scrub = prepared.scrubber
 
 
 class Turn:

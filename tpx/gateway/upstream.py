@@ -24,9 +24,10 @@ from typing import Any
 import httpx2
 
 from tpx._http import error_from_httpx
-from tpx.errors import ModelError, secret_forms
+from tpx.errors import ModelError
 from tpx.exchange import Provider
 from tpx.gateway.core import PING, Forward, Response, Turn, UpstreamCall
+from tpx.gateway.redaction import prepared
 from tpx.gateway.settings import Settings
 
 __all__ = [
@@ -86,7 +87,7 @@ class _Base:
         )
 
     def _secrets(self) -> tuple[str, ...]:
-        return secret_forms(self.settings.secret_values())
+        return prepared(self.settings.secret_values()).forms
 
     def _headers(self, call: UpstreamCall, fresh: bool = False) -> dict[str, str]:
         headers = dict(call.headers)
