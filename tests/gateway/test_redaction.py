@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tpx.errors import redact, secret_forms
 from tpx.exchange import Exchange, Provider
+from tpx.gateway.core import Gateway
 from tpx.gateway.redaction import Redactor, prepared
+from tpx.gateway.settings import Credential
 from tpx.gateway.turn import Conversation
+
+from .conftest import make_settings
 
 SECRETS = ("tok-upstream-SECRET-1234", "gw-key-0001", "abcd", "thinking-secret-\u00e9\u00e8")
 FORMS = secret_forms(SECRETS)
@@ -79,3 +84,29 @@ def test_conversation_refuses_prepared_with_raw_secrets() -> None:
         Conversation(Provider.TPX, [], prepared=prepared(SECRETS), secrets=SECRETS)
     with pytest.raises(TypeError, match="prepared="):
         Conversation(Provider.TPX, [], prepared=prepared(SECRETS), thinking_secret="raw")
+
+
+def test_log_line_redacts_values_and_keeps_the_keys(caplog: pytest.LogCaptureFixture) -> None:
+    # a credential made of words shares 8 characters with a key ("upstream")
+    word_token = "tpx-e2e-upstream-token"
+    settings = make_settings("TPX", credential=Credential(word_token))
+    gateway = Gateway(settings)
+    caplog.set_level("INFO", logger="tpx.gateway")
+    record = {
+        "request_id": "req_tpx0",
+        "model": f"m {word_token} {word_token[:10]}\u2026",
+        "actions": ["CallerSend", f"x{word_token}"],
+        "upstream_status": 200,
+        "upstream_model": "upstream-model",
+    }
+    gateway.log(record, failed=False)
+    (line,) = [r.getMessage() for r in caplog.records]
+    logged = orjson.loads(line)
+    assert set(logged) == set(record)
+    assert logged["upstream_status"] == 200
+    assert logged["actions"][0] == "CallerSend"
+    for value in (logged["model"], logged["actions"][1], logged["upstream_model"]):
+        assert value == redact(value, prepared(settings.secret_values()).forms)
+    assert "upstream-t" not in line
+    assert "tpx-e2e-u" not in line
+    assert logged["upstream_model"] == "[REDACTED]model"  # "-upstream-": a run of the token

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -102,6 +102,7 @@ class Gateway:
             else {}
         )
         self._action_counters: dict[str, Any] = {}
+        self._request_counters: dict[tuple[str, int], Any] = {}
         self.ready = True
         self.monitor: LiveMonitor | None = None
         if settings.monitor:  # tpx serve --monitor
@@ -123,8 +124,19 @@ class Gateway:
         that needs the upstream (see the module docstring)."""
         result = self._handle(request)
         if isinstance(result, Response):
-            self.metrics.requests.labels(endpoint_label(request.path), str(result.status)).inc()
+            self.count(endpoint_label(request.path), result.status)
         return result
+
+    def count(self, endpoint: str, status: int) -> None:
+        """One answered request in ``tpx_gateway_requests`` (each child resolved once:
+        ``labels()`` takes a lock)."""
+        key = (endpoint, status)
+        child = self._request_counters.get(key)
+        if child is None:
+            child = self._request_counters[key] = self.metrics.requests.labels(
+                endpoint, str(status)
+            )
+        child.inc()
 
     def _handle(self, request: Request) -> Response | Turn | Forward:
         request_id = new_request_id()
@@ -218,8 +230,8 @@ class Gateway:
             body = self._decode(request)
             log["model"] = body["model"]
             log["stream"] = body.get("stream") is True
-            if settings.log_bodies:
-                log["request_body"] = self.redact(request.body.decode("utf-8", "replace"))
+            if settings.log_bodies:  # redacted with the whole record (Gateway.log)
+                log["request_body"] = request.body.decode("utf-8", "replace")
             upstream_model = self._route(body)
             if upstream_model is not None:
                 log["upstream_model"] = upstream_model
@@ -370,4 +382,18 @@ class Gateway:
         if failed and isinstance(code, str) and code.startswith("MODEL_"):
             self.metrics.errors.labels(code).inc()
         if logger.isEnabledFor(logging.INFO):
-            logger.info("%s", self.redact(orjson.dumps(record).decode()))
+            logger.info("%s", orjson.dumps(_redacted(record, self.secrets.redact)).decode())
+
+
+def _redacted(value: Any, redact: Callable[[str], str]) -> Any:
+    """*value* (a log record: the gateway's own keys and shallow values) with every string
+    value redacted. Values only: the keys are the gateway's constants, and a credential
+    made of words (``...-upstream-...``) would otherwise cut them up (``upstream_status``)
+    and make every line pay the full redaction."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: _redacted(v, redact) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redacted(v, redact) for v in value]
+    return value

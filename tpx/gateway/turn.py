@@ -115,7 +115,7 @@ class Turn:
         self._usage(message.get("usage"))
         data = orjson.dumps(message)
         if self.gateway.settings.log_bodies:
-            self._log["response_body"] = self.gateway.redact(data.decode())
+            self._log["response_body"] = data.decode()  # redacted in Gateway.log
         return json_response(200, data, self.request_id)
 
     def error_response(self, error: ModelError | None = None) -> Response:
@@ -276,7 +276,7 @@ class Turn:
         self._log["latency_ms"] = round((time.perf_counter() - self._began) * 1000, 3)
         self._log["outcome"] = self.exchange.last_outcome
         self._log["status"] = self.status
-        self.gateway.metrics.requests.labels("messages", str(self.status)).inc()
+        self.gateway.count("messages", self.status)
         self.gateway.log(self._log, failed=self.failed)
 
 
@@ -302,6 +302,5 @@ class Forward:
         return self._count(model_error_response(error, self.request_id))
 
     def _count(self, response: Response) -> Response:
-        endpoint = endpoint_label(self.call.path)
-        self.gateway.metrics.requests.labels(endpoint, str(response.status)).inc()
+        self.gateway.count(endpoint_label(self.call.path), response.status)
         return response
