@@ -95,6 +95,11 @@ class Turn:
         return self._terminal is not None
 
     @property
+    def over(self) -> bool:
+        """The exchange ended (delivered or failed): no byte follows what went out."""
+        return self.exchange.phase != "req"
+
+    @property
     def error(self) -> ModelError | None:
         return self.exchange.last_error
 

@@ -391,11 +391,32 @@ async def _stream(
                 continue
         if turn.complete:
             yield turn.finish()
+            await _drain(chunks)
     finally:
         if pending is not None and not pending.done():
             pending.cancel()
             with contextlib.suppress(BaseException):
                 await pending
+
+
+#: What :func:`_drain` reads at most after the terminal event, in bytes and seconds.
+_DRAIN_BYTES = 64 * 1024
+_DRAIN_SECONDS = 1.0
+
+
+async def _drain(chunks: AsyncIterator[bytes]) -> None:
+    """Read the rest of a stream whose terminal event came (``data: [DONE]`` and the chunked
+    body's end are usually already on their way), so the connection goes back to the pool
+    instead of being closed: the next request need not connect again (~0.3 ms on loopback,
+    a TLS handshake over the network). Runs after the client got its last byte. Bounded:
+    past :data:`_DRAIN_BYTES` or :data:`_DRAIN_SECONDS` the connection is simply closed."""
+    size = 0
+    with contextlib.suppress(TimeoutError, httpx2.HTTPError):
+        async with asyncio.timeout(_DRAIN_SECONDS):
+            async for chunk in chunks:
+                size += len(chunk)
+                if size > _DRAIN_BYTES:
+                    return
 
 
 def run_turn_sync(turn: Turn, upstream: SyncUpstream) -> Iterator[Response | bytes]:
