@@ -27,6 +27,7 @@ from tpx._http import error_from_httpx
 from tpx.errors import ModelError
 from tpx.exchange import Provider
 from tpx.gateway.core import PING, Forward, Response, Turn, UpstreamCall
+from tpx.gateway.netio import install
 from tpx.gateway.redaction import prepared
 from tpx.gateway.settings import Settings
 
@@ -127,14 +128,19 @@ class AsyncUpstream(_Base):
         super().__init__(settings, observe)
         self._owns = client is None
         limit = settings.limits.max_upstream
+        limits = httpx2.Limits(
+            max_connections=limit,
+            max_keepalive_connections=limit,
+            keepalive_expiry=settings.limits.keepalive_expiry,
+        )
+        #: the connections run on tpx.gateway.netio's backend (one write per request, no anyio)
+        self.fast_io = False
+        if client is None and transport is None:
+            own = httpx2.AsyncHTTPTransport(limits=limits)
+            self.fast_io = install(own)
+            transport = own
         self.client = client or httpx2.AsyncClient(
-            transport=transport,
-            timeout=_timeout(settings),
-            limits=httpx2.Limits(
-                max_connections=limit,
-                max_keepalive_connections=limit,
-                keepalive_expiry=settings.limits.keepalive_expiry,
-            ),
+            transport=transport, timeout=_timeout(settings), limits=limits
         )
         self._defaults = dict(self.client.headers)
         self._slots: asyncio.Semaphore | None = None
