@@ -309,7 +309,11 @@ async def run_turn(
     call :meth:`Turn.abandon`."""
     ping = ping_interval or upstream.settings.limits.ping_interval
     async with upstream.slots:
-        opening: asyncio.Future[httpx2.Response] = asyncio.ensure_future(upstream.open(turn.call))
+        # a streaming turn waits in a task of its own (pings while the upstream is silent);
+        # a plain one needs no task
+        opening: Any = upstream.open(turn.call)
+        if turn.streaming:
+            opening = asyncio.ensure_future(opening)
         try:
             if turn.streaming:
                 while not await _wait(opening, ping):
@@ -323,7 +327,7 @@ async def run_turn(
                 yield _failed_before_reply(turn, error)
             return
         finally:
-            if not opening.done():
+            if turn.streaming and not opening.done():
                 opening.cancel()
         try:
             if not turn.streaming:
@@ -364,28 +368,31 @@ async def _stream(
         else:
             yield refused
         return
-    chunks = response.aiter_bytes()
-    pending: asyncio.Future[bytes] | None = None
+    # one reader task per stream feeds a queue (a task and an asyncio.wait per chunk cost
+    # ~30 us each); a chunk already there is taken without waiting
+    queue: asyncio.Queue[bytes | Exception | None] = asyncio.Queue(_QUEUE)
+    reader = asyncio.ensure_future(_read(response, queue))
     try:
         while not (turn.complete or turn.failed):
-            if pending is None:
-                pending = asyncio.ensure_future(chunks.__anext__())
-            if not await _wait(pending, ping):
-                turn.started = True
-                yield PING
-                continue
             try:
-                chunk = pending.result()
-            except StopAsyncIteration:
+                item = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                try:
+                    async with asyncio.timeout(ping):
+                        item = await queue.get()
+                except TimeoutError:  # the upstream is silent: keep the client's line alive
+                    turn.started = True
+                    yield PING
+                    continue
+            if item is None:
                 data = turn.end()
-            except httpx2.HTTPError as exc:
-                failure = exc
-                data = b""
-            else:
-                data = turn.feed(chunk)
-            pending = None
-            if failure is not None:
+            elif isinstance(item, httpx2.HTTPError):
+                failure = item
                 data = turn.fail(upstream._map(failure))
+            elif isinstance(item, Exception):
+                raise item
+            else:
+                data = turn.feed(item)
             if data:
                 yield data
             elif turn.failed and not turn.started:
@@ -393,16 +400,29 @@ async def _stream(
                 return
             if failure is not None:
                 return
-            if not turn.complete and not turn.failed and turn.exchange.phase == "req":
-                continue
         if turn.complete:
             yield turn.finish()
-            await _drain(chunks)
+            await _drain(queue)
     finally:
-        if pending is not None and not pending.done():
-            pending.cancel()
+        if not reader.done():
+            reader.cancel()
             with contextlib.suppress(BaseException):
-                await pending
+                await reader
+
+
+#: Upstream chunks read ahead of the translation at most (then the reader waits).
+_QUEUE = 64
+
+
+async def _read(response: httpx2.Response, queue: asyncio.Queue[bytes | Exception | None]) -> None:
+    """Put every chunk of *response*'s body on *queue*, then ``None`` (or the exception)."""
+    try:
+        async for chunk in response.aiter_bytes():
+            await queue.put(chunk)
+    except Exception as exc:  # handed to the consumer, which maps or raises it
+        await queue.put(exc)
+        return
+    await queue.put(None)
 
 
 #: What :func:`_drain` reads at most after the terminal event, in bytes and seconds.
@@ -410,17 +430,20 @@ _DRAIN_BYTES = 64 * 1024
 _DRAIN_SECONDS = 1.0
 
 
-async def _drain(chunks: AsyncIterator[bytes]) -> None:
+async def _drain(queue: asyncio.Queue[bytes | Exception | None]) -> None:
     """Read the rest of a stream whose terminal event came (``data: [DONE]`` and the chunked
     body's end are usually already on their way), so the connection goes back to the pool
     instead of being closed: the next request need not connect again (~0.3 ms on loopback,
     a TLS handshake over the network). Runs after the client got its last byte. Bounded:
     past :data:`_DRAIN_BYTES` or :data:`_DRAIN_SECONDS` the connection is simply closed."""
     size = 0
-    with contextlib.suppress(TimeoutError, httpx2.HTTPError):
+    with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(_DRAIN_SECONDS):
-            async for chunk in chunks:
-                size += len(chunk)
+            while True:
+                item = await queue.get()
+                if not isinstance(item, bytes):
+                    return
+                size += len(item)
                 if size > _DRAIN_BYTES:
                     return
 
