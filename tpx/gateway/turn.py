@@ -144,6 +144,16 @@ class Turn:
             return self.error_response(error)
         return None
 
+    def out(self, data: bytes) -> bytes | Response | None:
+        """What goes to the client for *data* from :meth:`feed` / :meth:`end` /
+        :meth:`fail`: the bytes; the error response when the turn failed before any byte went
+        out (then nothing else follows); ``None`` for nothing yet."""
+        if data:
+            return data
+        if self.failed and not self.started:
+            return self.error_response()
+        return None
+
     def headers(self) -> tuple[tuple[str, str], ...]:
         return (*SSE_HEADERS, ("request-id", self.request_id))
 
