@@ -212,8 +212,8 @@ class GatewayApp:
                 # uvicorn reports a disconnect once the response is complete: the driver is
                 # only closing (or draining, bounded) the upstream response, which lets the
                 # connection go back to the pool; cancelling it would close the connection
-                await task
-            elif task not in done:
+                done, _ = await asyncio.wait({task})
+            if task not in done:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, OSError):
                     await task
