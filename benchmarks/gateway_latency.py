@@ -208,37 +208,39 @@ def throughput(target: Target, seconds: float, inflight: int) -> float:
         return done / (time.monotonic() - start)
 
 
+#: The upstream's answer in the in-process measurements: one Bash tool call.
+_TOOL_CALL_REPLY: dict[str, Any] = {
+    "id": "chatcmpl-bench",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "m",
+    "choices": [
+        {
+            "index": 0,
+            "message": {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "Bash", "arguments": '{"command":"ls"}'},
+                    }
+                ],
+            },
+            "finish_reason": "tool_calls",
+        }
+    ],
+    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+}
+
+
 def in_process_cpu_ms(rounds: int) -> float:
     """CPU ms per request of the gateway core run in-process (``tpx.sdk``'s httpx2 transport,
     the upstream a MockTransport answering one tool call): the translation without HTTP."""
     import tpx.sdk
 
-    reply = orjson.dumps(
-        {
-            "id": "chatcmpl-bench",
-            "object": "chat.completion",
-            "created": 1,
-            "model": "m",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {
-                        "role": "assistant",
-                        "content": None,
-                        "tool_calls": [
-                            {
-                                "id": "call_1",
-                                "type": "function",
-                                "function": {"name": "Bash", "arguments": '{"command":"ls"}'},
-                            }
-                        ],
-                    },
-                    "finish_reason": "tool_calls",
-                }
-            ],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-        }
-    )
+    reply = orjson.dumps(_TOOL_CALL_REPLY)
     upstream = httpx2.MockTransport(
         lambda _: httpx2.Response(200, content=reply, headers={"content-type": "application/json"})
     )
@@ -258,6 +260,50 @@ def in_process_cpu_ms(rounds: int) -> float:
     for _ in range(rounds):
         once()
     return (time.process_time() - start) * 1e3 / rounds
+
+
+def core_cpu_ms(rounds: int) -> float:
+    """CPU ms per request of the sans-I/O core alone, as ``tpx serve`` runs it (its log line
+    on, to a null handler): ``Gateway.handle`` (decode, pairing, translate, encode) and
+    ``Turn.reply`` (translate back, sign ids) on the benchmark body, no httpx2 at all."""
+    import logging
+
+    from tpx.gateway.core import Gateway, Request, Turn
+    from tpx.gateway.settings import load_settings
+
+    log = logging.getLogger("tpx.gateway")
+    saved = (log.level, log.propagate, list(log.handlers))
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    log.handlers = [logging.NullHandler()]
+    env = {
+        "TPX_OAUTH_TOKEN": UPSTREAM_TOKEN,
+        "TPX_BASE_URL": "http://upstream.invalid/v1",
+        "TPX_GATEWAY_KEY": GATEWAY_KEY,
+    }
+    gateway = Gateway(load_settings(env=env))
+    body = orjson.dumps(messages_body(False))
+    headers = {"content-type": "application/json", "x-api-key": GATEWAY_KEY}
+    reply = orjson.dumps(_TOOL_CALL_REPLY)
+    json_headers = {"content-type": "application/json"}
+
+    def once() -> None:
+        turn = gateway.handle(Request("POST", "/v1/messages", "beta=true", headers, body))
+        if not isinstance(turn, Turn):
+            raise HarnessError(f"core: {turn}")
+        if turn.reply(200, json_headers, reply).status != 200:
+            raise HarnessError("core: the reply was refused")
+        turn.close()
+
+    try:
+        for _ in range(20):
+            once()
+        start = time.process_time()
+        for _ in range(rounds):
+            once()
+        return (time.process_time() - start) * 1e3 / rounds
+    finally:
+        log.level, log.propagate, log.handlers = saved
 
 
 def main() -> None:
@@ -327,6 +373,10 @@ def main() -> None:
         "load): " + ", ".join(f"{name} {ms:.2f}" for name, ms in cpu_ms.items())
     )
     print(f"tpx gateway core in-process (no HTTP server, no sockets): {core_ms:.2f} CPU ms/request")
+    print(
+        "tpx gateway core alone (sans-I/O: handle + reply + log line, no httpx2): "
+        f"{core_cpu_ms(args.rounds):.2f} CPU ms/request"
+    )
 
 
 def report(results: dict[str, dict[str, list[float]]], rps: float) -> None:

@@ -163,13 +163,17 @@ class GatewayApp:
     async def _turn(self, turn: Turn, receive: Receive, send: Send) -> None:
         metrics = self.gateway.metrics
 
+        answered = False  # the client has the whole response (a disconnect is then normal)
+
         async def pump() -> None:
-            started = False
+            nonlocal answered
+            started = ended = False
             items = run_turn(turn, self.upstream)
             try:
                 async for item in items:
                     if isinstance(item, Response):
                         await _send(send, item)
+                        answered = True
                         return
                     if not started:
                         started = True
@@ -181,11 +185,18 @@ class GatewayApp:
                                 "headers": _raw(turn.headers()),
                             }
                         )
-                    await send({"type": "http.response.body", "body": item, "more_body": True})
-                if started:
+                    # the exchange is over: this is the stream's last byte, the client is
+                    # done now (the driver may still drain the upstream connection)
+                    ended = turn.over
+                    await send({"type": "http.response.body", "body": item, "more_body": not ended})
+                    if ended:
+                        answered = True
+                        metrics.open_streams.dec()
+                if started and not ended:
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
+                    answered = True
             finally:
-                if started:
+                if started and not ended:
                     metrics.open_streams.dec()
                 await items.aclose()  # type: ignore[attr-defined]
 
@@ -197,6 +208,11 @@ class GatewayApp:
         watcher = asyncio.ensure_future(gone())
         try:
             done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if task not in done and answered:
+                # uvicorn reports a disconnect once the response is complete: the driver is
+                # only closing (or draining, bounded) the upstream response, which lets the
+                # connection go back to the pool; cancelling it would close the connection
+                done, _ = await asyncio.wait({task})
             if task not in done:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, OSError):

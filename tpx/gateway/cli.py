@@ -160,6 +160,8 @@ def serve(args: argparse.Namespace) -> int:
         "http": HeaderTimeoutProtocol,
         "lifespan": "on",
         "access_log": False,
+        # the gateway never reads the client's address: no X-Forwarded-* middleware per request
+        "proxy_headers": False,
         "log_level": "warning",
         "timeout_graceful_shutdown": max(1, round(settings.limits.shutdown_grace)),
         "timeout_keep_alive": 75,

@@ -26,22 +26,15 @@ deliberate difference from the seed spec, whose ProviderFail discards ``pending`
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
 
-from tpx.errors import (
-    PairingError,
-    ProtocolError,
-    UnsupportedError,
-    redact,
-    secret_forms,
-)
+from tpx.errors import PairingError, ProtocolError, UnsupportedError
 from tpx.exchange import ExchangeSnapshot, Provider
 from tpx.gateway.history import (
     Refusal,
@@ -52,6 +45,7 @@ from tpx.gateway.history import (
 )
 from tpx.gateway.metrics import CONTENT_TYPE, Metrics
 from tpx.gateway.monitoring import LiveMonitor, SpecViolationError
+from tpx.gateway.redaction import Secrets, prepared
 from tpx.gateway.settings import Settings
 from tpx.gateway.turn import Conversation, Forward, Turn
 from tpx.gateway.wire import (
@@ -89,8 +83,6 @@ __all__ = [
 
 logger = logging.getLogger("tpx.gateway")
 
-#: every rendered form of the secrets (a token command may change them: keyed by value)
-_forms = functools.lru_cache(maxsize=8)(secret_forms)
 _PID = os.getpid()
 os.register_at_fork(after_in_child=lambda: globals().update(_PID=os.getpid()))
 
@@ -101,23 +93,29 @@ class Gateway:
     def __init__(self, settings: Settings, *, metrics: Metrics | None = None) -> None:
         self.settings = settings
         self.metrics = metrics or Metrics()
-        self._secrets = secret_forms(settings.secret_values())
         # what every TPX exchange translates with: the upstream's profile and the thinking
         # signer (a block signed by one worker or replica verifies on any other sharing
         # TPX_THINKING_SECRET); the ANTHROPIC pass-through takes neither
         self._translation: dict[str, Any] = (
-            {"profile": settings.profile, "thinking_secret": settings.thinking_secret}
+            {"profile": settings.profile, "thinking_secret": settings.signer}
             if settings.provider is Provider.TPX
             else {}
         )
         self._action_counters: dict[str, Any] = {}
+        self._request_counters: dict[tuple[str, int], Any] = {}
         self.ready = True
         self.monitor: LiveMonitor | None = None
         if settings.monitor:  # tpx serve --monitor
             self.monitor = LiveMonitor(settings, self.metrics)
 
+    @property
+    def secrets(self) -> Secrets:
+        """The secrets' forms, scrubber and redactor (a token command may change the
+        credential: prepared once per value)."""
+        return prepared(self.settings.secret_values())
+
     def redact(self, text: str) -> str:
-        return redact(text, _forms(self.settings.secret_values()))
+        return self.secrets.redact(text)
 
     # -- entry point ---------------------------------------------------------------------
 
@@ -126,8 +124,19 @@ class Gateway:
         that needs the upstream (see the module docstring)."""
         result = self._handle(request)
         if isinstance(result, Response):
-            self.metrics.requests.labels(endpoint_label(request.path), str(result.status)).inc()
+            self.count(endpoint_label(request.path), result.status)
         return result
+
+    def count(self, endpoint: str, status: int) -> None:
+        """One answered request in ``tpx_gateway_requests`` (each child resolved once:
+        ``labels()`` takes a lock)."""
+        key = (endpoint, status)
+        child = self._request_counters.get(key)
+        if child is None:
+            child = self._request_counters[key] = self.metrics.requests.labels(
+                endpoint, str(status)
+            )
+        child.inc()
 
     def _handle(self, request: Request) -> Response | Turn | Forward:
         request_id = new_request_id()
@@ -221,8 +230,8 @@ class Gateway:
             body = self._decode(request)
             log["model"] = body["model"]
             log["stream"] = body.get("stream") is True
-            if settings.log_bodies:
-                log["request_body"] = self.redact(request.body.decode("utf-8", "replace"))
+            if settings.log_bodies:  # redacted with the whole record (Gateway.log)
+                log["request_body"] = request.body.decode("utf-8", "replace")
             upstream_model = self._route(body)
             if upstream_model is not None:
                 log["upstream_model"] = upstream_model
@@ -248,7 +257,7 @@ class Gateway:
             settings.provider,
             pending,
             model=upstream_model,
-            secrets=settings.secret_values(),
+            prepared=self.secrets,
             observer=observer,
             **self._translation,
         )
@@ -373,4 +382,18 @@ class Gateway:
         if failed and isinstance(code, str) and code.startswith("MODEL_"):
             self.metrics.errors.labels(code).inc()
         if logger.isEnabledFor(logging.INFO):
-            logger.info("%s", self.redact(orjson.dumps(record).decode()))
+            logger.info("%s", orjson.dumps(_redacted(record, self.secrets.redact)).decode())
+
+
+def _redacted(value: Any, redact: Callable[[str], str]) -> Any:
+    """*value* (a log record: the gateway's own keys and shallow values) with every string
+    value redacted. Values only: the keys are the gateway's constants, and a credential
+    made of words (``...-upstream-...``) would otherwise cut them up (``upstream_status``)
+    and make every line pay the full redaction."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: _redacted(v, redact) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redacted(v, redact) for v in value]
+    return value

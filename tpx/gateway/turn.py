@@ -13,6 +13,7 @@ import orjson
 from tpx.errors import ModelError, NetworkError
 from tpx.exchange import Exchange, Provider
 from tpx.gateway.monitoring import SpecViolationError
+from tpx.gateway.redaction import Secrets
 from tpx.gateway.wire import (
     SSE_HEADERS,
     Response,
@@ -32,13 +33,34 @@ __all__ = ["Conversation", "Forward", "Turn"]
 
 
 class Conversation(Exchange):
-    """An exchange resumed at ``idle`` with the obligations the request's history carries."""
+    """An exchange resumed at ``idle`` with the obligations the request's history carries.
+
+    *prepared*: every secret of the gateway (the thinking secret included) with its forms
+    and scrubber built once at boot, in place of ``secrets=``, which an
+    :class:`~tpx.exchange.Exchange` renders anew each time (~0.1 ms a request). Pass the
+    thinking secret as its signer then (``thinking_secret=settings.signer``; a str would
+    be rendered again).
+    """
 
     __slots__ = ()
 
-    def __init__(self, provider: Provider, pending: Iterable[str], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        provider: Provider,
+        pending: Iterable[str],
+        *,
+        prepared: Secrets | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if prepared is not None and (
+            "secrets" in kwargs or isinstance(kwargs.get("thinking_secret"), str)
+        ):
+            raise TypeError("prepared= replaces secrets= and a str thinking_secret=")
         super().__init__(provider, **kwargs)
         self._pending = frozenset(pending)
+        if prepared is not None:  # what Exchange.__init__ derives from the secrets
+            self._secrets = prepared.forms
+            self._scrub = prepared.scrubber
 
 
 class Turn:
@@ -73,6 +95,11 @@ class Turn:
         return self._terminal is not None
 
     @property
+    def over(self) -> bool:
+        """The exchange ended (delivered or failed): no byte follows what went out."""
+        return self.exchange.phase != "req"
+
+    @property
     def error(self) -> ModelError | None:
         return self.exchange.last_error
 
@@ -93,7 +120,7 @@ class Turn:
         self._usage(message.get("usage"))
         data = orjson.dumps(message)
         if self.gateway.settings.log_bodies:
-            self._log["response_body"] = self.gateway.redact(data.decode())
+            self._log["response_body"] = data.decode()  # redacted in Gateway.log
         return json_response(200, data, self.request_id)
 
     def error_response(self, error: ModelError | None = None) -> Response:
@@ -115,6 +142,16 @@ class Turn:
             self.exchange.receive_stream_start(status, headers, body)
         except ModelError as error:
             return self.error_response(error)
+        return None
+
+    def out(self, data: bytes) -> bytes | Response | None:
+        """What goes to the client for *data* from :meth:`feed` / :meth:`end` /
+        :meth:`fail`: the bytes; the error response when the turn failed before any byte went
+        out (then nothing else follows); ``None`` for nothing yet."""
+        if data:
+            return data
+        if self.failed and not self.started:
+            return self.error_response()
         return None
 
     def headers(self) -> tuple[tuple[str, str], ...]:
@@ -254,7 +291,7 @@ class Turn:
         self._log["latency_ms"] = round((time.perf_counter() - self._began) * 1000, 3)
         self._log["outcome"] = self.exchange.last_outcome
         self._log["status"] = self.status
-        self.gateway.metrics.requests.labels("messages", str(self.status)).inc()
+        self.gateway.count("messages", self.status)
         self.gateway.log(self._log, failed=self.failed)
 
 
@@ -280,6 +317,5 @@ class Forward:
         return self._count(model_error_response(error, self.request_id))
 
     def _count(self, response: Response) -> Response:
-        endpoint = endpoint_label(self.call.path)
-        self.gateway.metrics.requests.labels(endpoint, str(response.status)).inc()
+        self.gateway.count(endpoint_label(self.call.path), response.status)
         return response
