@@ -1,0 +1,224 @@
+"""The abstraction function of the HTTP replay: the spec's 13 variables, computed from
+what the real clients hold and from the bytes on both wires, never from the gateway's
+own state (it is another process).
+
+Per conversation *c* (client :class:`~conformance.gateway_http.client.ConvClient`, fake
+upstream :class:`~conformance.gateway_http.upstream.Channel`):
+
+=============  ==================================================================
+``turn``       exchanges the client saw end (a reply, an error status, a disconnect)
+``phase``      ``idle``: no request outstanding; ``resp``: outstanding and the fake's
+               well-formed reply went out on the upstream wire; ``req``: otherwise
+``pending``    tool_use ids of the client history's last assistant turn
+``reqIds``     tool_result ids of the client's last request the gateway did not refuse
+``wireShape``  the last body on c's upstream wire (its last request, or the reply to it):
+               ``openai`` for ``/chat/completions`` or a ``choices`` body, ``messages``
+               for ``/messages`` or a ``message`` body; ``messages`` before any
+``wireIds``    ids that body carries: the trailing tool results of a request, the tool
+               calls of a reply (``[]`` before any)
+``emitted``    the tool call ids of the fake's last well-formed reply to c
+``gotShape``   the shape of the last 200 body the client was handed
+``lastOutcome`` / ``retryable``  the client's view of its last exchange
+``provider``   the provider whose protocol and credential the behaviour's latest upstream
+               request carries (before any: the one ``tpx serve`` announced at start-up)
+``hasKey`` / ``hasToken``  the credentials the process was started with
+=============  ==================================================================
+
+Ids are abstract ``<<c, t>>``: a client-side id through the arguments the fake planted in
+its tool_use, a wire id through its own text (``call_KEY_T_N``); an id of neither kind is
+``<<?, id>>`` (TypeOK and PairingInv then fail). Beside the state, :func:`byte_problems`
+reads the wires for what a set cannot show: an id listed twice (PairingInv) and an id
+another conversation's provider emitted anywhere in c's bytes (NoCrossPairing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import orjson
+
+from conformance.gateway_http.client import ConvClient
+from conformance.gateway_http.harness import API_KEY, OAUTH_TOKEN
+from conformance.gateway_http.upstream import WIRE_ID, Channel, UpstreamExchange
+from tpx.values import Function, ModelValue, Record
+
+__all__ = ["Observer", "byte_problems", "reply_ids", "request_ids", "shape_of"]
+
+UNKNOWN = ModelValue("?")
+
+
+def _json(data: bytes | None) -> Any:
+    if data is None:
+        return None
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def shape_of(body: Any) -> str:
+    if isinstance(body, dict) and "choices" in body:
+        return "openai"
+    if isinstance(body, dict) and body.get("type") == "message":
+        return "messages"
+    return "unparsable"
+
+
+def is_reply(ex: UpstreamExchange) -> bool:
+    """The fake's answer was a well-formed reply of the provider (the spec's ProviderReply)."""
+    return ex.status == 200 and shape_of(_json(ex.response)) != "unparsable"
+
+
+def request_ids(ex: UpstreamExchange) -> list[str]:
+    """The tool result ids an upstream request carries in its last turn, in order."""
+    body = _json(ex.body)
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+        return []
+    messages = body["messages"]
+    if ex.path.endswith("/chat/completions"):  # the tool messages after the last assistant
+        out: list[str] = []
+        for m in reversed(messages):
+            if m.get("role") == "assistant":
+                break
+            if m.get("role") == "tool":
+                out.append(str(m.get("tool_call_id")))
+        return out[::-1]
+    last = messages[-1] if messages else {}
+    content = last.get("content") if last.get("role") == "user" else None
+    if not isinstance(content, list):
+        return []
+    return [str(b.get("tool_use_id")) for b in content if b.get("type") == "tool_result"]
+
+
+def reply_ids(data: bytes | None) -> list[str]:
+    body = _json(data)
+    if shape_of(body) == "openai":
+        calls = body["choices"][0]["message"].get("tool_calls") or []
+        return [str(call.get("id")) for call in calls]
+    if shape_of(body) == "messages":
+        return [str(b.get("id")) for b in body.get("content", []) if b.get("type") == "tool_use"]
+    return []
+
+
+class Observer:
+    """The abstraction for one behaviour: its conversations' clients and channels."""
+
+    def __init__(
+        self,
+        has_key: bool,
+        has_token: bool,
+        announced: str,
+        clients: Mapping[ModelValue, ConvClient],
+        channels: Mapping[ModelValue, Channel],
+    ) -> None:
+        self.has_key = has_key
+        self.has_token = has_token
+        self.announced = ModelValue(announced)
+        self.clients = clients
+        self.channels = channels
+        self.conv_of = {cl.key: c for c, cl in clients.items()}
+
+    def _abstract(self, key: str, tool: str) -> tuple[ModelValue, ModelValue]:
+        c = self.conv_of.get(key)
+        return (c if c is not None else ModelValue(f"?{key}"), ModelValue(tool))
+
+    def wire_id(self, raw: str) -> tuple[ModelValue, ModelValue]:
+        m = WIRE_ID.fullmatch(raw)
+        return self._abstract(m.group(1), m.group(2)) if m else (UNKNOWN, ModelValue(raw))
+
+    def client_id(self, cl: ConvClient, raw: str) -> tuple[ModelValue, ModelValue]:
+        known = cl.ids.get(raw)
+        return self._abstract(*known) if known else (UNKNOWN, ModelValue(raw))
+
+    def provider(self) -> ModelValue:
+        latest: UpstreamExchange | None = None
+        for ch in self.channels.values():
+            if ch.exchanges and (latest is None or ch.exchanges[-1].seq > latest.seq):
+                latest = ch.exchanges[-1]
+        if latest is None:
+            return self.announced
+        h = latest.headers
+        if (
+            latest.path.endswith("/chat/completions")
+            and h.get("authorization") == f"Bearer {OAUTH_TOKEN}"
+            and "x-api-key" not in h
+        ):
+            return ModelValue("TPX")
+        if (
+            latest.path.endswith("/messages")
+            and h.get("x-api-key") == API_KEY
+            and "authorization" not in h
+        ):
+            return ModelValue("ANTHROPIC")
+        return UNKNOWN
+
+    def conversation(self, c: ModelValue) -> dict[str, Any]:
+        cl, ch = self.clients[c], self.channels[c]
+        phase = "idle"
+        if cl.outstanding is not None:
+            phase = "resp" if cl.arrived is not None and is_reply(cl.arrived) else "req"
+        wire_shape, wire_ids = "messages", frozenset()
+        emitted: frozenset[Any] = frozenset()
+        if ch.exchanges:
+            last = ch.exchanges[-1]
+            if is_reply(last):
+                wire_shape = shape_of(_json(last.response))
+                wire_ids = frozenset(self.wire_id(i) for i in reply_ids(last.response))
+            else:
+                wire_shape = "openai" if last.path.endswith("/chat/completions") else "messages"
+                wire_ids = frozenset(self.wire_id(i) for i in request_ids(last))
+        for ex in reversed(ch.exchanges):
+            if is_reply(ex):
+                emitted = frozenset(self.wire_id(i) for i in reply_ids(ex.response))
+                break
+        got = "messages" if cl.delivered is None else shape_of(_json(cl.delivered))
+        return {
+            "turn": cl.turn,
+            "phase": phase,
+            "pending": frozenset(self.client_id(cl, i) for i in cl.pending()),
+            "reqIds": frozenset(
+                self.client_id(cl, i) for i in ConvClient.results_of(cl.accepted)
+            ),
+            "wireShape": wire_shape,
+            "wireIds": wire_ids,
+            "emitted": emitted,
+            "gotShape": got,
+            "lastOutcome": cl.last_outcome,
+            "retryable": cl.retryable,
+        }
+
+    def state(self) -> Record:
+        per = {c: self.conversation(c) for c in self.clients}
+        names = next(iter(per.values())).keys()
+        record: dict[str, Any] = {
+            "hasKey": self.has_key,
+            "hasToken": self.has_token,
+            "provider": self.provider(),
+        }
+        for name in names:
+            record[name] = Function({c: per[c][name] for c in per})
+        return Record(record)
+
+
+def _scan(data: bytes, own: str) -> Iterable[str]:
+    for m in WIRE_ID.finditer(data.decode("utf-8", "replace")):
+        if m.group(1) != own:
+            yield m.group(0)
+
+
+def byte_problems(obs: Observer) -> list[tuple[str, str]]:
+    """(property, message) for what the bytes show beyond the state."""
+    problems: list[tuple[str, str]] = []
+    for c, cl in obs.clients.items():
+        ch = obs.channels[c]
+        for ex in ch.exchanges:
+            ids = request_ids(ex)
+            if len(ids) != len(set(ids)):
+                problems.append(("PairingInv", f"{c}: a tool result twice on the wire: {ids}"))
+            for foreign in _scan(ex.body, cl.key):
+                problems.append(("NoCrossPairing", f"{c}: {foreign} on its upstream wire"))
+        for body in cl.received:
+            for foreign in _scan(body, cl.key):
+                problems.append(("NoCrossPairing", f"{c}: {foreign} in a response to it"))
+    return problems
