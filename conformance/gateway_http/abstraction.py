@@ -19,16 +19,18 @@ upstream :class:`~conformance.gateway_http.upstream.Channel`):
 ``emitted``    the tool call ids of the fake's last well-formed reply to c
 ``gotShape``   the shape of the last 200 body the client was handed
 ``lastOutcome`` / ``retryable``  the client's view of its last exchange
-``provider``   the provider whose protocol and credential the behaviour's latest upstream
-               request carries (before any: the one ``tpx serve`` announced at start-up)
+``provider``   the provider whose protocol the behaviour's latest upstream request speaks
+               (``/chat/completions``: TPX, ``/messages``: ANTHROPIC; before any request:
+               the one ``tpx serve`` announced at start-up)
 ``hasKey`` / ``hasToken``  the credentials the process was started with
 =============  ==================================================================
 
 Ids are abstract ``<<c, t>>``: a client-side id through the arguments the fake planted in
 its tool_use, a wire id through its own text (``call_KEY_T_N``); an id of neither kind is
 ``<<?, id>>`` (TypeOK and PairingInv then fail). Beside the state, :func:`byte_problems`
-reads the wires for what a set cannot show: an id listed twice (PairingInv) and an id
-another conversation's provider emitted anywhere in c's bytes (NoCrossPairing).
+reads the wires for what a set cannot show: an id listed twice (PairingInv), an id
+another conversation's provider emitted anywhere in c's bytes (NoCrossPairing), and a
+credential header that is not the provider's own (Credential).
 """
 
 from __future__ import annotations
@@ -43,7 +45,14 @@ from conformance.gateway_http.harness import API_KEY, OAUTH_TOKEN
 from conformance.gateway_http.upstream import WIRE_ID, Channel, UpstreamExchange
 from tpx.values import Function, ModelValue, Record
 
-__all__ = ["Observer", "byte_problems", "reply_ids", "request_ids", "shape_of"]
+__all__ = [
+    "Observer",
+    "byte_problems",
+    "credential_problem",
+    "reply_ids",
+    "request_ids",
+    "shape_of",
+]
 
 UNKNOWN = ModelValue("?")
 
@@ -131,34 +140,26 @@ class Observer:
         known = cl.ids.get(raw)
         return self._abstract(*known) if known else (UNKNOWN, ModelValue(raw))
 
-    def provider(self) -> ModelValue:
+    def _latest(self) -> UpstreamExchange | None:
         latest: UpstreamExchange | None = None
         for ch in self.channels.values():
             if ch.exchanges and (latest is None or ch.exchanges[-1].seq > latest.seq):
                 latest = ch.exchanges[-1]
+        return latest
+
+    def provider(self) -> ModelValue:
+        latest = self._latest()
         if latest is None:
             return self.announced
-        h = latest.headers
-        if (
-            latest.path.endswith("/chat/completions")
-            and h.get("authorization") == f"Bearer {OAUTH_TOKEN}"
-            and "x-api-key" not in h
-        ):
-            return ModelValue("TPX")
-        if (
-            latest.path.endswith("/messages")
-            and h.get("x-api-key") == API_KEY
-            and "authorization" not in h
-        ):
-            return ModelValue("ANTHROPIC")
-        return UNKNOWN
+        return ModelValue("TPX" if latest.path.endswith("/chat/completions") else "ANTHROPIC")
 
     def conversation(self, c: ModelValue) -> dict[str, Any]:
         cl, ch = self.clients[c], self.channels[c]
         phase = "idle"
         if cl.outstanding is not None:
             phase = "resp" if cl.arrived is not None and is_reply(cl.arrived) else "req"
-        wire_shape, wire_ids = "messages", frozenset()
+        wire_shape = "messages"
+        wire_ids: frozenset[Any] = frozenset()
         emitted: frozenset[Any] = frozenset()
         if ch.exchanges:
             last = ch.exchanges[-1]
@@ -177,9 +178,7 @@ class Observer:
             "turn": cl.turn,
             "phase": phase,
             "pending": frozenset(self.client_id(cl, i) for i in cl.pending()),
-            "reqIds": frozenset(
-                self.client_id(cl, i) for i in ConvClient.results_of(cl.accepted)
-            ),
+            "reqIds": frozenset(self.client_id(cl, i) for i in ConvClient.results_of(cl.accepted)),
             "wireShape": wire_shape,
             "wireIds": wire_ids,
             "emitted": emitted,
@@ -207,12 +206,26 @@ def _scan(data: bytes, own: str) -> Iterable[str]:
             yield m.group(0)
 
 
+def credential_problem(ex: UpstreamExchange) -> str | None:
+    """Only the provider's own credential travels: the bearer token to the OpenAI-compatible
+    upstream, the API key to the Anthropic one."""
+    h = ex.headers
+    if ex.path.endswith("/chat/completions"):
+        ok = h.get("authorization") == f"Bearer {OAUTH_TOKEN}" and "x-api-key" not in h
+    else:
+        ok = h.get("x-api-key") == API_KEY and "authorization" not in h
+    return None if ok else f"{ex.path} carried the credential headers {sorted(h)}"
+
+
 def byte_problems(obs: Observer) -> list[tuple[str, str]]:
     """(property, message) for what the bytes show beyond the state."""
     problems: list[tuple[str, str]] = []
     for c, cl in obs.clients.items():
         ch = obs.channels[c]
         for ex in ch.exchanges:
+            bad = credential_problem(ex)
+            if bad is not None:
+                problems.append(("Credential", f"{c}: {bad}"))
             ids = request_ids(ex)
             if len(ids) != len(set(ids)):
                 problems.append(("PairingInv", f"{c}: a tool result twice on the wire: {ids}"))

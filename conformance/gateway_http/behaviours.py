@@ -10,8 +10,9 @@ behaviour), :func:`conformance.replay.edge_cover` (a minimum edge cover, min-flo
 or ``phase`` it changes: every per-conversation action changes one of them).
 
 Cfgs: :data:`SMALL` (Convs = {c1, c2}, ToolIds = {t1}, MaxTurns = 1, MaxInFlight = 2; all
-behaviours), :data:`RETRY` (one conversation, MaxTurns = 2: every behaviour with tool
-rounds and retries), :data:`SHIPPED` (spec/TpxGateway.cfg: the edge cover).
+behaviours), :data:`RETRY` (one conversation, MaxTurns = 3: all behaviours, among them
+retries of turns that carry tool_results, which need three turns), :data:`SHIPPED`
+(spec/TpxGateway.cfg: the edge cover).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ __all__ = [
 
 SPEC = Path(__file__).parents[2] / "spec" / "TpxGateway.tla"
 SMALL = Config.of(2, 1, 1, 2)
-RETRY = Config.of(1, 1, 2, 1)
+RETRY = Config.of(1, 1, 3, 1)
 SHIPPED = Config.from_cfg(SPEC.with_suffix(".cfg"))
 
 

@@ -123,10 +123,8 @@ class ConvClient:
             ids = [*ids, f"toolu_forged{self.key}"]
         text = {"type": "text", "text": f"turn {self.turn} bad {self.sends}"}
         if not self.history:
-            first = self._first("bad")
-            user = {"role": "user", "content": [{"type": "text", "text": first["content"]}]}
-            user["content"] += [*self._results(ids), text]
-            return self._body([user])
+            opening: Block = {"type": "text", "text": self._first("bad")["content"]}
+            return self._body([{"role": "user", "content": [opening, *self._results(ids), text]}])
         return self._body([*self.history, {"role": "user", "content": [*self._results(ids), text]}])
 
     def send(self, body: bytes) -> None:

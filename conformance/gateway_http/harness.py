@@ -53,6 +53,7 @@ class Gateway:
     provider: str  # as its start-up line says
     popen: subprocess.Popen[str]
     tail: collections.deque[str]
+    drain: threading.Thread
 
     def stop(self) -> None:
         if self.popen.poll() is None:
@@ -62,6 +63,9 @@ class Gateway:
             except subprocess.TimeoutExpired:
                 self.popen.kill()
                 self.popen.wait(30)
+        self.drain.join(30)
+        if self.popen.stderr is not None:
+            self.popen.stderr.close()
 
     def output(self) -> str:
         return "\n".join(self.tail)
@@ -92,7 +96,7 @@ class Harness:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # replies in one go
         sock.bind(("127.0.0.1", 0))
-        self.upstream_url = "http://127.0.0.1:%d" % sock.getsockname()[1]
+        self.upstream_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
         config = uvicorn.Config(
             self.upstreams, log_level="warning", access_log=False, lifespan="off"
         )
@@ -137,8 +141,13 @@ class Harness:
             cmd += ["--bug", bug]
         cmd += ["--", "serve", "--host", "127.0.0.1", "--port", "0"]
         popen = subprocess.Popen(
-            cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, text=True,
+            cmd,
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         assert popen.stderr is not None
         tail: collections.deque[str] = collections.deque(maxlen=200)
@@ -150,6 +159,8 @@ class Harness:
                 break
         if match is None:
             popen.wait(30)
+            stream_out = popen.stderr
+            stream_out.close()
             raise RuntimeError("tpx serve did not start:\n" + "\n".join(tail))
         stream = popen.stderr
 
@@ -157,8 +168,9 @@ class Harness:
             for line in stream:
                 tail.append(line.rstrip("\n"))
 
-        threading.Thread(target=drain, daemon=True).start()
-        gw = Gateway(has_key, has_token, bug, match.group(1), match.group(2), popen, tail)
+        drainer = threading.Thread(target=drain, daemon=True)
+        drainer.start()
+        gw = Gateway(has_key, has_token, bug, match.group(1), match.group(2), popen, tail, drainer)
         _until_healthy(gw)
         return gw
 

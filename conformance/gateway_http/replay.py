@@ -86,6 +86,9 @@ class HttpReplayer:
         self.bug = bug
         self._http: dict[tuple[str, ModelValue], httpx2.AsyncClient] = {}
         self.steps = 0
+        #: requests that reached the upstream while another conversation's exchange was in
+        #: flight (its request held on the fake, or its reply out and not yet delivered)
+        self.overlaps = 0
 
     def replay(self, behaviour: Behaviour, index: int = 0) -> None:
         """Replay one behaviour (from the test's thread); raises HttpConformanceError."""
@@ -128,20 +131,25 @@ class HttpReplayer:
             key = f"b{next(_KEYS)}{c.name}"
             clients[c] = ConvClient(c, key, self._client(gw, c))
             channels[c] = upstreams.channel(key)
-        obs = Observer(behaviour.init["hasKey"], behaviour.init["hasToken"], gw.provider,
-                       clients, channels)
+        obs = Observer(
+            behaviour.init["hasKey"], behaviour.init["hasToken"], gw.provider, clients, channels
+        )
         try:
             before = obs.state()
             self._judge(obs, before, None, behaviour.init, 0, "Init", gw)
             expected_before = behaviour.init
             for n, (action, expected) in enumerate(behaviour.steps, start=1):
-                c = conversation_of(expected_before, expected, self.config)
-                if c is not None:
-                    await self._step(action, clients[c], channels[c], expected[ "emitted"][c],
-                                     index + n)
+                conv = conversation_of(expected_before, expected, self.config)
+                if conv is not None:
+                    others = [cl.outstanding is not None for d, cl in clients.items() if d != conv]
+                    await self._step(
+                        action, clients[conv], channels[conv], expected["emitted"][conv], index + n
+                    )
+                    if action in ("CallerSend", "Retry") and any(others):
+                        self.overlaps += 1
                 self.steps += 1
                 after = obs.state()
-                label = action if c is None else f"{action}({c})"
+                label = action if conv is None else f"{action}({conv})"
                 self._judge(obs, after, before, expected, n, label, gw)
                 before, expected_before = after, expected
         finally:
@@ -189,7 +197,9 @@ class HttpReplayer:
         if cl.arrived is None:
             raise HttpConformanceError(
                 f"{cl.c}: no request of it on the upstream wire to answer",
-                violated=["Refinement"], step=0, action="",
+                violated=["Refinement"],
+                step=0,
+                action="",
             )
         return cl.arrived
 
@@ -216,7 +226,9 @@ class HttpReplayer:
         if not done:
             raise HttpConformanceError(
                 "no progress: the request neither reached the upstream nor was answered",
-                violated=["Refinement"], step=0, action="",
+                violated=["Refinement"],
+                step=0,
+                action="",
             )
         await self._settle(cl)
 
@@ -227,12 +239,15 @@ class HttpReplayer:
         except httpx2.HTTPError as exc:
             raise HttpConformanceError(
                 f"{cl.c}: the client's request failed: {type(exc).__name__}: {exc}",
-                violated=["Refinement"], step=0, action="",
+                violated=["Refinement"],
+                step=0,
+                action="",
             ) from None
         cl.settle(Settled(response.status_code, response.content))
 
-    async def _cleanup(self, clients: dict[ModelValue, ConvClient],
-                       channels: dict[ModelValue, Channel]) -> None:
+    async def _cleanup(
+        self, clients: dict[ModelValue, ConvClient], channels: dict[ModelValue, Channel]
+    ) -> None:
         """After a failure: drop outstanding requests, fail held ones, wait for the fake."""
         for cl in clients.values():
             if cl.outstanding is not None:
@@ -282,12 +297,12 @@ class HttpReplayer:
                         f"{name}: observed {_show(observed[name])}, spec {_show(expected[name])}",
                     )
                 )
-        raise_problems = problems
-        if raise_problems:
+        if problems:
+            where = f"{gw.provider} gateway" + ("" if gw.bug is None else f", bug {gw.bug}")
             raise HttpConformanceError(
-                f"step {step} {action} ({gw.provider} gateway{', bug ' + gw.bug if gw.bug else ''}):\n  "
-                + "\n  ".join(f"{p}: {m}" for p, m in raise_problems),
-                violated=[p for p, _ in raise_problems],
+                f"step {step} {action} ({where}):\n  "
+                + "\n  ".join(f"{p}: {m}" for p, m in problems),
+                violated=[p for p, _ in problems],
                 step=step,
                 action=action,
             )

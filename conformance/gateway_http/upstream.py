@@ -141,7 +141,8 @@ class FakeUpstreams:
 
         watcher = asyncio.ensure_future(gone())
         try:
-            await asyncio.wait({ex.plan, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            waits: set[asyncio.Future[Any]] = {ex.plan, watcher}
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             if not ex.plan.done():  # the gateway closed the request: ClientGone
                 ex.closed = True
                 return
