@@ -1,6 +1,7 @@
 """The gateway spec's behaviours replayed through real ``tpx serve`` processes over HTTP
-(:mod:`conformance.gateway_http`): every behaviour of two small cfgs (part of ``make
-test``), a minimum edge cover of the shipped cfg and of a larger one (``slow``: ``make
+(:mod:`conformance.gateway_http`): every behaviour of two small cfgs, every second one
+streamed (part of ``make test``); the same all plain and all streamed, and a minimum edge
+cover of the shipped cfg and of a larger one, plain and streamed (``slow``: ``make
 conformance``). Each must cover 100% of its graph's states and edges, every step's
 observed state equal to the spec's."""
 
@@ -27,16 +28,29 @@ from tpx.tlc import StateGraph
 LARGER = Config.of(2, 2, 2, 2)
 
 
+MODES = {"plain": False, "streamed": True}
+
+
 def _replay_all(
-    harness: Harness, name: str, config: Config, graph: StateGraph, behaviours: list[Behaviour]
+    harness: Harness,
+    name: str,
+    config: Config,
+    graph: StateGraph,
+    behaviours: list[Behaviour],
+    streaming: bool | None = None,
 ) -> HttpReplayer:
-    coverage = Coverage(name, len(graph.states), len(graph.edges), count_complete_behaviours(graph))
-    replayer = HttpReplayer(harness, config)
+    mode = {None: "every second streamed", False: "plain", True: "streamed"}[streaming]
+    coverage = Coverage(
+        f"{name} ({mode})", len(graph.states), len(graph.edges), count_complete_behaviours(graph)
+    )
+    replayer = HttpReplayer(harness, config, streaming=streaming)
+    strays = len(harness.upstreams.strays)
     try:
         replayer.replay_all(behaviours, coverage)
     finally:
         replayer.close()
     COVERAGE_REPORTS.append(coverage.summary())
+    assert len(harness.upstreams.strays) == strays  # every upstream request was a conversation's
     assert len(coverage.states) == len(graph.states)
     assert len(coverage.edges) == len(graph.edges)
     assert coverage.behaviours == len(behaviours)
@@ -69,23 +83,47 @@ def test_retry_cfg_every_behaviour_over_http(http_harness: Harness) -> None:
 
 
 @pytest.mark.slow
-def test_shipped_cfg_edge_cover_over_http(http_harness: Harness) -> None:
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_small_cfgs_every_behaviour_in_each_mode(http_harness: Harness, mode: str) -> None:
+    for name, config in (("small cfg, all", SMALL), ("retry cfg, all", RETRY)):
+        graph = mirror_graph(config)
+        _replay_all(
+            http_harness, f"gateway HTTP, {name}", config, graph, all_behaviours(graph), MODES[mode]
+        )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_shipped_cfg_edge_cover_over_http(http_harness: Harness, mode: str) -> None:
     """spec/TpxGateway.cfg: a minimum edge cover (1,756 behaviours: proven minimum by its
     min-flow certificate) of 1,935 states and 5,542 edges."""
     graph = mirror_graph(SHIPPED)
     behaviours = cover_behaviours(graph)
     assert len(behaviours) == len(edge_cover_certificate(graph))
     replayer = _replay_all(
-        http_harness, "gateway HTTP, TpxGateway.cfg, edge cover", SHIPPED, graph, behaviours
+        http_harness,
+        "gateway HTTP, TpxGateway.cfg, edge cover",
+        SHIPPED,
+        graph,
+        behaviours,
+        MODES[mode],
     )
     assert replayer.overlaps > 0
 
 
 @pytest.mark.slow
-def test_larger_cfg_edge_cover_over_http(http_harness: Harness) -> None:
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_larger_cfg_edge_cover_over_http(http_harness: Harness, mode: str) -> None:
     """Convs = {c1, c2}, ToolIds = {t1, t2}, MaxTurns = 2, MaxInFlight = 2: a minimum edge
     cover of 11,295 states and 29,390 edges (parallel tool calls, answered in either order)."""
     graph = mirror_graph(LARGER)
     behaviours = cover_behaviours(graph)
     assert len(behaviours) == len(edge_cover_certificate(graph))
-    _replay_all(http_harness, "gateway HTTP, 2 tool ids, edge cover", LARGER, graph, behaviours)
+    _replay_all(
+        http_harness,
+        "gateway HTTP, 2 tool ids, edge cover",
+        LARGER,
+        graph,
+        behaviours,
+        MODES[mode],
+    )

@@ -11,9 +11,11 @@ upstream :class:`~conformance.gateway_http.upstream.Channel`):
                well-formed reply went out on the upstream wire; ``req``: otherwise
 ``pending``    tool_use ids of the client history's last assistant turn
 ``reqIds``     tool_result ids of the client's last request the gateway did not refuse
-``wireShape``  the last body on c's upstream wire (its last request, or the reply to it):
-               ``openai`` for ``/chat/completions`` or a ``choices`` body, ``messages``
-               for ``/messages`` or a ``message`` body; ``messages`` before any
+``wireShape``  the last body on c's upstream wire (its last request, or the well-formed
+               reply to it, plain or a complete event stream): ``openai`` for
+               ``/chat/completions`` or a ``choices`` body / chunk stream, ``messages``
+               for ``/messages`` or a ``message`` body / event stream; ``messages``
+               before any
 ``wireIds``    ids that body carries: the trailing tool results of a request, the tool
                calls of a reply (``[]`` before any)
 ``emitted``    the tool call ids of the fake's last well-formed reply to c
@@ -40,6 +42,7 @@ from typing import Any
 
 import orjson
 
+from conformance.abstraction import assemble_messages, is_stream, sse_events
 from conformance.gateway_http.client import ConvClient
 from conformance.gateway_http.harness import API_KEY, OAUTH_TOKEN
 from conformance.gateway_http.upstream import WIRE_ID, Channel, UpstreamExchange
@@ -50,6 +53,7 @@ __all__ = [
     "byte_problems",
     "credential_problem",
     "reply_ids",
+    "reply_view",
     "request_ids",
     "shape_of",
 ]
@@ -74,9 +78,49 @@ def shape_of(body: Any) -> str:
     return "unparsable"
 
 
+def _stream_view(data: bytes) -> tuple[str, list[str]] | None:
+    """(shape, tool call ids) of a complete event stream: Chat Completions chunks ending
+    with ``[DONE]``, or Messages events ending with ``message_stop``."""
+    events = sse_events(data)
+    if not events:
+        return None
+    if events[-1] == ("message", "[DONE]"):
+        ids: list[str] = []
+        for _, text in events[:-1]:
+            chunk = _json(text.encode())
+            if not isinstance(chunk, dict):
+                return None
+            for choice in chunk.get("choices") or []:
+                for call in (choice.get("delta") or {}).get("tool_calls") or []:
+                    if "id" in call:
+                        ids.append(str(call["id"]))
+        return "openai", ids
+    message = assemble_messages(data)
+    if message is None:
+        return None
+    return "messages", [str(b.get("id")) for b in message["content"] if b.get("type") == "tool_use"]
+
+
+def reply_view(data: bytes | None) -> tuple[str, list[str]] | None:
+    """(shape, tool call ids) of a well-formed reply of either provider, plain or streamed;
+    ``None`` for anything else."""
+    if data is None:
+        return None
+    if is_stream(data):
+        return _stream_view(data)
+    body = _json(data)
+    shape = shape_of(body)
+    if shape == "openai":
+        calls = body["choices"][0]["message"].get("tool_calls") or []
+        return shape, [str(call.get("id")) for call in calls]
+    if shape == "messages":
+        return shape, [str(b.get("id")) for b in body["content"] if b.get("type") == "tool_use"]
+    return None
+
+
 def is_reply(ex: UpstreamExchange) -> bool:
     """The fake's answer was a well-formed reply of the provider (the spec's ProviderReply)."""
-    return ex.status == 200 and shape_of(_json(ex.response)) != "unparsable"
+    return ex.status == 200 and reply_view(ex.response) is not None
 
 
 def request_ids(ex: UpstreamExchange) -> list[str]:
@@ -101,13 +145,8 @@ def request_ids(ex: UpstreamExchange) -> list[str]:
 
 
 def reply_ids(data: bytes | None) -> list[str]:
-    body = _json(data)
-    if shape_of(body) == "openai":
-        calls = body["choices"][0]["message"].get("tool_calls") or []
-        return [str(call.get("id")) for call in calls]
-    if shape_of(body) == "messages":
-        return [str(b.get("id")) for b in body.get("content", []) if b.get("type") == "tool_use"]
-    return []
+    view = reply_view(data)
+    return [] if view is None else view[1]
 
 
 class Observer:
@@ -163,9 +202,10 @@ class Observer:
         emitted: frozenset[Any] = frozenset()
         if ch.exchanges:
             last = ch.exchanges[-1]
-            if is_reply(last):
-                wire_shape = shape_of(_json(last.response))
-                wire_ids = frozenset(self.wire_id(i) for i in reply_ids(last.response))
+            view = reply_view(last.response) if last.status == 200 else None
+            if view is not None:
+                wire_shape = view[0]
+                wire_ids = frozenset(self.wire_id(i) for i in view[1])
             else:
                 wire_shape = "openai" if last.path.endswith("/chat/completions") else "messages"
                 wire_ids = frozenset(self.wire_id(i) for i in request_ids(last))

@@ -10,7 +10,9 @@ reads the spec's client-side variables from here:
 * ``turn`` / ``lastOutcome`` / ``retryable`` -- exchanges ended, how the last one ended
   (200: ok; any error status or a disconnect: err; retryable when the failed request had
   reached the upstream, so the turn may be re-sent as the SDKs do);
-* ``gotShape`` -- the shape of the last 200 body it was handed.
+* ``gotShape`` -- the shape of the last 200 body it was handed (streamed: the message it
+  assembled from the events; a stream ending in an ``error`` event or without
+  ``message_stop`` is a failed exchange).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import attrs
 import httpx2
 import orjson
 
+from conformance.abstraction import assemble_messages
 from conformance.gateway_http.upstream import UpstreamExchange, conv_tag
 from tpx.values import ModelValue
 
@@ -47,6 +50,7 @@ class ConvClient:
     c: ModelValue
     key: str
     http: httpx2.AsyncClient
+    stream: bool = False  # every request asks for a stream; the client reads it whole
     history: list[dict[str, Any]] = attrs.field(factory=list)
     turn: int = 0
     last_outcome: str = "none"
@@ -95,7 +99,10 @@ class ConvClient:
         ]
 
     def _body(self, messages: list[dict[str, Any]]) -> bytes:
-        return orjson.dumps({"model": "claude-replay", "max_tokens": 64, "messages": messages})
+        body: dict[str, Any] = {"model": "claude-replay", "max_tokens": 64, "messages": messages}
+        if self.stream:
+            body["stream"] = True
+        return orjson.dumps(body)
 
     def fresh_body(self) -> bytes:
         """A new turn answering every obligation once (a fresh one after a failure words
@@ -147,14 +154,22 @@ class ConvClient:
         self.turn += 1
         if outcome.status is not None:
             self.received.append(outcome.body)
-        if outcome.status == 200:
-            self.accepted = self.sent
-            self.delivered = outcome.body
-            self.last_outcome = "ok"
+        reply: Any = None
+        if outcome.status == 200 and self.stream:
+            # the message assembled from the events; an error event or a stream without
+            # message_stop is a failed exchange
+            reply = assemble_messages(outcome.body)
+        elif outcome.status == 200:
             try:
                 reply = orjson.loads(outcome.body)
-                content = reply["content"]
-            except (orjson.JSONDecodeError, KeyError, TypeError):
+            except orjson.JSONDecodeError:
+                reply = {}
+        if reply is not None:
+            self.accepted = self.sent
+            self.delivered = orjson.dumps(reply)
+            self.last_outcome = "ok"
+            content = reply.get("content") if isinstance(reply, dict) else None
+            if not isinstance(content, list):
                 return
             assert self.sent is not None
             self.history = [*self.sent["messages"], {"role": "assistant", "content": content}]

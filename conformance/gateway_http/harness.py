@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import os
 import re
 import socket
@@ -86,6 +87,14 @@ def _until_healthy(gw: Gateway) -> None:
     raise RuntimeError("tpx serve never became healthy:\n" + gw.output())
 
 
+class _BrokenStreams(logging.Filter):
+    """The fake breaks streams off on purpose (ProviderFail): uvicorn's one line about it
+    is expected, not news."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "returned without completing response" not in record.getMessage()
+
+
 class Harness:
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
@@ -101,6 +110,7 @@ class Harness:
             self.upstreams, log_level="warning", access_log=False, lifespan="off"
         )
         self._server = uvicorn.Server(config)
+        logging.getLogger("uvicorn.error").addFilter(_BrokenStreams())
         self._serving = asyncio.run_coroutine_threadsafe(
             self._server.serve(sockets=[sock]), self.loop
         )

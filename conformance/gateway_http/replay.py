@@ -15,11 +15,18 @@ upstream, and takes each step as HTTP:
 ``NoProvider``     the client POSTs a turn to a gateway started without credentials
 ``ProviderReply``  the fake releases the held request with a reply emitting the spec's ids
 ``ProviderFail``   the fake releases it with a failure (500 / 529 / 429 / 503 / a body that
-                   is not the provider's); done when the client has the gateway's answer
+                   is not the provider's; streamed: also a stream broken off mid-way); done
+                   when the client has the gateway's answer
 ``ClientGone``     the client drops its request; done when the fake sees the gateway close
                    the upstream request
 ``Deliver``        the client takes the gateway's answer
 =================  ========================================================================
+
+Streamed mode (``streaming=True``; ``None``: every second behaviour): every request has
+``"stream": true``, the fake answers with the provider's event stream (Chat Completions
+chunks with tool calls in fragments, or Messages events), and the client reads the
+gateway's events whole and assembles the message (a ``ClientGone`` drops the stream
+before its first event; a failed stream is an ``error`` event or a broken one).
 
 Nothing waits on time: each step waits for its event (an arrival on the fake, a response
 on the client, the upstream connection closing), with a generous guard against a hang.
@@ -48,7 +55,7 @@ from conformance.gateway_http.abstraction import Observer, byte_problems
 from conformance.gateway_http.behaviours import conversation_of
 from conformance.gateway_http.client import ABORT_STYLES, ConvClient, Settled
 from conformance.gateway_http.harness import GATEWAY_KEY, STEP_GUARD_S, Gateway, Harness
-from conformance.gateway_http.upstream import FAIL_KINDS, Channel, Plan
+from conformance.gateway_http.upstream import FAIL_KINDS, STREAM_FAIL_KINDS, Channel, Plan
 from conformance.replay import Behaviour, Coverage
 from tpx.model.gateway import INVARIANTS, Config, SelectionStable, State
 from tpx.values import ModelValue, Record
@@ -80,10 +87,19 @@ class HttpReplayer:
     """Replays behaviours of *config* through ``harness``'s gateways (``bug``: through
     processes with that seeded bug)."""
 
-    def __init__(self, harness: Harness, config: Config, *, bug: str | None = None) -> None:
+    def __init__(
+        self,
+        harness: Harness,
+        config: Config,
+        *,
+        bug: str | None = None,
+        streaming: bool | None = False,
+    ) -> None:
         self.harness = harness
         self.config = config
         self.bug = bug
+        #: True: every request streams; None: every second behaviour (odd indices) does
+        self.streaming = streaming
         self._http: dict[tuple[str, ModelValue], httpx2.AsyncClient] = {}
         self.steps = 0
         #: requests that reached the upstream while another conversation's exchange was in
@@ -127,9 +143,10 @@ class HttpReplayer:
         upstreams = self.harness.upstreams
         clients: dict[ModelValue, ConvClient] = {}
         channels: dict[ModelValue, Channel] = {}
+        stream = self.streaming if self.streaming is not None else index % 2 == 1
         for c in self.config.Convs:
             key = f"b{next(_KEYS)}{c.name}"
-            clients[c] = ConvClient(c, key, self._client(gw, c))
+            clients[c] = ConvClient(c, key, self._client(gw, c), stream=stream)
             channels[c] = upstreams.channel(key)
         obs = Observer(
             behaviour.init["hasKey"], behaviour.init["hasToken"], gw.provider, clients, channels
@@ -177,7 +194,8 @@ class HttpReplayer:
             await self._guard(ex.done.wait(), "the fake's reply going out")
         elif action == "ProviderFail":
             ex = self._held(cl)
-            ex.plan.set_result(Plan("fail", fail=FAIL_KINDS[salt % len(FAIL_KINDS)]))
+            kinds = STREAM_FAIL_KINDS if cl.stream else FAIL_KINDS
+            ex.plan.set_result(Plan("fail", fail=kinds[salt % len(kinds)]))
             await self._settle(cl)
         elif action == "Deliver":
             await self._settle(cl)

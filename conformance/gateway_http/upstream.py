@@ -28,6 +28,7 @@ import orjson
 
 __all__ = [
     "FAIL_KINDS",
+    "STREAM_FAIL_KINDS",
     "WIRE_ID",
     "Channel",
     "FakeUpstreams",
@@ -48,6 +49,9 @@ WIRE_ID = re.compile(r"(?:call|toolu)_([A-Za-z0-9]+)_(t[0-9]+)_([0-9]+)")
 #: how ProviderFail fails, in rotation: an HTTP error the gateway relays, or a body
 #: that is not the provider's (a protocol failure)
 FAIL_KINDS: tuple[str, ...] = ("500", "529", "429", "503", "garbage")
+#: the same for a streamed request, plus a stream broken off before its terminal event
+#: (the connection closed mid-stream)
+STREAM_FAIL_KINDS: tuple[str, ...] = (*FAIL_KINDS, "break")
 
 
 def conv_tag(key: str) -> str:
@@ -146,10 +150,18 @@ class FakeUpstreams:
             if not ex.plan.done():  # the gateway closed the request: ClientGone
                 ex.closed = True
                 return
-            status, data = self._answer(ch, ex, ex.plan.result())
+            plan = ex.plan.result()
+            status, data = self._answer(ch, ex, plan)
             ex.status, ex.response = status, data
             with contextlib.suppress(OSError):
-                await _respond(send, status, data)
+                if not _is_sse(data):
+                    await _respond(send, status, data)
+                elif plan.fail == "break":  # half the stream, then the connection closes
+                    await _start_stream(send)
+                    await send({"type": "http.response.body", "body": data, "more_body": True})
+                else:
+                    await _start_stream(send)
+                    await send({"type": "http.response.body", "body": data})
         finally:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -159,7 +171,25 @@ class FakeUpstreams:
     # -- replies --------------------------------------------------------------------------
 
     def _answer(self, ch: Channel, ex: UpstreamExchange, plan: Plan) -> tuple[int, bytes]:
+        status, data = self._reply(ch, ex, plan)
+        request = orjson.loads(ex.body)
+        if request.get("stream") is not True and plan.fail == "break":
+            return 200, data[: len(data) // 2]  # a reply cut short: not JSON
+        if status != 200 or request.get("stream") is not True or data.startswith(b"<"):
+            return status, data
+        events = (
+            _openai_stream(orjson.loads(data))
+            if "choices" in orjson.loads(data)
+            else (_messages_stream(orjson.loads(data)))
+        )
+        if plan.fail == "break":
+            events = events[: len(events) // 2]
+        return 200, b"".join(events)
+
+    def _reply(self, ch: Channel, ex: UpstreamExchange, plan: Plan) -> tuple[int, bytes]:
         openai = ex.path.endswith("/chat/completions")
+        if plan.kind == "fail" and plan.fail == "break":
+            plan = Plan("reply", ("t0",))  # a tool call begun, never finished
         if plan.kind == "fail":
             if plan.fail == "garbage":
                 return 200, b"<html>not an API reply</html>"
@@ -242,3 +272,80 @@ async def _respond(send: Send, status: int, body: bytes) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+def _is_sse(data: bytes) -> bool:
+    return data.startswith((b"data:", b"event:"))
+
+
+async def _start_stream(send: Send) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")],
+        }
+    )
+
+
+def _openai_stream(completion: dict[str, Any]) -> list[bytes]:
+    """A Chat Completions chunk stream saying what *completion* says: the text, each tool
+    call in two fragments, the finish reason, the usage, ``[DONE]``."""
+    message = completion["choices"][0]["message"]
+
+    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+        data = {
+            "id": completion["id"],
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": completion["model"],
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            **extra,
+        }
+        return b"data: " + orjson.dumps(data) + b"\n\n"
+
+    out = [chunk({"role": "assistant", "content": message.get("content") or ""})]
+    for n, call in enumerate(message.get("tool_calls") or []):
+        args = call["function"]["arguments"]
+        head = {"index": n, "id": call["id"], "type": "function"}
+        out.append(
+            chunk({"tool_calls": [{**head, "function": {"name": "lookup", "arguments": args[:5]}}]})
+        )
+        out.append(chunk({"tool_calls": [{"index": n, "function": {"arguments": args[5:]}}]}))
+    out.append(chunk({}, completion["choices"][0]["finish_reason"]))
+    final = {**orjson.loads(out[-1][6:]), "choices": [], "usage": completion["usage"]}
+    out.append(b"data: " + orjson.dumps(final) + b"\n\n")
+    out.append(b"data: [DONE]\n\n")
+    return out
+
+
+def _messages_stream(message: dict[str, Any]) -> list[bytes]:
+    """A Messages event stream saying what *message* says (tool inputs in two fragments)."""
+
+    def event(data: dict[str, Any]) -> bytes:
+        return f"event: {data['type']}\ndata: ".encode() + orjson.dumps(data) + b"\n\n"
+
+    start = {**message, "content": [], "stop_reason": None}
+    out = [event({"type": "message_start", "message": start})]
+    for n, block in enumerate(message["content"]):
+        if block["type"] == "tool_use":
+            empty = {**block, "input": {}}
+            text = orjson.dumps(block["input"]).decode()
+            deltas = [{"type": "input_json_delta", "partial_json": p} for p in (text[:5], text[5:])]
+        else:
+            empty = {**block, "text": ""}
+            deltas = [{"type": "text_delta", "text": block["text"]}]
+        out.append(event({"type": "content_block_start", "index": n, "content_block": empty}))
+        out += [event({"type": "content_block_delta", "index": n, "delta": d}) for d in deltas]
+        out.append(event({"type": "content_block_stop", "index": n}))
+    out.append(
+        event(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+                "usage": {"output_tokens": 5},
+            }
+        )
+    )
+    out.append(event({"type": "message_stop"}))
+    return out
