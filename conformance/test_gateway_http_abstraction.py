@@ -1,0 +1,102 @@
+"""The HTTP replay's wire readers (:mod:`conformance.gateway_http.abstraction`) on the fake's
+own bodies, plain and streamed: what they read back is what the fake planted, and a body
+that is not a complete reply reads as none."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+
+from conformance.gateway_http.abstraction import (
+    credential_problem,
+    reply_view,
+    request_ids,
+    shape_of,
+)
+from conformance.gateway_http.harness import API_KEY, OAUTH_TOKEN
+from conformance.gateway_http.upstream import WIRE_ID, FakeUpstreams, Plan, UpstreamExchange
+
+
+def _exchange(path: str, body: dict[str, object], headers: dict[str, str]) -> UpstreamExchange:
+    loop = asyncio.new_event_loop()
+    try:
+        return UpstreamExchange(1, path, headers, orjson.dumps(body), loop.create_future())
+    finally:
+        loop.close()
+
+
+def _answer(path: str, stream: bool, plan: Plan) -> bytes:
+    fake = FakeUpstreams()
+    ex = _exchange(path, {"model": "m", "messages": [], "stream": stream}, {})
+    status, data = fake._answer(fake.channel("k1"), ex, plan)
+    assert status == 200
+    return data
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_reply_reads_back_as_the_ids_the_fake_planted(path: str, stream: bool) -> None:
+    data = _answer(path, stream, Plan("reply", ("t1", "t2")))
+    view = reply_view(data)
+    assert view is not None
+    shape, ids = view
+    assert shape == ("openai" if "chat" in path else "messages")
+    matches = [WIRE_ID.fullmatch(i) for i in ids]
+    assert [m.group(1, 2) for m in matches if m] == [("k1", "t1"), ("k1", "t2")]
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_reply_cut_short_is_no_reply(path: str, stream: bool) -> None:
+    assert reply_view(_answer(path, stream, Plan("fail", fail="break"))) is None
+    assert reply_view(_answer(path, stream, Plan("fail", fail="garbage"))) is None
+
+
+def test_request_ids_read_the_last_turns_tool_results() -> None:
+    openai = _exchange(
+        "/v1/chat/completions",
+        {
+            "messages": [
+                {"role": "tool", "tool_call_id": "old"},
+                {"role": "assistant", "tool_calls": []},
+                {"role": "tool", "tool_call_id": "a"},
+                {"role": "tool", "tool_call_id": "b"},
+                {"role": "user", "content": "text after the results"},
+            ]
+        },
+        {},
+    )
+    assert request_ids(openai) == ["a", "b"]
+    messages = _exchange(
+        "/v1/messages",
+        {
+            "messages": [
+                {"role": "assistant", "content": []},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": "a"},
+                        {"type": "text", "text": "x"},
+                        {"type": "tool_result", "tool_use_id": "a"},
+                    ],
+                },
+            ]
+        },
+        {},
+    )
+    assert request_ids(messages) == ["a", "a"]  # a duplicate stays visible
+
+
+def test_shapes_and_credentials() -> None:
+    assert shape_of({"choices": []}) == "openai"
+    assert shape_of({"type": "message"}) == "messages"
+    assert shape_of({"type": "error"}) == "unparsable"
+    bearer = {"authorization": f"Bearer {OAUTH_TOKEN}"}
+    assert credential_problem(_exchange("/v1/chat/completions", {}, bearer)) is None
+    assert credential_problem(_exchange("/v1/messages", {}, {"x-api-key": API_KEY})) is None
+    leaked = credential_problem(_exchange("/v1/messages", {}, {**bearer, "x-api-key": API_KEY}))
+    assert leaked is not None
+    assert OAUTH_TOKEN not in leaked  # header names only, never values
+    assert API_KEY not in leaked
