@@ -11,10 +11,13 @@ import pytest
 
 from conformance.gateway_http.abstraction import (
     credential_problem,
+    error_problem,
+    refusal_problem,
     reply_view,
     request_ids,
     shape_of,
 )
+from conformance.gateway_http.client import Settled
 from conformance.gateway_http.harness import API_KEY, OAUTH_TOKEN
 from conformance.gateway_http.upstream import WIRE_ID, FakeUpstreams, Plan, UpstreamExchange
 
@@ -100,3 +103,18 @@ def test_shapes_and_credentials() -> None:
     assert leaked is not None
     assert OAUTH_TOKEN not in leaked  # header names only, never values
     assert API_KEY not in leaked
+
+
+def test_failures_the_client_sees_must_be_messages_shaped() -> None:
+    error = {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}
+    assert error_problem(Settled(529, orjson.dumps(error))) is None
+    assert error_problem(Settled(502, b"<html>bad gateway</html>")) is not None
+    start = b'event: message_start\ndata: {"type":"message_start","message":{}}\n\n'
+    failed = start + b"event: error\ndata: " + orjson.dumps(error) + b"\n\n"
+    assert error_problem(Settled(200, failed)) is None
+    assert error_problem(Settled(200, start)) is not None  # broken off, no error event
+    invalid = {"type": "error", "error": {"type": "invalid_request_error", "message": "x"}}
+    assert refusal_problem(Settled(400, orjson.dumps(invalid))) is None
+    assert refusal_problem(Settled(400, orjson.dumps(error))) is not None
+    assert refusal_problem(Settled(200, b"{}")) is not None
+    assert refusal_problem(None) is not None

@@ -31,8 +31,10 @@ Ids are abstract ``<<c, t>>``: a client-side id through the arguments the fake p
 its tool_use, a wire id through its own text (``call_KEY_T_N``); an id of neither kind is
 ``<<?, id>>`` (TypeOK and PairingInv then fail). Beside the state, :func:`byte_problems`
 reads the wires for what a set cannot show: an id listed twice (PairingInv), an id
-another conversation's provider emitted anywhere in c's bytes (NoCrossPairing), and a
-credential header that is not the provider's own (Credential).
+another conversation's provider emitted anywhere in c's bytes (NoCrossPairing), a
+credential header that is not the provider's own (Credential), a failure the client sees
+that is not Messages-shaped (ErrorShape); :func:`refusal_problem` checks that a pairing
+refusal is a ``400 invalid_request_error`` (Refusal).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from typing import Any
 import orjson
 
 from conformance.abstraction import assemble_messages, is_stream, sse_events
-from conformance.gateway_http.client import ConvClient
+from conformance.gateway_http.client import ConvClient, Settled
 from conformance.gateway_http.harness import API_KEY, OAUTH_TOKEN
 from conformance.gateway_http.upstream import WIRE_ID, Channel, UpstreamExchange
 from tpx.values import Function, ModelValue, Record
@@ -52,6 +54,8 @@ __all__ = [
     "Observer",
     "byte_problems",
     "credential_problem",
+    "error_problem",
+    "refusal_problem",
     "reply_ids",
     "reply_view",
     "request_ids",
@@ -257,6 +261,44 @@ def credential_problem(ex: UpstreamExchange) -> str | None:
     return None if ok else f"{ex.path} carried the credential headers {sorted(h)}"
 
 
+def _messages_error(body: Any) -> bool:
+    error = body.get("error") if isinstance(body, dict) else None
+    return (
+        isinstance(body, dict)
+        and body.get("type") == "error"
+        and isinstance(error, dict)
+        and isinstance(error.get("type"), str)
+        and isinstance(error.get("message"), str)
+    )
+
+
+def error_problem(answer: Settled) -> str | None:
+    """Every failure the client sees is Messages-shaped: an error status with a Messages
+    error body, or (a stream already under way) a stream whose last event is ``error``."""
+    if answer.status == 200:
+        if not is_stream(answer.body):
+            return None
+        events = sse_events(answer.body)
+        if events and events[-1][0] == "message_stop":
+            return None
+        if events and events[-1][0] == "error" and _messages_error(_json(events[-1][1].encode())):
+            return None
+        return "a stream ended neither with message_stop nor with a Messages error event"
+    if not _messages_error(_json(answer.body)):
+        return f"a {answer.status} answer whose body is not a Messages error"
+    return None
+
+
+def refusal_problem(answer: Settled | None) -> str | None:
+    """A request refused for pairing (CallerAbort) gets ``400 invalid_request_error``."""
+    if answer is None or answer.status != 400:
+        return f"answered {None if answer is None else answer.status}, not 400"
+    body = _json(answer.body)
+    if not _messages_error(body) or body["error"]["type"] != "invalid_request_error":
+        return "a 400 whose body is not a Messages invalid_request_error"
+    return None
+
+
 def byte_problems(obs: Observer) -> list[tuple[str, str]]:
     """(property, message) for what the bytes show beyond the state."""
     problems: list[tuple[str, str]] = []
@@ -271,7 +313,10 @@ def byte_problems(obs: Observer) -> list[tuple[str, str]]:
                 problems.append(("PairingInv", f"{c}: a tool result twice on the wire: {ids}"))
             for foreign in _scan(ex.body, cl.key):
                 problems.append(("NoCrossPairing", f"{c}: {foreign} on its upstream wire"))
-        for body in cl.received:
-            for foreign in _scan(body, cl.key):
+        for answer in cl.received:
+            bad = error_problem(answer)
+            if bad is not None:
+                problems.append(("ErrorShape", f"{c}: {bad}"))
+            for foreign in _scan(answer.body, cl.key):
                 problems.append(("NoCrossPairing", f"{c}: {foreign} in a response to it"))
     return problems

@@ -62,7 +62,7 @@ class ConvClient:
     outstanding: asyncio.Task[httpx2.Response] | None = None
     arrived: UpstreamExchange | None = None  # the upstream exchange of the outstanding request
     delivered: bytes | None = None  # the last 200 body handed over
-    received: list[bytes] = attrs.field(factory=list)  # every response body
+    received: list[Settled] = attrs.field(factory=list)  # every answer, in order
     #: tool_use ids as this client sees them -> (conversation key, local tool name), read
     #: from the arguments the fake planted
     ids: dict[str, tuple[str, str]] = attrs.field(factory=dict)
@@ -153,7 +153,7 @@ class ConvClient:
         self.outstanding = None
         self.turn += 1
         if outcome.status is not None:
-            self.received.append(outcome.body)
+            self.received.append(outcome)
         reply: Any = None
         if outcome.status == 200 and self.stream:
             # the message assembled from the events; an error event or a stream without

@@ -51,7 +51,7 @@ from typing import Any
 
 import httpx2
 
-from conformance.gateway_http.abstraction import Observer, byte_problems
+from conformance.gateway_http.abstraction import Observer, byte_problems, refusal_problem
 from conformance.gateway_http.behaviours import conversation_of
 from conformance.gateway_http.client import ABORT_STYLES, ConvClient, Settled
 from conformance.gateway_http.harness import GATEWAY_KEY, STEP_GUARD_S, Gateway, Harness
@@ -307,6 +307,12 @@ class HttpReplayer:
             if before is not None and not SelectionStable(State.from_record(before), state):
                 problems.append(("SelectionStable", "the observed step changed the selection"))
         problems += byte_problems(obs)
+        if action.startswith("CallerAbort("):
+            cl = obs.clients[ModelValue(action[len("CallerAbort(") : -1])]
+            answered = cl.outstanding is None and bool(cl.received)
+            bad = refusal_problem(cl.received[-1] if answered else None)
+            if bad is not None:
+                problems.append(("Refusal", bad))
         for name in expected:
             if observed[name] != expected[name]:
                 problems.append(
