@@ -5,7 +5,9 @@ that is not a complete reply reads as none."""
 from __future__ import annotations
 
 import asyncio
+from typing import cast
 
+import httpx2
 import orjson
 import pytest
 
@@ -17,9 +19,10 @@ from conformance.gateway_http.abstraction import (
     request_ids,
     shape_of,
 )
-from conformance.gateway_http.client import Settled
+from conformance.gateway_http.client import ConvClient, Settled
 from conformance.gateway_http.harness import API_KEY, OAUTH_TOKEN
 from conformance.gateway_http.upstream import WIRE_ID, FakeUpstreams, Plan, UpstreamExchange
+from tpx.values import ModelValue
 
 
 def _exchange(path: str, body: dict[str, object], headers: dict[str, str]) -> UpstreamExchange:
@@ -118,3 +121,16 @@ def test_failures_the_client_sees_must_be_messages_shaped() -> None:
     assert refusal_problem(Settled(400, orjson.dumps(error))) is not None
     assert refusal_problem(Settled(200, b"{}")) is not None
     assert refusal_problem(None) is not None
+
+
+def test_the_client_assembles_a_stream_around_pings() -> None:
+    events = _answer("/v1/messages", True, Plan("reply", ("t1",)))
+    ping = b'event: ping\ndata: {"type":"ping"}\n\n'
+    unused = cast(httpx2.AsyncClient, None)  # settle() does no I/O
+    client = ConvClient(ModelValue("c1"), "k1", unused, stream=True)
+    client.sent = {"messages": [{"role": "user", "content": "[conv:k1] hi"}]}
+    first = events.index(b"\n\n") + 2  # after message_start
+    client.settle(Settled(200, ping + events[:first] + ping + events[first:]))
+    assert client.last_outcome == "ok"
+    assert client.pending() == ["toolu_k1_t1_1"]
+    assert client.ids == {"toolu_k1_t1_1": ("k1", "t1")}

@@ -18,6 +18,7 @@ reads the spec's client-side variables from here:
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import attrs
@@ -32,6 +33,10 @@ __all__ = ["ABORT_STYLES", "ConvClient", "Settled"]
 
 #: how a CallerAbort's tool_results fail to answer the history's obligations
 ABORT_STYLES = ("unknown", "missing", "duplicate")
+
+#: a ``ping`` event, which a Messages stream may carry anywhere (the gateway sends them
+#: while the upstream is silent, before ``message_start`` too)
+_PING = re.compile(rb"event: ?ping\r?\ndata: ?[^\r\n]*\r?\n\r?\n")
 
 #: a Messages ``tool_result`` / ``tool_use`` block list entry
 Block = dict[str, Any]
@@ -158,7 +163,7 @@ class ConvClient:
         if outcome.status == 200 and self.stream:
             # the message assembled from the events; an error event or a stream without
             # message_stop is a failed exchange
-            reply = assemble_messages(outcome.body)
+            reply = assemble_messages(_PING.sub(b"", outcome.body))
         elif outcome.status == 200:
             try:
                 reply = orjson.loads(outcome.body)
