@@ -128,7 +128,7 @@ def test_the_client_assembles_a_stream_around_pings() -> None:
     ping = b'event: ping\ndata: {"type":"ping"}\n\n'
     unused = cast(httpx2.AsyncClient, None)  # settle() does no I/O
     client = ConvClient(ModelValue("c1"), "k1", unused, stream=True)
-    client.sent = {"messages": [{"role": "user", "content": "[conv:k1] hi"}]}
+    client.sent = {"messages": [{"role": "user", "content": "[conv:k1] hi"}], "stream": True}
     first = events.index(b"\n\n") + 2  # after message_start
     client.settle(Settled(200, ping + events[:first] + ping + events[first:]))
     assert client.last_outcome == "ok"

@@ -57,10 +57,7 @@ def test_http_replay_catches_the_seeded_bug(http_harness: Harness, name: str) ->
             until_the_first_failure()
     finally:
         replayer.close()
-        for has_key, has_token in ((False, False), (False, True), (True, False), (True, True)):
-            gw = http_harness._gateways.get((has_key, has_token, name))
-            if gw is not None:
-                http_harness.stop_gateway(gw)
+        http_harness.stop_gateways(name)
     for prop in props:
         assert prop in caught.value.violated, str(caught.value)
     assert caught.value.step > 0

@@ -126,3 +126,26 @@ def test_larger_cfg_edge_cover_over_http(http_harness: Harness) -> None:
         graph,
         behaviours,
     )
+
+
+@pytest.mark.slow
+def test_small_cfgs_streamed_with_pings(http_harness: Harness) -> None:
+    """The small cfgs, streamed, through gateways pinging after 5 ms of upstream silence:
+    ``ping`` events (before ``message_start`` too, and before a failure's ``error`` event)
+    change nothing the spec sees."""
+    for name, config in (("small cfg, all", SMALL), ("retry cfg, all", RETRY)):
+        graph = mirror_graph(config)
+        behaviours = all_behaviours(graph)
+        replayer = HttpReplayer(http_harness, config, streaming=True, ping_interval=0.005)
+        coverage = Coverage(name, len(graph.states), len(graph.edges), len(behaviours))
+        try:
+            replayer.replay_all(behaviours, coverage)
+        finally:
+            replayer.close()
+        summary = coverage.summary()  # how many answers carry pings follows timing: reported
+        summary["name"] = (
+            f"gateway HTTP, {name} (streamed, pings every 5 ms: {replayer.pinged} answers pinged)"
+        )
+        COVERAGE_REPORTS.append(summary)
+        assert len(coverage.states) == len(graph.states)
+        assert len(coverage.edges) == len(graph.edges)

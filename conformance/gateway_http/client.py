@@ -55,7 +55,7 @@ class ConvClient:
     c: ModelValue
     key: str
     http: httpx2.AsyncClient
-    stream: bool = False  # every request asks for a stream; the client reads it whole
+    stream: bool = False  # its turns ask for a stream; the client reads it whole
     history: list[dict[str, Any]] = attrs.field(factory=list)
     turn: int = 0
     last_outcome: str = "none"
@@ -139,6 +139,13 @@ class ConvClient:
             return self._body([{"role": "user", "content": [opening, *self._results(ids), text]}])
         return self._body([*self.history, {"role": "user", "content": [*self._results(ids), text]}])
 
+    def fallback_body(self) -> bytes:
+        """Claude Code's retry of a failed stream: the same body without ``stream``."""
+        assert self.last_body is not None
+        body = orjson.loads(self.last_body)
+        body.pop("stream", None)
+        return orjson.dumps(body)
+
     def send(self, body: bytes) -> None:
         assert self.outstanding is None, "one request at a time per conversation"
         self.last_body = body
@@ -160,7 +167,8 @@ class ConvClient:
         if outcome.status is not None:
             self.received.append(outcome)
         reply: Any = None
-        if outcome.status == 200 and self.stream:
+        streamed = self.sent is not None and self.sent.get("stream") is True
+        if outcome.status == 200 and streamed:
             # the message assembled from the events; an error event or a stream without
             # message_stop is a failed exchange
             reply = assemble_messages(_PING.sub(b"", outcome.body))

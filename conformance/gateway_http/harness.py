@@ -3,9 +3,10 @@ client run on it), and real ``tpx serve`` processes on loopback, one per boot se
 (the spec's initial ``hasKey`` / ``hasToken``), started once and reused.
 
 ``Harness.run(coro)`` runs a coroutine on the loop from the test's thread.
-``Harness.gateway(has_key, has_token, bug=None)`` is the ``tpx serve`` process for that
-boot (``bug``: a process of its own with that seeded bug patched in, see
-:mod:`conformance.gateway_http.serve`).
+``Harness.gateway(has_key, has_token, bug=None, ping_interval=None)`` is the ``tpx serve``
+process for that boot (``bug``: a process of its own with that seeded bug patched in, see
+:mod:`conformance.gateway_http.serve`; ``ping_interval``: one started with a config file
+setting ``[limits] ping_interval``, so streams carry ``ping`` events while a request is held).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import re
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Coroutine
@@ -50,6 +52,7 @@ class Gateway:
     has_key: bool
     has_token: bool
     bug: str | None
+    ping_interval: float | None
     url: str
     provider: str  # as its start-up line says
     popen: subprocess.Popen[str]
@@ -114,23 +117,35 @@ class Harness:
         self._serving = asyncio.run_coroutine_threadsafe(
             self._server.serve(sockets=[sock]), self.loop
         )
-        self._gateways: dict[tuple[bool, bool, str | None], Gateway] = {}
+        self._gateways: dict[tuple[bool, bool, str | None, float | None], Gateway] = {}
+        self._configs = tempfile.TemporaryDirectory(prefix="tpx-gw-http-")
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
-    def gateway(self, has_key: bool, has_token: bool, bug: str | None = None) -> Gateway:
-        key = (has_key, has_token, bug)
+    def gateway(
+        self,
+        has_key: bool,
+        has_token: bool,
+        bug: str | None = None,
+        ping_interval: float | None = None,
+    ) -> Gateway:
+        key = (has_key, has_token, bug, ping_interval)
         gw = self._gateways.get(key)
         if gw is None or gw.popen.poll() is not None:
-            gw = self._gateways[key] = self._start(has_key, has_token, bug)
+            gw = self._gateways[key] = self._start(*key)
         return gw
 
-    def stop_gateway(self, gw: Gateway) -> None:
-        gw.stop()
-        self._gateways.pop((gw.has_key, gw.has_token, gw.bug), None)
+    def stop_gateways(self, bug: str) -> None:
+        """Stop every process started with *bug*."""
+        for key, gw in list(self._gateways.items()):
+            if gw.bug == bug:
+                gw.stop()
+                del self._gateways[key]
 
-    def _start(self, has_key: bool, has_token: bool, bug: str | None) -> Gateway:
+    def _start(
+        self, has_key: bool, has_token: bool, bug: str | None, ping_interval: float | None
+    ) -> Gateway:
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
         env.update(
             {
@@ -150,6 +165,10 @@ class Harness:
         if bug is not None:
             cmd += ["--bug", bug]
         cmd += ["--", "serve", "--host", "127.0.0.1", "--port", "0"]
+        if ping_interval is not None:
+            config = Path(self._configs.name) / f"ping-{ping_interval}.toml"
+            config.write_text(f"[limits]\nping_interval = {ping_interval!r}\n", encoding="utf-8")
+            cmd += ["--config", str(config)]
         popen = subprocess.Popen(
             cmd,
             cwd=ROOT,
@@ -180,7 +199,8 @@ class Harness:
 
         drainer = threading.Thread(target=drain, daemon=True)
         drainer.start()
-        gw = Gateway(has_key, has_token, bug, match.group(1), match.group(2), popen, tail, drainer)
+        url, provider = match.group(1), match.group(2)
+        gw = Gateway(has_key, has_token, bug, ping_interval, url, provider, popen, tail, drainer)
         _until_healthy(gw)
         return gw
 
@@ -188,6 +208,7 @@ class Harness:
         for gw in list(self._gateways.values()):
             gw.stop()
         self._gateways.clear()
+        self._configs.cleanup()
         self._server.should_exit = True
         self._serving.result(60)
         self.loop.call_soon_threadsafe(self.loop.stop)

@@ -8,7 +8,9 @@ upstream, and takes each step as HTTP:
 =================  ========================================================================
 ``CallerSend``     the client POSTs its next turn (every obligation answered once); done
                    when the request reaches the fake upstream (or the client has an answer)
-``Retry``          the client re-sends its last body, byte for byte; the same wait
+``Retry``          the client re-sends its last body, byte for byte (streamed mode: every
+                   second one is Claude Code's fallback, the same body without
+                   ``stream``); the same wait
 ``CallerAbort``    the client POSTs tool_results that do not answer its obligations (an id
                    never issued, one left out, one twice); done at the gateway's answer
                    (400 expected) or when anything reaches the upstream (a bug)
@@ -94,22 +96,26 @@ class HttpReplayer:
         *,
         bug: str | None = None,
         streaming: bool | None = False,
+        ping_interval: float | None = None,
     ) -> None:
         self.harness = harness
         self.config = config
         self.bug = bug
         #: True: every request streams; None: every second behaviour (odd indices) does
         self.streaming = streaming
+        self.ping_interval = ping_interval
         self._http: dict[tuple[str, ModelValue], httpx2.AsyncClient] = {}
         self.steps = 0
         #: requests that reached the upstream while another conversation's exchange was in
         #: flight (its request held on the fake, or its reply out and not yet delivered)
         self.overlaps = 0
+        #: answers that carried ``ping`` events (reported, not required: pings follow time)
+        self.pinged = 0
 
     def replay(self, behaviour: Behaviour, index: int = 0) -> None:
         """Replay one behaviour (from the test's thread); raises HttpConformanceError."""
         init = behaviour.init
-        gw = self.harness.gateway(init["hasKey"], init["hasToken"], self.bug)
+        gw = self.harness.gateway(init["hasKey"], init["hasToken"], self.bug, self.ping_interval)
         self.harness.run(self._replay(gw, behaviour, index))
 
     def replay_all(self, behaviours: Sequence[Behaviour], coverage: Coverage | None = None) -> int:
@@ -182,7 +188,8 @@ class HttpReplayer:
             await self._sent(cl, ch)
         elif action == "Retry":
             assert cl.last_body is not None
-            cl.send(cl.last_body)
+            fallback = cl.stream and salt % 2 == 1
+            cl.send(cl.fallback_body() if fallback else cl.last_body)
             await self._sent(cl, ch)
         elif action == "CallerAbort":
             styles = [s for s in ABORT_STYLES if s == "unknown" or cl.pending()]
@@ -261,6 +268,8 @@ class HttpReplayer:
                 step=0,
                 action="",
             ) from None
+        if b"event: ping" in response.content:
+            self.pinged += 1
         cl.settle(Settled(response.status_code, response.content))
 
     async def _cleanup(
