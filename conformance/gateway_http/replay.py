@@ -163,16 +163,28 @@ class HttpReplayer:
             expected_before = behaviour.init
             for n, (action, expected) in enumerate(behaviour.steps, start=1):
                 conv = conversation_of(expected_before, expected, self.config)
+                label = action if conv is None else f"{action}({conv})"
                 if conv is not None:
                     others = [cl.outstanding is not None for d, cl in clients.items() if d != conv]
-                    await self._step(
-                        action, clients[conv], channels[conv], expected["emitted"][conv], index + n
-                    )
+                    try:
+                        await self._step(
+                            action,
+                            clients[conv],
+                            channels[conv],
+                            expected["emitted"][conv],
+                            index + n,
+                        )
+                    except HttpConformanceError as stuck:  # name the step
+                        raise HttpConformanceError(
+                            f"step {n} {label} ({gw.provider} gateway): {stuck}",
+                            violated=stuck.violated,
+                            step=n,
+                            action=label,
+                        ) from None
                     if action in ("CallerSend", "Retry") and any(others):
                         self.overlaps += 1
                 self.steps += 1
                 after = obs.state()
-                label = action if conv is None else f"{action}({conv})"
                 self._judge(obs, after, before, expected, n, label, gw)
                 before, expected_before = after, expected
         finally:
