@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 SPEC   ?= spec/TpxTransport.tla
 CFG    ?= spec/TpxTransport.cfg
 
-.PHONY: all setup graphviz tlc explore test conformance conformance-deep bench lint clean e2e load bench-gateway fuzz mutate
+.PHONY: all setup graphviz tlc explore test conformance conformance-http conformance-deep bench lint clean e2e load bench-gateway fuzz mutate
 
 all: test
 
@@ -47,6 +47,12 @@ test: $(STAMP) graphviz
 
 conformance: $(STAMP) graphviz
 	$(PY) -m pytest conformance -n 2 -q
+
+## Only the gateway's HTTP replay (conformance/gateway_http; part of `make conformance`):
+## every behaviour of the small cfgs, edge covers of the shipped and a larger cfg, the bugs.
+conformance-http: $(STAMP)
+	$(PY) -m pytest conformance/test_gateway_http_replay.py conformance/test_gateway_http_bugs.py \
+	  conformance/test_gateway_http_abstraction.py -n 2 -q
 
 conformance-deep: $(STAMP) graphviz
 	TPX_HYPOTHESIS_PROFILE=deep $(PY) -m pytest conformance -n 2 -q

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
 
+from conformance.gateway_http.harness import Harness
 from conformance.replay import COVERAGE_REPORTS, Behaviour, complete_behaviours, tlc_graph
 from tpx.tlc import StateGraph
 
@@ -77,3 +79,14 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             f"{r['name']}: states {s}/{st} ({100 * s / st:.1f}%), "
             f"edges {e}/{et} ({100 * e / et:.1f}%), behaviours {b}/{bt}"
         )
+
+
+@pytest.fixture(scope="session")
+def http_harness() -> Iterator[Harness]:
+    """The HTTP replay's event loop, fake upstreams and ``tpx serve`` processes (one per
+    boot selection, started on first use and kept for the session)."""
+    harness = Harness()
+    try:
+        yield harness
+    finally:
+        harness.close()

@@ -15,19 +15,28 @@ the way a plausible bug would change it, and names the property the monitor must
   framing check refuses it before the wire (a ``ProtocolError`` 400), so the monitor sees
   no illegal step; listed so the tests show which layer stops it.
 
-A retry that *loses* an obligation spans two requests; the live monitor keys
-conversations by request id and sees each request's history whole, so it cannot be seeded
-as one request's illegal step (see the README: the conformance replay over HTTP is the
-check for it, not yet built).
+* ``retry_loses_obligation`` -- a retry de-duplication layer takes a byte-identical
+  re-send for a turn whose tool round already went upstream and drops that round (the
+  tool_use blocks of the last assistant turn and the tool_results answering them) before
+  the exchange: the retried turn's obligations are lost, its tool_results never reach the
+  provider. It spans two requests; the live monitor keys conversations by request id and
+  sees each request's history whole (the lossy one is self-consistent), so it is not a
+  monitor catch: the HTTP conformance replay (:mod:`conformance.gateway_http`) stops it
+  at the ``Retry`` step (PairingInv: the wire does not carry the request's tool_results).
+
+``replay`` names the property the HTTP replay reports for each
+(``conformance/test_gateway_http_bugs.py``).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import attrs
+import orjson
 import pytest
 
 import tpx.exchange
@@ -47,6 +56,8 @@ class GatewayBug:
     property: str
     """the property ``tpx serve --monitor`` names (``""``: not a monitor catch)"""
     patch: Patch
+    replay: str = ""
+    """the property the HTTP conformance replay names first"""
 
     @contextmanager
     def active(self) -> Iterator[None]:
@@ -102,9 +113,38 @@ def _retry_dup(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(tpx.exchange.Exchange, "_frame", dup)
 
 
+def _drop_tool_round(body: bytes) -> bytes:
+    data = orjson.loads(body)
+    messages = data.get("messages")
+    if not isinstance(messages, list) or len(messages) < 2:
+        return body
+    user, assistant = messages[-1], messages[-2]
+    for message, kind, filler in ((user, "tool_result", "continue"), (assistant, "tool_use", "ok")):
+        content = message.get("content")
+        if isinstance(content, list):
+            kept = [b for b in content if not (isinstance(b, dict) and b.get("type") == kind)]
+            message["content"] = kept or [{"type": "text", "text": filler}]
+    return orjson.dumps(data)
+
+
+def _retry_loses_obligation(mp: pytest.MonkeyPatch) -> None:
+    real = tpx.gateway.core.Gateway._messages
+    seen: set[bytes] = set()
+
+    def lossy(self: Any, request: Any, request_id: str) -> Any:
+        digest = hashlib.sha256(request.body).digest()
+        if digest in seen:  # "a retry: its tool round already went upstream"
+            request = attrs.evolve(request, body=_drop_tool_round(request.body))
+        seen.add(digest)
+        return real(self, request, request_id)
+
+    mp.setattr(tpx.gateway.core.Gateway, "_messages", lossy)
+
+
 GATEWAY_BUGS: tuple[GatewayBug, ...] = (
-    GatewayBug("ids_leak", "NoCrossPairing", _ids_leak),
-    GatewayBug("unissued_id", "PairingInv", _unissued_id),
-    GatewayBug("selection_drift", "SelectionStable", _selection_drift),
-    GatewayBug("retry_dup", "", _retry_dup),
+    GatewayBug("ids_leak", "NoCrossPairing", _ids_leak, replay="NoCrossPairing"),
+    GatewayBug("unissued_id", "PairingInv", _unissued_id, replay="PairingInv"),
+    GatewayBug("selection_drift", "SelectionStable", _selection_drift, replay="SelectionInv"),
+    GatewayBug("retry_dup", "", _retry_dup, replay="Refinement"),
+    GatewayBug("retry_loses_obligation", "", _retry_loses_obligation, replay="PairingInv"),
 )

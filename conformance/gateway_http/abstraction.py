@@ -1,0 +1,322 @@
+"""The abstraction function of the HTTP replay: the spec's 13 variables, computed from
+what the real clients hold and from the bytes on both wires, never from the gateway's
+own state (it is another process).
+
+Per conversation *c* (client :class:`~conformance.gateway_http.client.ConvClient`, fake
+upstream :class:`~conformance.gateway_http.upstream.Channel`):
+
+=============  ==================================================================
+``turn``       exchanges the client saw end (a reply, an error status, a disconnect)
+``phase``      ``idle``: no request outstanding; ``resp``: outstanding and the fake's
+               well-formed reply went out on the upstream wire; ``req``: otherwise
+``pending``    tool_use ids of the client history's last assistant turn
+``reqIds``     tool_result ids of the client's last request the gateway did not refuse
+``wireShape``  the last body on c's upstream wire (its last request, or the well-formed
+               reply to it, plain or a complete event stream): ``openai`` for
+               ``/chat/completions`` or a ``choices`` body / chunk stream, ``messages``
+               for ``/messages`` or a ``message`` body / event stream; ``messages``
+               before any
+``wireIds``    ids that body carries: the trailing tool results of a request, the tool
+               calls of a reply (``[]`` before any)
+``emitted``    the tool call ids of the fake's last well-formed reply to c
+``gotShape``   the shape of the last 200 body the client was handed
+``lastOutcome`` / ``retryable``  the client's view of its last exchange
+``provider``   the provider whose protocol the behaviour's latest upstream request speaks
+               (``/chat/completions``: TPX, ``/messages``: ANTHROPIC; before any request:
+               the one ``tpx serve`` announced at start-up)
+``hasKey`` / ``hasToken``  the credentials the process was started with
+=============  ==================================================================
+
+Ids are abstract ``<<c, t>>``: a client-side id through the arguments the fake planted in
+its tool_use, a wire id through its own text (``call_KEY_T_N``); an id of neither kind is
+``<<?, id>>`` (TypeOK and PairingInv then fail). Beside the state, :func:`byte_problems`
+reads the wires for what a set cannot show: an id listed twice (PairingInv), an id
+another conversation's provider emitted anywhere in c's bytes (NoCrossPairing), a
+credential header that is not the provider's own (Credential), a failure the client sees
+that is not Messages-shaped (ErrorShape); :func:`refusal_problem` checks that a pairing
+refusal is a ``400 invalid_request_error`` (Refusal).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import orjson
+
+from conformance.abstraction import assemble_messages, is_stream, sse_events
+from conformance.gateway_http.client import ConvClient, Settled
+from conformance.gateway_http.harness import API_KEY, OAUTH_TOKEN
+from conformance.gateway_http.upstream import WIRE_ID, Channel, UpstreamExchange
+from tpx.values import Function, ModelValue, Record
+
+__all__ = [
+    "Observer",
+    "byte_problems",
+    "credential_problem",
+    "error_problem",
+    "refusal_problem",
+    "reply_ids",
+    "reply_view",
+    "request_ids",
+    "shape_of",
+]
+
+UNKNOWN = ModelValue("?")
+
+
+def _json(data: bytes | None) -> Any:
+    if data is None:
+        return None
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def shape_of(body: Any) -> str:
+    if isinstance(body, dict) and "choices" in body:
+        return "openai"
+    if isinstance(body, dict) and body.get("type") == "message":
+        return "messages"
+    return "unparsable"
+
+
+def _stream_view(data: bytes) -> tuple[str, list[str]] | None:
+    """(shape, tool call ids) of a complete event stream: Chat Completions chunks ending
+    with ``[DONE]``, or Messages events ending with ``message_stop``."""
+    events = sse_events(data)
+    if not events:
+        return None
+    if events[-1] == ("message", "[DONE]"):
+        ids: list[str] = []
+        for _, text in events[:-1]:
+            chunk = _json(text.encode())
+            if not isinstance(chunk, dict):
+                return None
+            for choice in chunk.get("choices") or []:
+                for call in (choice.get("delta") or {}).get("tool_calls") or []:
+                    if "id" in call:
+                        ids.append(str(call["id"]))
+        return "openai", ids
+    message = assemble_messages(data)
+    if message is None:
+        return None
+    return "messages", [str(b.get("id")) for b in message["content"] if b.get("type") == "tool_use"]
+
+
+def reply_view(data: bytes | None) -> tuple[str, list[str]] | None:
+    """(shape, tool call ids) of a well-formed reply of either provider, plain or streamed;
+    ``None`` for anything else."""
+    if data is None:
+        return None
+    if is_stream(data):
+        return _stream_view(data)
+    body = _json(data)
+    shape = shape_of(body)
+    if shape == "openai":
+        calls = body["choices"][0]["message"].get("tool_calls") or []
+        return shape, [str(call.get("id")) for call in calls]
+    if shape == "messages":
+        return shape, [str(b.get("id")) for b in body["content"] if b.get("type") == "tool_use"]
+    return None
+
+
+def is_reply(ex: UpstreamExchange) -> bool:
+    """The fake's answer was a well-formed reply of the provider (the spec's ProviderReply)."""
+    return ex.status == 200 and reply_view(ex.response) is not None
+
+
+def request_ids(ex: UpstreamExchange) -> list[str]:
+    """The tool result ids an upstream request carries in its last turn, in order."""
+    body = _json(ex.body)
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+        return []
+    messages = body["messages"]
+    if ex.path.endswith("/chat/completions"):  # the tool messages after the last assistant
+        out: list[str] = []
+        for m in reversed(messages):
+            if m.get("role") == "assistant":
+                break
+            if m.get("role") == "tool":
+                out.append(str(m.get("tool_call_id")))
+        return out[::-1]
+    last = messages[-1] if messages else {}
+    content = last.get("content") if last.get("role") == "user" else None
+    if not isinstance(content, list):
+        return []
+    return [str(b.get("tool_use_id")) for b in content if b.get("type") == "tool_result"]
+
+
+def reply_ids(data: bytes | None) -> list[str]:
+    view = reply_view(data)
+    return [] if view is None else view[1]
+
+
+class Observer:
+    """The abstraction for one behaviour: its conversations' clients and channels."""
+
+    def __init__(
+        self,
+        has_key: bool,
+        has_token: bool,
+        announced: str,
+        clients: Mapping[ModelValue, ConvClient],
+        channels: Mapping[ModelValue, Channel],
+    ) -> None:
+        self.has_key = has_key
+        self.has_token = has_token
+        self.announced = ModelValue(announced)
+        self.clients = clients
+        self.channels = channels
+        self.conv_of = {cl.key: c for c, cl in clients.items()}
+
+    def _abstract(self, key: str, tool: str) -> tuple[ModelValue, ModelValue]:
+        c = self.conv_of.get(key)
+        return (c if c is not None else ModelValue(f"?{key}"), ModelValue(tool))
+
+    def wire_id(self, raw: str) -> tuple[ModelValue, ModelValue]:
+        m = WIRE_ID.fullmatch(raw)
+        return self._abstract(m.group(1), m.group(2)) if m else (UNKNOWN, ModelValue(raw))
+
+    def client_id(self, cl: ConvClient, raw: str) -> tuple[ModelValue, ModelValue]:
+        known = cl.ids.get(raw)
+        return self._abstract(*known) if known else (UNKNOWN, ModelValue(raw))
+
+    def _latest(self) -> UpstreamExchange | None:
+        latest: UpstreamExchange | None = None
+        for ch in self.channels.values():
+            if ch.exchanges and (latest is None or ch.exchanges[-1].seq > latest.seq):
+                latest = ch.exchanges[-1]
+        return latest
+
+    def provider(self) -> ModelValue:
+        latest = self._latest()
+        if latest is None:
+            return self.announced
+        return ModelValue("TPX" if latest.path.endswith("/chat/completions") else "ANTHROPIC")
+
+    def conversation(self, c: ModelValue) -> dict[str, Any]:
+        cl, ch = self.clients[c], self.channels[c]
+        phase = "idle"
+        if cl.outstanding is not None:
+            phase = "resp" if cl.arrived is not None and is_reply(cl.arrived) else "req"
+        wire_shape = "messages"
+        wire_ids: frozenset[Any] = frozenset()
+        emitted: frozenset[Any] = frozenset()
+        if ch.exchanges:
+            last = ch.exchanges[-1]
+            view = reply_view(last.response) if last.status == 200 else None
+            if view is not None:
+                wire_shape = view[0]
+                wire_ids = frozenset(self.wire_id(i) for i in view[1])
+            else:
+                wire_shape = "openai" if last.path.endswith("/chat/completions") else "messages"
+                wire_ids = frozenset(self.wire_id(i) for i in request_ids(last))
+        for ex in reversed(ch.exchanges):
+            if is_reply(ex):
+                emitted = frozenset(self.wire_id(i) for i in reply_ids(ex.response))
+                break
+        got = "messages" if cl.delivered is None else shape_of(_json(cl.delivered))
+        return {
+            "turn": cl.turn,
+            "phase": phase,
+            "pending": frozenset(self.client_id(cl, i) for i in cl.pending()),
+            "reqIds": frozenset(self.client_id(cl, i) for i in ConvClient.results_of(cl.accepted)),
+            "wireShape": wire_shape,
+            "wireIds": wire_ids,
+            "emitted": emitted,
+            "gotShape": got,
+            "lastOutcome": cl.last_outcome,
+            "retryable": cl.retryable,
+        }
+
+    def state(self) -> Record:
+        per = {c: self.conversation(c) for c in self.clients}
+        names = next(iter(per.values())).keys()
+        record: dict[str, Any] = {
+            "hasKey": self.has_key,
+            "hasToken": self.has_token,
+            "provider": self.provider(),
+        }
+        for name in names:
+            record[name] = Function({c: per[c][name] for c in per})
+        return Record(record)
+
+
+def _scan(data: bytes, own: str) -> Iterable[str]:
+    for m in WIRE_ID.finditer(data.decode("utf-8", "replace")):
+        if m.group(1) != own:
+            yield m.group(0)
+
+
+def credential_problem(ex: UpstreamExchange) -> str | None:
+    """Only the provider's own credential travels: the bearer token to the OpenAI-compatible
+    upstream, the API key to the Anthropic one."""
+    h = ex.headers
+    if ex.path.endswith("/chat/completions"):
+        ok = h.get("authorization") == f"Bearer {OAUTH_TOKEN}" and "x-api-key" not in h
+    else:
+        ok = h.get("x-api-key") == API_KEY and "authorization" not in h
+    return None if ok else f"{ex.path} carried the credential headers {sorted(h)}"
+
+
+def _messages_error(body: Any) -> bool:
+    error = body.get("error") if isinstance(body, dict) else None
+    return (
+        isinstance(body, dict)
+        and body.get("type") == "error"
+        and isinstance(error, dict)
+        and isinstance(error.get("type"), str)
+        and isinstance(error.get("message"), str)
+    )
+
+
+def error_problem(answer: Settled) -> str | None:
+    """Every failure the client sees is Messages-shaped: an error status with a Messages
+    error body, or (a stream already under way) a stream whose last event is ``error``."""
+    if answer.status == 200:
+        if not is_stream(answer.body):
+            return None
+        events = sse_events(answer.body)
+        if events and events[-1][0] == "message_stop":
+            return None
+        if events and events[-1][0] == "error" and _messages_error(_json(events[-1][1].encode())):
+            return None
+        return "a stream ended neither with message_stop nor with a Messages error event"
+    if not _messages_error(_json(answer.body)):
+        return f"a {answer.status} answer whose body is not a Messages error"
+    return None
+
+
+def refusal_problem(answer: Settled | None) -> str | None:
+    """A request refused for pairing (CallerAbort) gets ``400 invalid_request_error``."""
+    if answer is None or answer.status != 400:
+        return f"answered {None if answer is None else answer.status}, not 400"
+    body = _json(answer.body)
+    if not _messages_error(body) or body["error"]["type"] != "invalid_request_error":
+        return "a 400 whose body is not a Messages invalid_request_error"
+    return None
+
+
+def byte_problems(obs: Observer) -> list[tuple[str, str]]:
+    """(property, message) for what the bytes show beyond the state."""
+    problems: list[tuple[str, str]] = []
+    for c, cl in obs.clients.items():
+        ch = obs.channels[c]
+        for ex in ch.exchanges:
+            bad = credential_problem(ex)
+            if bad is not None:
+                problems.append(("Credential", f"{c}: {bad}"))
+            ids = request_ids(ex)
+            if len(ids) != len(set(ids)):
+                problems.append(("PairingInv", f"{c}: a tool result twice on the wire: {ids}"))
+            for foreign in _scan(ex.body, cl.key):
+                problems.append(("NoCrossPairing", f"{c}: {foreign} on its upstream wire"))
+        for answer in cl.received:
+            bad = error_problem(answer)
+            if bad is not None:
+                problems.append(("ErrorShape", f"{c}: {bad}"))
+            for foreign in _scan(answer.body, cl.key):
+                problems.append(("NoCrossPairing", f"{c}: {foreign} in a response to it"))
+    return problems

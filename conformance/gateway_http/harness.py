@@ -1,0 +1,216 @@
+"""The replay's machinery: an event loop in a thread (the fake upstreams and every HTTP
+client run on it), and real ``tpx serve`` processes on loopback, one per boot selection
+(the spec's initial ``hasKey`` / ``hasToken``), started once and reused.
+
+``Harness.run(coro)`` runs a coroutine on the loop from the test's thread.
+``Harness.gateway(has_key, has_token, bug=None, ping_interval=None)`` is the ``tpx serve``
+process for that boot (``bug``: a process of its own with that seeded bug patched in, see
+:mod:`conformance.gateway_http.serve`; ``ping_interval``: one started with a config file
+setting ``[limits] ping_interval``, so streams carry ``ping`` events while a request is held).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import attrs
+import httpx2
+import uvicorn
+
+from conformance.gateway_http.upstream import FakeUpstreams
+
+__all__ = ["API_KEY", "GATEWAY_KEY", "OAUTH_TOKEN", "Gateway", "Harness"]
+
+T = TypeVar("T")
+
+ROOT = Path(__file__).parents[2]
+GATEWAY_KEY = "conformance-gateway-key"
+API_KEY = "sk-ant-conformance-key"
+OAUTH_TOKEN = "conformance-oauth-token"
+_LISTENING = re.compile(r"listening on (http://[0-9.]+:[0-9]+) \(provider (\w+),")
+#: a hang guard only (nothing waits on time): how long one step may take at most
+STEP_GUARD_S = 120.0
+
+
+@attrs.define(eq=False)
+class Gateway:
+    """One running ``tpx serve``."""
+
+    has_key: bool
+    has_token: bool
+    bug: str | None
+    ping_interval: float | None
+    url: str
+    provider: str  # as its start-up line says
+    popen: subprocess.Popen[str]
+    tail: collections.deque[str]
+    drain: threading.Thread
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(30)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(30)
+        self.drain.join(30)
+        if self.popen.stderr is not None:
+            self.popen.stderr.close()
+
+    def output(self) -> str:
+        return "\n".join(self.tail)
+
+
+def _until_healthy(gw: Gateway) -> None:
+    """The start-up contract: poll ``GET /healthz`` until 200 (the socket is bound before
+    the application has started; a TPX gateway loads its tokenizer first)."""
+    for _ in range(6000):
+        if gw.popen.poll() is not None:
+            raise RuntimeError("tpx serve ended:\n" + gw.output())
+        try:
+            if httpx2.get(gw.url + "/healthz", timeout=30).status_code == 200:
+                return
+        except httpx2.TransportError:
+            pass
+        time.sleep(0.02)  # start-up only; no replay step ever waits on time
+    raise RuntimeError("tpx serve never became healthy:\n" + gw.output())
+
+
+class _BrokenStreams(logging.Filter):
+    """The fake breaks streams off on purpose (ProviderFail): uvicorn's one line about it
+    is expected, not news."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "returned without completing response" not in record.getMessage()
+
+
+class Harness:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+        self.upstreams = FakeUpstreams()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # replies in one go
+        sock.bind(("127.0.0.1", 0))
+        self.upstream_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        config = uvicorn.Config(
+            self.upstreams, log_level="warning", access_log=False, lifespan="off"
+        )
+        self._server = uvicorn.Server(config)
+        logging.getLogger("uvicorn.error").addFilter(_BrokenStreams())
+        self._serving = asyncio.run_coroutine_threadsafe(
+            self._server.serve(sockets=[sock]), self.loop
+        )
+        self._gateways: dict[tuple[bool, bool, str | None, float | None], Gateway] = {}
+        self._configs = tempfile.TemporaryDirectory(prefix="tpx-gw-http-")
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def gateway(
+        self,
+        has_key: bool,
+        has_token: bool,
+        bug: str | None = None,
+        ping_interval: float | None = None,
+    ) -> Gateway:
+        key = (has_key, has_token, bug, ping_interval)
+        gw = self._gateways.get(key)
+        if gw is None or gw.popen.poll() is not None:
+            gw = self._gateways[key] = self._start(*key)
+        return gw
+
+    def stop_gateways(self, bug: str) -> None:
+        """Stop every process started with *bug*."""
+        for key, gw in list(self._gateways.items()):
+            if gw.bug == bug:
+                gw.stop()
+                del self._gateways[key]
+
+    def _start(
+        self, has_key: bool, has_token: bool, bug: str | None, ping_interval: float | None
+    ) -> Gateway:
+        env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
+        env.update(
+            {
+                "TPX_GATEWAY_KEY": GATEWAY_KEY,
+                "TPX_GATEWAY_SECRET": "conformance-gateway-secret",
+                "TPX_THINKING_SECRET": "conformance-thinking-secret",
+                "PYTHONPATH": str(ROOT),
+            }
+        )
+        if has_key:
+            env["ANTHROPIC_API_KEY"] = API_KEY
+            env["ANTHROPIC_BASE_URL"] = self.upstream_url
+        if has_token:
+            env["TPX_OAUTH_TOKEN"] = OAUTH_TOKEN
+            env["TPX_BASE_URL"] = self.upstream_url + "/v1"
+        cmd = [sys.executable, "-m", "conformance.gateway_http.serve"]
+        if bug is not None:
+            cmd += ["--bug", bug]
+        cmd += ["--", "serve", "--host", "127.0.0.1", "--port", "0"]
+        if ping_interval is not None:
+            config = Path(self._configs.name) / f"ping-{ping_interval}.toml"
+            config.write_text(f"[limits]\nping_interval = {ping_interval!r}\n", encoding="utf-8")
+            cmd += ["--config", str(config)]
+        popen = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert popen.stderr is not None
+        tail: collections.deque[str] = collections.deque(maxlen=200)
+        match = None
+        for line in popen.stderr:  # blocks until the start-up line (or the process ends)
+            tail.append(line.rstrip("\n"))
+            match = _LISTENING.search(line)
+            if match:
+                break
+        if match is None:
+            popen.wait(30)
+            stream_out = popen.stderr
+            stream_out.close()
+            raise RuntimeError("tpx serve did not start:\n" + "\n".join(tail))
+        stream = popen.stderr
+
+        def drain() -> None:  # the per-exchange log lines: keep the last ones
+            for line in stream:
+                tail.append(line.rstrip("\n"))
+
+        drainer = threading.Thread(target=drain, daemon=True)
+        drainer.start()
+        url, provider = match.group(1), match.group(2)
+        gw = Gateway(has_key, has_token, bug, ping_interval, url, provider, popen, tail, drainer)
+        _until_healthy(gw)
+        return gw
+
+    def close(self) -> None:
+        for gw in list(self._gateways.values()):
+            gw.stop()
+        self._gateways.clear()
+        self._configs.cleanup()
+        self._server.should_exit = True
+        self._serving.result(60)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(60)
+        self.loop.close()

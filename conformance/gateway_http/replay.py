@@ -1,0 +1,353 @@
+"""Replay the gateway spec's behaviours through a real ``tpx serve`` over HTTP.
+
+:class:`HttpReplayer` takes a behaviour (:mod:`conformance.gateway_http.behaviours`), picks
+the ``tpx serve`` process of its initial ``hasKey`` / ``hasToken`` (started once, reused),
+gives each conversation its own ``httpx2.AsyncClient`` and its own channel on the fake
+upstream, and takes each step as HTTP:
+
+=================  ========================================================================
+``CallerSend``     the client POSTs its next turn (every obligation answered once); done
+                   when the request reaches the fake upstream (or the client has an answer)
+``Retry``          the client re-sends its last body, byte for byte (streamed mode: every
+                   second one is Claude Code's fallback, the same body without
+                   ``stream``); the same wait
+``CallerAbort``    the client POSTs tool_results that do not answer its obligations (an id
+                   never issued, one left out, one twice); done at the gateway's answer
+                   (400 expected) or when anything reaches the upstream (a bug)
+``NoProvider``     the client POSTs a turn to a gateway started without credentials
+``ProviderReply``  the fake releases the held request with a reply emitting the spec's ids
+``ProviderFail``   the fake releases it with a failure (500 / 529 / 429 / 503 / a body that
+                   is not the provider's; streamed: also a stream broken off mid-way); done
+                   when the client has the gateway's answer
+``ClientGone``     the client drops its request; done when the fake sees the gateway close
+                   the upstream request
+``Deliver``        the client takes the gateway's answer
+=================  ========================================================================
+
+Streamed mode (``streaming=True``; ``None``: every second behaviour): every request has
+``"stream": true``, the fake answers with the provider's event stream (Chat Completions
+chunks with tool calls in fragments, or Messages events), and the client reads the
+gateway's events whole and assembles the message (a ``ClientGone`` drops the stream
+before its first event; a failed stream is an ``error`` event or a broken one).
+
+Nothing waits on time: each step waits for its event (an arrival on the fake, a response
+on the client, the upstream connection closing), with a generous guard against a hang.
+Requests stay held on the fake until the behaviour's ``ProviderReply`` / ``ProviderFail``,
+so wherever a behaviour has one conversation's exchange in flight while another's
+request is sent, both really are in flight together.
+
+After every step the abstraction (:mod:`conformance.gateway_http.abstraction`) computes
+the 13 variables and the step is judged: ``Refinement`` when the observed state is not
+the spec's, every invariant of the cfg the observed state violates, ``SelectionStable`` on
+the observed step, and what the bytes show (:func:`byte_problems`). A problem raises
+:class:`HttpConformanceError` naming them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import httpx2
+
+from conformance.gateway_http.abstraction import Observer, byte_problems, refusal_problem
+from conformance.gateway_http.behaviours import conversation_of
+from conformance.gateway_http.client import ABORT_STYLES, ConvClient, Settled
+from conformance.gateway_http.harness import GATEWAY_KEY, STEP_GUARD_S, Gateway, Harness
+from conformance.gateway_http.upstream import FAIL_KINDS, STREAM_FAIL_KINDS, Channel, Plan
+from conformance.replay import Behaviour, Coverage
+from tpx.model.gateway import INVARIANTS, Config, SelectionStable, State
+from tpx.values import ModelValue, Record
+
+__all__ = ["HttpConformanceError", "HttpReplayer"]
+
+_KEYS = itertools.count(1)
+
+
+class HttpConformanceError(AssertionError):
+    """The real gateway left the spec: ``violated`` names the properties."""
+
+    def __init__(self, message: str, *, violated: Sequence[str], step: int, action: str) -> None:
+        super().__init__(message)
+        self.violated = tuple(dict.fromkeys(violated))
+        self.step = step
+        self.action = action
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, frozenset):
+        return "{" + ", ".join(sorted(_show(x) for x in v)) + "}"
+    if isinstance(v, tuple):
+        return "<<" + ", ".join(_show(x) for x in v) + ">>"
+    return repr(v) if isinstance(v, str) else str(v)
+
+
+class HttpReplayer:
+    """Replays behaviours of *config* through ``harness``'s gateways (``bug``: through
+    processes with that seeded bug)."""
+
+    def __init__(
+        self,
+        harness: Harness,
+        config: Config,
+        *,
+        bug: str | None = None,
+        streaming: bool | None = False,
+        ping_interval: float | None = None,
+    ) -> None:
+        self.harness = harness
+        self.config = config
+        self.bug = bug
+        #: True: every request streams; None: every second behaviour (odd indices) does
+        self.streaming = streaming
+        self.ping_interval = ping_interval
+        self._http: dict[tuple[str, ModelValue], httpx2.AsyncClient] = {}
+        self.steps = 0
+        #: requests that reached the upstream while another conversation's exchange was in
+        #: flight (its request held on the fake, or its reply out and not yet delivered)
+        self.overlaps = 0
+        #: answers that carried ``ping`` events (reported, not required: pings follow time)
+        self.pinged = 0
+
+    def replay(self, behaviour: Behaviour, index: int = 0) -> None:
+        """Replay one behaviour (from the test's thread); raises HttpConformanceError."""
+        init = behaviour.init
+        gw = self.harness.gateway(init["hasKey"], init["hasToken"], self.bug, self.ping_interval)
+        self.harness.run(self._replay(gw, behaviour, index))
+
+    def replay_all(self, behaviours: Sequence[Behaviour], coverage: Coverage | None = None) -> int:
+        for i, b in enumerate(behaviours):
+            self.replay(b, i)
+            if coverage is not None:
+                coverage.add(b)
+        return len(behaviours)
+
+    def close(self) -> None:
+        async def close_all() -> None:
+            for client in self._http.values():
+                await client.aclose()
+
+        self.harness.run(close_all())
+        self._http.clear()
+
+    # -- one behaviour ----------------------------------------------------------------------
+
+    def _client(self, gw: Gateway, c: ModelValue) -> httpx2.AsyncClient:
+        client = self._http.get((gw.url, c))
+        if client is None:
+            client = self._http[(gw.url, c)] = httpx2.AsyncClient(
+                base_url=gw.url,
+                headers={"x-api-key": GATEWAY_KEY, "anthropic-version": "2023-06-01"},
+                timeout=httpx2.Timeout(600.0),
+            )
+        return client
+
+    async def _replay(self, gw: Gateway, behaviour: Behaviour, index: int) -> None:
+        upstreams = self.harness.upstreams
+        clients: dict[ModelValue, ConvClient] = {}
+        channels: dict[ModelValue, Channel] = {}
+        stream = self.streaming if self.streaming is not None else index % 2 == 1
+        for c in self.config.Convs:
+            key = f"b{next(_KEYS)}{c.name}"
+            clients[c] = ConvClient(c, key, self._client(gw, c), stream=stream)
+            channels[c] = upstreams.channel(key)
+        obs = Observer(
+            behaviour.init["hasKey"], behaviour.init["hasToken"], gw.provider, clients, channels
+        )
+        try:
+            before = obs.state()
+            self._judge(obs, before, None, behaviour.init, 0, "Init", gw)
+            expected_before = behaviour.init
+            for n, (action, expected) in enumerate(behaviour.steps, start=1):
+                conv = conversation_of(expected_before, expected, self.config)
+                label = action if conv is None else f"{action}({conv})"
+                if conv is not None:
+                    others = [cl.outstanding is not None for d, cl in clients.items() if d != conv]
+                    try:
+                        await self._step(
+                            action,
+                            clients[conv],
+                            channels[conv],
+                            expected["emitted"][conv],
+                            index + n,
+                        )
+                    except HttpConformanceError as stuck:  # name the step
+                        raise HttpConformanceError(
+                            f"step {n} {label} ({gw.provider} gateway): {stuck}",
+                            violated=stuck.violated,
+                            step=n,
+                            action=label,
+                        ) from None
+                    if action in ("CallerSend", "Retry") and any(others):
+                        self.overlaps += 1
+                self.steps += 1
+                after = obs.state()
+                self._judge(obs, after, before, expected, n, label, gw)
+                before, expected_before = after, expected
+        finally:
+            await self._cleanup(clients, channels)
+            for ch in channels.values():
+                upstreams.forget(ch.key)
+
+    async def _step(
+        self, action: str, cl: ConvClient, ch: Channel, emitted: frozenset[Any], salt: int
+    ) -> None:
+        if action in ("CallerSend", "NoProvider"):
+            cl.send(cl.fresh_body())
+            await self._sent(cl, ch)
+        elif action == "Retry":
+            assert cl.last_body is not None
+            fallback = cl.stream and salt % 2 == 1
+            cl.send(cl.fallback_body() if fallback else cl.last_body)
+            await self._sent(cl, ch)
+        elif action == "CallerAbort":
+            styles = [s for s in ABORT_STYLES if s == "unknown" or cl.pending()]
+            cl.send(cl.bad_body(styles[salt % len(styles)]))
+            await self._sent(cl, ch)
+        elif action == "ProviderReply":
+            ex = self._held(cl)
+            ex.plan.set_result(Plan("reply", tuple(sorted(t.name for _, t in emitted))))
+            await self._guard(ex.done.wait(), "the fake's reply going out")
+        elif action == "ProviderFail":
+            ex = self._held(cl)
+            kinds = STREAM_FAIL_KINDS if cl.stream else FAIL_KINDS
+            ex.plan.set_result(Plan("fail", fail=kinds[salt % len(kinds)]))
+            await self._settle(cl)
+        elif action == "Deliver":
+            await self._settle(cl)
+        elif action == "ClientGone":
+            ex = self._held(cl)
+            assert cl.outstanding is not None
+            cl.outstanding.cancel()
+            with contextlib.suppress(asyncio.CancelledError, httpx2.HTTPError):
+                await cl.outstanding
+            await self._guard(ex.done.wait(), "the gateway closing the upstream request")
+            cl.settle(Settled(None, b""))
+        else:
+            raise ValueError(f"no HTTP step for {action}")
+
+    @staticmethod
+    def _held(cl: ConvClient) -> Any:
+        if cl.arrived is None:
+            raise HttpConformanceError(
+                f"{cl.c}: no request of it on the upstream wire to answer",
+                violated=["Refinement"],
+                step=0,
+                action="",
+            )
+        return cl.arrived
+
+    async def _guard(self, aw: Any, what: str) -> Any:
+        try:
+            return await asyncio.wait_for(aw, STEP_GUARD_S)
+        except TimeoutError:
+            raise HttpConformanceError(
+                f"no progress: waited for {what}", violated=["Refinement"], step=0, action=""
+            ) from None
+
+    async def _sent(self, cl: ConvClient, ch: Channel) -> None:
+        """Wait until the request reaches the fake upstream, or the client has an answer."""
+        assert cl.outstanding is not None
+        arrival = asyncio.ensure_future(ch.arrivals.get())
+        done, _ = await asyncio.wait(
+            {arrival, cl.outstanding}, timeout=STEP_GUARD_S, return_when=asyncio.FIRST_COMPLETED
+        )
+        if arrival in done:
+            cl.arrived = arrival.result()
+            cl.accepted = cl.sent
+            return
+        arrival.cancel()
+        if not done:
+            raise HttpConformanceError(
+                "no progress: the request neither reached the upstream nor was answered",
+                violated=["Refinement"],
+                step=0,
+                action="",
+            )
+        await self._settle(cl)
+
+    async def _settle(self, cl: ConvClient) -> None:
+        assert cl.outstanding is not None
+        try:
+            response = await self._guard(asyncio.shield(cl.outstanding), "the gateway's answer")
+        except httpx2.HTTPError as exc:
+            raise HttpConformanceError(
+                f"{cl.c}: the client's request failed: {type(exc).__name__}: {exc}",
+                violated=["Refinement"],
+                step=0,
+                action="",
+            ) from None
+        if b"event: ping" in response.content:
+            self.pinged += 1
+        cl.settle(Settled(response.status_code, response.content))
+
+    async def _cleanup(
+        self, clients: dict[ModelValue, ConvClient], channels: dict[ModelValue, Channel]
+    ) -> None:
+        """After a failure: drop outstanding requests, fail held ones, wait for the fake."""
+        for cl in clients.values():
+            if cl.outstanding is not None:
+                cl.outstanding.cancel()
+                with contextlib.suppress(asyncio.CancelledError, httpx2.HTTPError):
+                    await cl.outstanding
+                cl.outstanding = None
+        for ch in channels.values():
+            for ex in ch.exchanges:
+                if not ex.plan.done():
+                    ex.plan.set_result(Plan("fail", fail="500"))
+                await self._guard(ex.done.wait(), "the fake finishing")
+
+    # -- judging ----------------------------------------------------------------------------
+
+    def _judge(
+        self,
+        obs: Observer,
+        observed: Record,
+        before: Record | None,
+        expected: Record,
+        step: int,
+        action: str,
+        gw: Gateway,
+    ) -> None:
+        problems: list[tuple[str, str]] = []
+        try:
+            state = State.from_record(observed)
+        except ValueError as exc:
+            problems.append(("TypeOK", str(exc)))
+        else:
+            for name, inv in INVARIANTS:
+                try:
+                    ok = inv(state, self.config)
+                except (KeyError, TypeError):
+                    ok = False
+                if not ok:
+                    problems.append((name, "violated by the observed state"))
+            if before is not None and not SelectionStable(State.from_record(before), state):
+                problems.append(("SelectionStable", "the observed step changed the selection"))
+        problems += byte_problems(obs)
+        if action.startswith("CallerAbort("):
+            cl = obs.clients[ModelValue(action[len("CallerAbort(") : -1])]
+            answered = cl.outstanding is None and bool(cl.received)
+            bad = refusal_problem(cl.received[-1] if answered else None)
+            if bad is not None:
+                problems.append(("Refusal", bad))
+        for name in expected:
+            if observed[name] != expected[name]:
+                problems.append(
+                    (
+                        "Refinement",
+                        f"{name}: observed {_show(observed[name])}, spec {_show(expected[name])}",
+                    )
+                )
+        if problems:
+            where = f"{gw.provider} gateway" + ("" if gw.bug is None else f", bug {gw.bug}")
+            raise HttpConformanceError(
+                f"step {step} {action} ({where}):\n  "
+                + "\n  ".join(f"{p}: {m}" for p, m in problems),
+                violated=[p for p, _ in problems],
+                step=step,
+                action=action,
+            )

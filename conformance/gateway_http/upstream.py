@@ -1,0 +1,351 @@
+"""The fake upstreams of the HTTP replay: one ASGI app speaking both protocols, scripted
+per behaviour step, recording the exact bytes of both directions.
+
+``POST .../chat/completions`` is the OpenAI-compatible upstream (TPX), ``POST
+.../messages`` the Anthropic one. A request belongs to the conversation whose tag
+``[conv:KEY]`` its first user text carries (the client puts it there). The fake never
+decides a reply by itself: each request is queued on its conversation's
+:class:`Channel` and held until the replay resolves its :class:`Plan` (the behaviour's
+``ProviderReply`` / ``ProviderFail``), or until the gateway closes it (``ClientGone``):
+the handler watches the connection while it holds the request.
+
+Tool calls the fake emits carry their identity twice, both planted by the fake: the wire
+id ``call_KEY_T_N`` (OpenAI) / ``toolu_KEY_T_N`` (Anthropic), and the arguments
+``{"conv": KEY, "tool": T}``. The abstraction reads ids back from these bytes only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import re
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import attrs
+import orjson
+
+__all__ = [
+    "FAIL_KINDS",
+    "STREAM_FAIL_KINDS",
+    "WIRE_ID",
+    "Channel",
+    "FakeUpstreams",
+    "Plan",
+    "UpstreamExchange",
+    "conv_tag",
+]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+_TAG = re.compile(rb"\[conv:([A-Za-z0-9]+)\]")
+#: a tool id the fake emitted: prefix, conversation key, local tool name, counter
+WIRE_ID = re.compile(r"(?:call|toolu)_([A-Za-z0-9]+)_(t[0-9]+)_([0-9]+)")
+
+#: how ProviderFail fails, in rotation: an HTTP error the gateway relays, or a body
+#: that is not the provider's (a protocol failure)
+FAIL_KINDS: tuple[str, ...] = ("500", "529", "429", "503", "garbage")
+#: the same for a streamed request, plus a stream broken off before its terminal event
+#: (the connection closed mid-stream)
+STREAM_FAIL_KINDS: tuple[str, ...] = (*FAIL_KINDS, "break")
+
+
+def conv_tag(key: str) -> str:
+    return f"[conv:{key}]"
+
+
+@attrs.frozen
+class Plan:
+    """What the fake answers: ``reply`` emitting tool calls named *tools* (local names,
+    ``t1`` ...), or ``fail`` of kind *fail* (:data:`FAIL_KINDS`)."""
+
+    kind: str
+    tools: tuple[str, ...] = ()
+    fail: str = ""
+
+
+@attrs.define(eq=False)
+class UpstreamExchange:
+    """One request the gateway sent upstream, and what came of it."""
+
+    seq: int  # global arrival order
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    plan: asyncio.Future[Plan]
+    status: int | None = None  # what the fake answered (None: closed before a reply)
+    response: bytes | None = None
+    closed: bool = False  # the gateway closed the request before any reply
+    done: asyncio.Event = attrs.field(factory=asyncio.Event)
+
+    @property
+    def replied(self) -> bool:
+        """A 200 reply went out (the spec's ProviderReply)."""
+        return self.status == 200 and self.response is not None
+
+
+@attrs.define(eq=False)
+class Channel:
+    """One conversation's upstream wire: every exchange in order, new ones queued."""
+
+    key: str
+    exchanges: list[UpstreamExchange] = attrs.field(factory=list)
+    arrivals: asyncio.Queue[UpstreamExchange] = attrs.field(factory=asyncio.Queue)
+    emitted: int = 0
+
+
+class FakeUpstreams:
+    """The ASGI app (run it under uvicorn on the replay's event loop)."""
+
+    def __init__(self) -> None:
+        self.channels: dict[str, Channel] = {}
+        self.strays: list[bytes] = []  # requests carrying no conversation tag
+        self._seq = itertools.count(1)
+
+    def channel(self, key: str) -> Channel:
+        ch = self.channels.get(key)
+        if ch is None:
+            ch = self.channels[key] = Channel(key)
+        return ch
+
+    def forget(self, key: str) -> None:
+        self.channels.pop(key, None)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        parts: list[bytes] = []
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            parts.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(parts)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        match = _TAG.search(body)
+        if match is None:
+            self.strays.append(body)
+            await _respond(send, 400, b'{"error": "no conversation tag"}')
+            return
+        ch = self.channel(match.group(1).decode())
+        loop = asyncio.get_running_loop()
+        ex = UpstreamExchange(next(self._seq), scope["path"], headers, body, loop.create_future())
+        ch.exchanges.append(ex)
+        ch.arrivals.put_nowait(ex)
+
+        async def gone() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+
+        watcher = asyncio.ensure_future(gone())
+        try:
+            waits: set[asyncio.Future[Any]] = {ex.plan, watcher}
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            if not ex.plan.done():  # the gateway closed the request: ClientGone
+                ex.closed = True
+                return
+            plan = ex.plan.result()
+            status, data = self._answer(ch, ex, plan)
+            ex.status, ex.response = status, data
+            with contextlib.suppress(OSError):
+                if not _is_sse(data):
+                    await _respond(send, status, data)
+                elif plan.fail == "break":  # half the stream, then the connection closes
+                    await _start_stream(send)
+                    await send({"type": "http.response.body", "body": data, "more_body": True})
+                else:
+                    await _start_stream(send)
+                    await send({"type": "http.response.body", "body": data})
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+            ex.done.set()
+
+    # -- replies --------------------------------------------------------------------------
+
+    def _answer(self, ch: Channel, ex: UpstreamExchange, plan: Plan) -> tuple[int, bytes]:
+        status, data = self._reply(ch, ex, plan)
+        request = orjson.loads(ex.body)
+        if request.get("stream") is not True and plan.fail == "break":
+            return 200, data[: len(data) // 2]  # a reply cut short: not JSON
+        if status != 200 or request.get("stream") is not True or data.startswith(b"<"):
+            return status, data
+        events = (
+            _openai_stream(orjson.loads(data))
+            if "choices" in orjson.loads(data)
+            else (_messages_stream(orjson.loads(data)))
+        )
+        if plan.fail == "break":
+            events = events[: len(events) // 2]
+        return 200, b"".join(events)
+
+    def _reply(self, ch: Channel, ex: UpstreamExchange, plan: Plan) -> tuple[int, bytes]:
+        openai = ex.path.endswith("/chat/completions")
+        if plan.kind == "fail" and plan.fail == "break":
+            plan = Plan("reply", ("t0",))  # a tool call begun, never finished
+        if plan.kind == "fail":
+            if plan.fail == "garbage":
+                return 200, b"<html>not an API reply</html>"
+            status = int(plan.fail)
+            if openai:
+                return status, orjson.dumps({"error": {"message": "scripted", "type": "server"}})
+            kind = {529: "overloaded_error", 429: "rate_limit_error"}.get(status, "api_error")
+            return status, orjson.dumps(
+                {"type": "error", "error": {"type": kind, "message": "scripted"}}
+            )
+        calls = []
+        for tool in plan.tools:
+            ch.emitted += 1
+            calls.append((tool, ch.emitted))
+        model = orjson.loads(ex.body).get("model", "m")
+        if openai:
+            tool_calls = [
+                {
+                    "id": f"call_{ch.key}_{t}_{n}",
+                    "type": "function",
+                    "function": {
+                        "name": "lookup",
+                        "arguments": orjson.dumps({"conv": ch.key, "tool": t}).decode(),
+                    },
+                }
+                for t, n in calls
+            ]
+            message: dict[str, Any] = {"role": "assistant", "content": f"reply {ch.key}"}
+            if tool_calls:
+                message["tool_calls"] = tool_calls
+            return 200, orjson.dumps(
+                {
+                    "id": f"chatcmpl-{ex.seq}",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": message,
+                            "finish_reason": "tool_calls" if tool_calls else "stop",
+                        }
+                    ],
+                    "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+                }
+            )
+        content: list[dict[str, Any]] = [{"type": "text", "text": f"reply {ch.key}"}]
+        content += [
+            {
+                "type": "tool_use",
+                "id": f"toolu_{ch.key}_{t}_{n}",
+                "name": "lookup",
+                "input": {"conv": ch.key, "tool": t},
+            }
+            for t, n in calls
+        ]
+        return 200, orjson.dumps(
+            {
+                "id": f"msg_{ex.seq}",
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": content,
+                "stop_reason": "tool_use" if calls else "end_turn",
+                "stop_sequence": None,
+                "usage": {"input_tokens": 10, "output_tokens": 5},
+            }
+        )
+
+
+async def _respond(send: Send, status: int, body: bytes) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def _is_sse(data: bytes) -> bool:
+    return data.startswith((b"data:", b"event:"))
+
+
+async def _start_stream(send: Send) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")],
+        }
+    )
+
+
+def _openai_stream(completion: dict[str, Any]) -> list[bytes]:
+    """A Chat Completions chunk stream saying what *completion* says: the text, each tool
+    call in two fragments, the finish reason, the usage, ``[DONE]``."""
+    message = completion["choices"][0]["message"]
+
+    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+        data = {
+            "id": completion["id"],
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": completion["model"],
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            **extra,
+        }
+        return b"data: " + orjson.dumps(data) + b"\n\n"
+
+    out = [chunk({"role": "assistant", "content": message.get("content") or ""})]
+    for n, call in enumerate(message.get("tool_calls") or []):
+        args = call["function"]["arguments"]
+        head = {"index": n, "id": call["id"], "type": "function"}
+        out.append(
+            chunk({"tool_calls": [{**head, "function": {"name": "lookup", "arguments": args[:5]}}]})
+        )
+        out.append(chunk({"tool_calls": [{"index": n, "function": {"arguments": args[5:]}}]}))
+    out.append(chunk({}, completion["choices"][0]["finish_reason"]))
+    final = {**orjson.loads(out[-1][6:]), "choices": [], "usage": completion["usage"]}
+    out.append(b"data: " + orjson.dumps(final) + b"\n\n")
+    out.append(b"data: [DONE]\n\n")
+    return out
+
+
+def _messages_stream(message: dict[str, Any]) -> list[bytes]:
+    """A Messages event stream saying what *message* says (tool inputs in two fragments)."""
+
+    def event(data: dict[str, Any]) -> bytes:
+        return f"event: {data['type']}\ndata: ".encode() + orjson.dumps(data) + b"\n\n"
+
+    start = {**message, "content": [], "stop_reason": None}
+    out = [event({"type": "message_start", "message": start})]
+    for n, block in enumerate(message["content"]):
+        if block["type"] == "tool_use":
+            empty = {**block, "input": {}}
+            text = orjson.dumps(block["input"]).decode()
+            deltas = [{"type": "input_json_delta", "partial_json": p} for p in (text[:5], text[5:])]
+        else:
+            empty = {**block, "text": ""}
+            deltas = [{"type": "text_delta", "text": block["text"]}]
+        out.append(event({"type": "content_block_start", "index": n, "content_block": empty}))
+        out += [event({"type": "content_block_delta", "index": n, "delta": d}) for d in deltas]
+        out.append(event({"type": "content_block_stop", "index": n}))
+    out.append(
+        event(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+                "usage": {"output_tokens": 5},
+            }
+        )
+    )
+    out.append(event({"type": "message_stop"}))
+    return out

@@ -1,0 +1,151 @@
+"""The gateway spec's behaviours replayed through real ``tpx serve`` processes over HTTP
+(:mod:`conformance.gateway_http`): every behaviour of two small cfgs, every second one
+streamed (part of ``make test``); the same all plain and all streamed, a minimum edge
+cover of the shipped cfg plain and streamed, and one of a larger cfg (``slow``: ``make
+conformance``). Each must cover 100% of its graph's states and edges, every step's
+observed state equal to the spec's."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.gateway_http.behaviours import (
+    RETRY,
+    SHIPPED,
+    SMALL,
+    all_behaviours,
+    count_complete_behaviours,
+    cover_behaviours,
+    edge_cover_certificate,
+    mirror_graph,
+)
+from conformance.gateway_http.harness import Harness
+from conformance.gateway_http.replay import HttpReplayer
+from conformance.replay import COVERAGE_REPORTS, Behaviour, Coverage
+from tpx.model.gateway import Config
+from tpx.tlc import StateGraph
+
+LARGER = Config.of(2, 2, 2, 2)
+
+
+MODES = {"plain": False, "streamed": True}
+
+
+def _replay_all(
+    harness: Harness,
+    name: str,
+    config: Config,
+    graph: StateGraph,
+    behaviours: list[Behaviour],
+    streaming: bool | None = None,
+) -> HttpReplayer:
+    mode = {None: "every second streamed", False: "plain", True: "streamed"}[streaming]
+    coverage = Coverage(
+        f"{name} ({mode})", len(graph.states), len(graph.edges), count_complete_behaviours(graph)
+    )
+    replayer = HttpReplayer(harness, config, streaming=streaming)
+    strays = len(harness.upstreams.strays)
+    try:
+        replayer.replay_all(behaviours, coverage)
+    finally:
+        replayer.close()
+    COVERAGE_REPORTS.append(coverage.summary())
+    assert len(harness.upstreams.strays) == strays  # every upstream request was a conversation's
+    assert len(coverage.states) == len(graph.states)
+    assert len(coverage.edges) == len(graph.edges)
+    assert coverage.behaviours == len(behaviours)
+    return replayer
+
+
+def test_small_cfg_every_behaviour_over_http(http_harness: Harness) -> None:
+    """Convs = {c1, c2}, ToolIds = {t1}, MaxTurns = 1, MaxInFlight = 2: all 644 behaviours
+    (196 states, 437 edges), both conversations in flight together wherever the spec allows."""
+    graph = mirror_graph(SMALL)
+    behaviours = all_behaviours(graph)
+    assert len(behaviours) == count_complete_behaviours(graph) == 644
+    replayer = _replay_all(http_harness, "gateway HTTP, small cfg, all", SMALL, graph, behaviours)
+    assert replayer.overlaps > 0  # a request sent while the other conversation is in flight
+
+
+def test_retry_cfg_every_behaviour_over_http(http_harness: Harness) -> None:
+    """One conversation, ToolIds = {t1}, MaxTurns = 3: all 664 behaviours, retries of turns
+    that carry tool_results among them (147 states, 268 edges)."""
+    graph = mirror_graph(RETRY)
+    behaviours = all_behaviours(graph)
+    assert len(behaviours) == 664
+    with_results = [
+        b
+        for b in behaviours
+        if any(a == "Retry" and s["reqIds"][RETRY.Convs[0]] for a, s in b.steps)
+    ]
+    assert with_results
+    _replay_all(http_harness, "gateway HTTP, retry cfg, all", RETRY, graph, behaviours)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_small_cfgs_every_behaviour_in_each_mode(http_harness: Harness, mode: str) -> None:
+    for name, config in (("small cfg, all", SMALL), ("retry cfg, all", RETRY)):
+        graph = mirror_graph(config)
+        _replay_all(
+            http_harness, f"gateway HTTP, {name}", config, graph, all_behaviours(graph), MODES[mode]
+        )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_shipped_cfg_edge_cover_over_http(http_harness: Harness, mode: str) -> None:
+    """spec/TpxGateway.cfg: a minimum edge cover (1,756 behaviours: proven minimum by its
+    min-flow certificate) of 1,935 states and 5,542 edges."""
+    graph = mirror_graph(SHIPPED)
+    behaviours = cover_behaviours(graph)
+    assert len(behaviours) == len(edge_cover_certificate(graph))
+    replayer = _replay_all(
+        http_harness,
+        "gateway HTTP, TpxGateway.cfg, edge cover",
+        SHIPPED,
+        graph,
+        behaviours,
+        MODES[mode],
+    )
+    assert replayer.overlaps > 0
+
+
+@pytest.mark.slow
+def test_larger_cfg_edge_cover_over_http(http_harness: Harness) -> None:
+    """Convs = {c1, c2}, ToolIds = {t1, t2}, MaxTurns = 2, MaxInFlight = 2: a minimum edge
+    cover (9,880 behaviours) of 11,295 states and 29,390 edges (parallel tool calls,
+    answered in either order), every second behaviour streamed."""
+    graph = mirror_graph(LARGER)
+    behaviours = cover_behaviours(graph)
+    assert len(behaviours) == len(edge_cover_certificate(graph))
+    _replay_all(
+        http_harness,
+        "gateway HTTP, 2 tool ids, edge cover",
+        LARGER,
+        graph,
+        behaviours,
+    )
+
+
+@pytest.mark.slow
+def test_small_cfgs_streamed_with_pings(http_harness: Harness) -> None:
+    """The small cfgs, streamed, through gateways pinging after 5 ms of upstream silence:
+    ``ping`` events (before ``message_start`` too, and before a failure's ``error`` event)
+    change nothing the spec sees."""
+    for name, config in (("small cfg, all", SMALL), ("retry cfg, all", RETRY)):
+        graph = mirror_graph(config)
+        behaviours = all_behaviours(graph)
+        replayer = HttpReplayer(http_harness, config, streaming=True, ping_interval=0.005)
+        coverage = Coverage(name, len(graph.states), len(graph.edges), len(behaviours))
+        try:
+            replayer.replay_all(behaviours, coverage)
+        finally:
+            replayer.close()
+        summary = coverage.summary()  # how many answers carry pings follows timing: reported
+        summary["name"] = (
+            f"gateway HTTP, {name} (streamed, pings every 5 ms: {replayer.pinged} answers pinged)"
+        )
+        COVERAGE_REPORTS.append(summary)
+        assert len(coverage.states) == len(graph.states)
+        assert len(coverage.edges) == len(graph.edges)
