@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import orjson
 from prometheus_client import Counter
+from prometheus_client.metrics_core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from tpx.errors import ModelError
 from tpx.exchange import ExchangeSnapshot, Provider
@@ -58,6 +60,21 @@ class SpecViolationError(ModelError):
         self.property = violation.property
 
 
+class _StepsCollector(Collector):
+    """``tpx_gateway_monitor_steps_total``, read from the monitor's own count at scrape
+    time (no per-step metric update on the request path)."""
+
+    def __init__(self, monitor: GatewayMonitor) -> None:
+        self._monitor = monitor
+
+    def collect(self) -> Iterator[Metric]:
+        steps = CounterMetricFamily(
+            "tpx_gateway_monitor_steps", "Spec steps the gateway monitor checked"
+        )
+        steps.add_metric([], self._monitor.steps)
+        yield steps
+
+
 class LiveMonitor:
     """The per-process online monitor of ``tpx serve --monitor`` (see the module doc)."""
 
@@ -80,16 +97,11 @@ class LiveMonitor:
             ["property"],
             registry=metrics.registry,
         )
-        self.steps = Counter(
-            "tpx_gateway_monitor_steps",
-            "Spec steps the gateway monitor checked",
-            registry=metrics.registry,
-        )
+        metrics.registry.register(_StepsCollector(self.monitor))
 
     def _check(self, key: str, action: str, snapshot: Mapping[str, Any]) -> None:
         with self._lock:
             violation = self.monitor.observe(key, action, snapshot)
-        self.steps.inc()
         if violation is not None:
             self._stopped(key, violation)
 

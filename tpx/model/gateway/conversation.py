@@ -1,0 +1,331 @@
+"""The gateway spec read on one conversation: what the online monitor steps, compactly.
+
+:mod:`tpx.model.gateway.monitor` checks one conversation's steps at a time. This module
+is ``spec/TpxGateway.tla`` projected onto that conversation ``c``: :class:`ConvState`
+holds the 13 variables with the spec's names, each ``f[c]`` of a per-conversation
+function as a plain field, so ``[f EXCEPT ![c] = v]`` is ``s._replace(f=v)`` and
+``UNCHANGED`` is every field not replaced. The rest of the gateway enters through
+:class:`Context`: the constants, the boot selection, and how many *other* conversations
+are in flight (``InFlight`` counts them too) and which ids they hold (NoCrossPairing).
+
+Each action returns the one successor it allows from ``s`` (``None`` when not enabled):
+the per-conversation actions are deterministic once ProviderReply's witness ``ids`` is
+given, so the monitor checks a step by computing that successor instead of generating
+every successor of a whole-gateway state. Tool ids are strings; an id variable is a
+sorted tuple, a multiset (the monitor with ``to_wire`` compares the wire side, where a
+provider may repeat an id; otherwise TypeOK has already refused repeats), so set
+equality is tuple equality. ``tests/model/gateway/test_gateway_conversation.py`` proves
+this module agrees with the reference mirror (:mod:`~tpx.model.gateway.actions`,
+:mod:`~tpx.model.gateway.invariants`) on every edge of the gateway cfgs' state graphs,
+on every one-conversation state of a small domain, and on the seeded bugs' steps.
+
+==================================  =====================================
+spec/TpxGateway.tla                 here
+==================================  =====================================
+VARIABLES (at one ``c``)            :class:`ConvState`
+CONSTANTS, the other conversations  :class:`Context`
+Select, NativeShape, InFlight       :func:`Select`, :func:`NativeShape`, :func:`InFlight`
+Init (at one ``c``)                 :func:`Init`
+CallerSend(c) ... Retry(c)          :func:`CallerSend` ... :func:`Retry`, :data:`ACTIONS`
+TypeOK ... RetryInv (at one ``c``)  :func:`TypeOK` ... :func:`RetryInv`, :data:`INVARIANTS`
+SelectionStable                     :func:`SelectionStable` (against the boot selection)
+==================================  =====================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Any, NamedTuple
+
+__all__ = [
+    "ACTIONS",
+    "INVARIANTS",
+    "CallerAbort",
+    "CallerSend",
+    "ClientGone",
+    "Context",
+    "ConvState",
+    "Deliver",
+    "InFlight",
+    "Init",
+    "NativeShape",
+    "NoProvider",
+    "ProviderFail",
+    "ProviderReply",
+    "Retry",
+    "Select",
+    "SelectionStable",
+    "step",
+]
+
+Ids = tuple[str, ...]
+Providers = frozenset({"ANTHROPIC", "TPX", "NONE"})
+Shapes = frozenset({"messages", "openai"})
+Phases = frozenset({"idle", "req", "resp"})
+Outcomes = frozenset({"none", "ok", "err"})
+
+
+class ConvState(NamedTuple):
+    """One conversation's view of a gateway state: the 13 VARIABLES, ``f[c]`` for each
+    per-conversation ``f``. Fields hold what an event reported (TypeOK judges them)."""
+
+    hasKey: Any  # shared, chosen at boot
+    hasToken: Any  # shared, chosen at boot
+    provider: Any  # shared: "ANTHROPIC", "TPX" or "NONE"
+    turn: Any
+    phase: Any
+    pending: Ids
+    reqIds: Ids
+    wireShape: Any
+    wireIds: Ids
+    emitted: Ids
+    gotShape: Any
+    lastOutcome: Any
+    retryable: Any
+
+
+class Context(NamedTuple):
+    """The constants, and the rest of the gateway as conversation ``c`` sees it."""
+
+    boot: tuple[bool, bool, str]
+    """``<<hasKey, hasToken, provider>>`` as the gateway booted (SelectionStable)."""
+    GatewayRetry: bool
+    MaxTurns: int
+    MaxInFlight: int
+    others_in_flight: int
+    """``Cardinality({d \\in Convs \\ {c} : phase[d] # "idle"})``"""
+    foreign: tuple[str, Hashable] | None = None
+    """An id of this conversation's state that another live conversation holds (its first,
+    with that conversation), or ``None``: the part of NoCrossPairing that is not local."""
+
+
+def Select(k: bool, t: bool) -> str:
+    """``Select(k, t) == IF k THEN ANTHROPIC ELSE IF t THEN TPX ELSE NONE``"""
+    return "ANTHROPIC" if k else "TPX" if t else "NONE"
+
+
+def NativeShape(p: str) -> str:
+    """``NativeShape(p) == IF p = TPX THEN "openai" ELSE "messages"``"""
+    return "openai" if p == "TPX" else "messages"
+
+
+def InFlight(s: ConvState, g: Context) -> int:
+    """``InFlight``: the other conversations in flight, and this one."""
+    return g.others_in_flight + (0 if s.phase == "idle" else 1)
+
+
+def Init(g: Context) -> ConvState:
+    """Init, at ``c``, with the boot's credentials (``provider = Select(hasKey, hasToken)``)."""
+    hasKey, hasToken, _ = g.boot
+    return ConvState(
+        hasKey=hasKey,
+        hasToken=hasToken,
+        provider=Select(hasKey, hasToken),
+        turn=0,
+        phase="idle",
+        pending=(),
+        reqIds=(),
+        wireShape="messages",
+        wireIds=(),
+        emitted=(),
+        gotShape="messages",
+        lastOutcome="none",
+        retryable=False,
+    )
+
+
+# -- the actions at c: the successor, or None when not enabled -----------------------------
+
+
+def CallerSend(s: ConvState, g: Context) -> ConvState | None:
+    if (
+        s.phase == "idle"
+        and s.turn < g.MaxTurns
+        and s.provider != "NONE"
+        and InFlight(s, g) < g.MaxInFlight
+    ):
+        return s._replace(
+            reqIds=s.pending,
+            wireShape=NativeShape(s.provider),
+            wireIds=s.pending,
+            phase="req",
+            retryable=False,
+        )
+    return None
+
+
+def CallerAbort(s: ConvState, g: Context) -> ConvState | None:
+    if (
+        s.phase == "idle"
+        and s.turn < g.MaxTurns
+        and s.provider != "NONE"
+        and (g.GatewayRetry or s.pending)
+    ):
+        return s._replace(
+            lastOutcome="err",
+            pending=s.pending if g.GatewayRetry else (),
+            turn=s.turn + 1,
+            retryable=False,
+        )
+    return None
+
+
+def NoProvider(s: ConvState, g: Context) -> ConvState | None:
+    if s.phase == "idle" and s.turn < g.MaxTurns and s.provider == "NONE":
+        return s._replace(lastOutcome="err", turn=s.turn + 1)
+    return None
+
+
+def ProviderReply(s: ConvState, g: Context, ids: Ids) -> ConvState | None:
+    """ProviderReply(c) with the witness ``ids`` of ``\\E ids \\in SUBSET Ids(c)`` (the ids
+    the provider really emitted; any ids of the conversation's own are a subset of Ids(c))."""
+    if s.phase == "req":
+        return s._replace(emitted=ids, wireIds=ids, wireShape=NativeShape(s.provider), phase="resp")
+    return None
+
+
+def _fail(s: ConvState, g: Context) -> ConvState | None:
+    """ProviderFail(c) and ClientGone(c): the same guard and effect."""
+    if s.phase == "req":
+        return s._replace(
+            lastOutcome="err",
+            pending=s.pending if g.GatewayRetry else (),
+            phase="idle",
+            turn=s.turn + 1,
+            retryable=g.GatewayRetry,
+        )
+    return None
+
+
+def ProviderFail(s: ConvState, g: Context) -> ConvState | None:
+    return _fail(s, g)
+
+
+def ClientGone(s: ConvState, g: Context) -> ConvState | None:
+    return _fail(s, g)
+
+
+def Retry(s: ConvState, g: Context) -> ConvState | None:
+    if (
+        g.GatewayRetry
+        and s.retryable
+        and s.phase == "idle"
+        and s.turn < g.MaxTurns
+        and InFlight(s, g) < g.MaxInFlight
+    ):
+        return s._replace(
+            wireShape=NativeShape(s.provider), wireIds=s.reqIds, phase="req", retryable=False
+        )
+    return None
+
+
+def Deliver(s: ConvState, g: Context) -> ConvState | None:
+    if s.phase == "resp":
+        return s._replace(
+            gotShape="messages" if s.wireShape == "openai" else s.wireShape,
+            pending=s.wireIds,
+            lastOutcome="ok",
+            phase="idle",
+            turn=s.turn + 1,
+        )
+    return None
+
+
+#: ``Next``'s per-conversation disjuncts but ProviderReply (it takes a witness), by name.
+ACTIONS: dict[str, Callable[[ConvState, Context], ConvState | None]] = {
+    "CallerSend": CallerSend,
+    "CallerAbort": CallerAbort,
+    "NoProvider": NoProvider,
+    "ProviderFail": ProviderFail,
+    "Deliver": Deliver,
+    "ClientGone": ClientGone,
+    "Retry": Retry,
+}
+
+
+def step(action: str, s: ConvState, g: Context, emitted: Ids) -> ConvState | None:
+    """The successor the named action of ``Next`` takes ``s`` to at ``c`` (ProviderReply's
+    witness: the *emitted* ids the step reports), or ``None``: not enabled, or no action."""
+    if action == "ProviderReply":
+        return ProviderReply(s, g, emitted)
+    act = ACTIONS.get(action)
+    return None if act is None else act(s, g)
+
+
+# -- the invariants at c ------------------------------------------------------------------
+
+
+def _nat(v: Any, top: int) -> bool:
+    """``v \\in 0..top``"""
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= top
+
+
+def TypeOK(s: ConvState, g: Context) -> bool:
+    """Each variable in its type. An id variable is a tuple of strings (``SUBSET AllIds``:
+    the monitor's ids are any strings; it refuses a non-string id before any check)."""
+    return (
+        isinstance(s.hasKey, bool)
+        and isinstance(s.hasToken, bool)
+        and isinstance(s.provider, str)
+        and s.provider in Providers
+        and _nat(s.turn, g.MaxTurns)
+        and isinstance(s.phase, str)
+        and s.phase in Phases
+        and isinstance(s.pending, tuple)
+        and isinstance(s.reqIds, tuple)
+        and isinstance(s.wireShape, str)
+        and s.wireShape in Shapes
+        and isinstance(s.wireIds, tuple)
+        and isinstance(s.emitted, tuple)
+        and isinstance(s.gotShape, str)
+        and s.gotShape in Shapes
+        and isinstance(s.lastOutcome, str)
+        and s.lastOutcome in Outcomes
+        and isinstance(s.retryable, bool)
+    )
+
+
+def ShapeInv(s: ConvState, g: Context) -> bool:
+    return bool(s.gotShape == "messages")
+
+
+def PairingInv(s: ConvState, g: Context) -> bool:
+    return (
+        (s.phase != "req" or (s.wireIds == s.reqIds and s.reqIds == s.pending))
+        and (s.phase != "resp" or s.wireIds == s.emitted)
+        and (not (s.phase == "idle" and s.lastOutcome == "ok") or s.pending == s.emitted)
+    )
+
+
+def SelectionInv(s: ConvState, g: Context) -> bool:
+    return bool(s.provider == Select(s.hasKey, s.hasToken))
+
+
+def BoundedInv(s: ConvState, g: Context) -> bool:
+    return bool(s.turn <= g.MaxTurns) and InFlight(s, g) <= g.MaxInFlight
+
+
+def NoCrossPairing(s: ConvState, g: Context) -> bool:
+    """No id of this conversation's is another's (the other side: :attr:`Context.foreign`)."""
+    return g.foreign is None
+
+
+def RetryInv(s: ConvState, g: Context) -> bool:
+    return not s.retryable or s.pending == s.reqIds
+
+
+#: The cfg's INVARIANTS at one conversation, in its order.
+INVARIANTS: tuple[tuple[str, Callable[[ConvState, Context], bool]], ...] = (
+    ("TypeOK", TypeOK),
+    ("ShapeInv", ShapeInv),
+    ("PairingInv", PairingInv),
+    ("SelectionInv", SelectionInv),
+    ("BoundedInv", BoundedInv),
+    ("NoCrossPairing", NoCrossPairing),
+    ("RetryInv", RetryInv),
+)
+
+
+def SelectionStable(t: ConvState, g: Context) -> bool:
+    """``[][CredsUnchanged]_vars`` on the step into *t*: the selection is the boot's."""
+    return (t.hasKey, t.hasToken, t.provider) == g.boot
