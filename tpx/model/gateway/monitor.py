@@ -60,6 +60,7 @@ import attrs
 from tpx.model.gateway.conversation import (
     ACTIONS,
     INVARIANTS,
+    LOCAL,
     Context,
     ConvState,
     Init,
@@ -90,6 +91,8 @@ _REQUIRED = (*CONVERSATION_VARS, "provider")
 _ID_VARS = ("pending", "reqIds", "wireIds", "emitted")
 _STARTS = ("Init", "Resume")
 _ACTION_NAMES = frozenset({*ACTIONS, "ProviderReply"})
+#: The invariants evaluated on a state that is the spec's successor of a checked one.
+_NOT_LOCAL = tuple((name, inv) for name, inv in INVARIANTS if name not in LOCAL)
 _BIG = 2**62
 #: Credentials (hasKey, hasToken) that select each provider.
 _SELECTING = {"ANTHROPIC": (True, False), "TPX": (False, True), "NONE": (False, False)}
@@ -387,11 +390,15 @@ class GatewayMonitor:
         conversation starts with it) to *t* (``retryable``: the event reported it, else the
         spec's successor says it). Returns *t* as checked and the first failure."""
         expected: ConvState | None = self._init
+        invariants = INVARIANTS
         if s is not None:
             expected = step(action, s, g, t.emitted)
-            if expected is not None and not retryable:
-                t = t._replace(retryable=expected.retryable)
-        for name, invariant in INVARIANTS:
+            if expected is not None:
+                if not retryable and t.retryable is not expected.retryable:
+                    t = t._replace(retryable=expected.retryable)
+                if t == expected:  # the local invariants hold there (see LOCAL)
+                    invariants = _NOT_LOCAL
+        for name, invariant in invariants:
             if not invariant(t, g):
                 if name == "NoCrossPairing" and g.foreign is not None:
                     one, owner = g.foreign
