@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
 
 import orjson
 from prometheus_client import Counter
@@ -99,9 +98,17 @@ class LiveMonitor:
         )
         metrics.registry.register(_StepsCollector(self.monitor))
 
-    def _check(self, key: str, action: str, snapshot: Mapping[str, Any]) -> None:
+    def _check(
+        self,
+        key: str,
+        action: str,
+        snapshot: ExchangeSnapshot,
+        obligations: Iterable[str] | None = None,
+    ) -> None:
         with self._lock:
-            violation = self.monitor.observe(key, action, snapshot)
+            violation = self.monitor.observe_exchange(
+                key, action, snapshot, obligations=obligations
+            )
         if violation is not None:
             self._stopped(key, violation)
 
@@ -122,7 +129,7 @@ class LiveMonitor:
 
     def start(self, key: str, snapshot: ExchangeSnapshot) -> None:
         """``Resume``: the conversation starts idle with its history's obligations."""
-        self._check(key, "Resume", snapshot_of_exchange(snapshot))
+        self._check(key, "Resume", snapshot)
 
     def observer(
         self,
@@ -135,9 +142,7 @@ class LiveMonitor:
 
         def observe(action: str, snapshot: ExchangeSnapshot) -> None:
             inner(action, snapshot)
-            self._check(
-                key, action, snapshot_of_exchange(snapshot, action=action, obligations=held)
-            )
+            self._check(key, action, snapshot, held)
 
         return observe
 
@@ -147,11 +152,18 @@ class LiveMonitor:
         record = snapshot_of_exchange(snapshot)
         record["turn"] = snapshot.turn + 1
         record["lastOutcome"] = "err"
-        self._check(key, "CallerAbort", record)
+        with self._lock:
+            violation = self.monitor.observe(key, "CallerAbort", record)
+        if violation is not None:
+            self._stopped(key, violation)
 
     def close(self, key: str) -> None:
         """The exchange ended: forget the conversation; write its trace (``--trace-dir``)."""
+        if self.trace_dir is None:
+            with self._lock:
+                self.monitor.forget(key)
+            return
         with self._lock:
             trace = self.monitor.close(key)
-        if trace and self.trace_dir is not None:
+        if trace:
             write_trace(self.trace_dir / trace_file_name(key), trace)

@@ -13,6 +13,7 @@ SelectionStable, then ``Next`` (the observed state among the successors).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
@@ -42,7 +43,7 @@ _PER_CONVERSATION = (
 )
 
 
-def tagged(ids: tuple[str, ...]) -> frozenset[ToolId]:
+def tagged(ids: Iterable[str]) -> frozenset[ToolId]:
     """A multiset of ids as a set of tool ids: the k-th occurrence of ``i`` is ``i#k``."""
     seen: dict[str, int] = {}
     out = set()

@@ -32,6 +32,7 @@ from tpx.model.gateway.conversation import (
     LOCAL,
     Context,
     ConvState,
+    Ids,
     Outcomes,
     Phases,
     ProviderReply,
@@ -39,6 +40,7 @@ from tpx.model.gateway.conversation import (
     SelectionStable,
     SendsClear,
     Shapes,
+    idset,
     step,
 )
 from tpx.model.gateway.monitor import GatewayMonitor
@@ -118,8 +120,8 @@ def project(s: State, c: ModelValue, cfg: Config) -> ConvState:
     """Conversation *c*'s view of *s* (tool ids ``"<owner>:<t>"``, providers by role)."""
     role = {cfg.ANTHROPIC: "ANTHROPIC", cfg.TPX: "TPX", cfg.NONE: "NONE"}
 
-    def ids(v: frozenset[tuple[ModelValue, ModelValue]]) -> tuple[str, ...]:
-        return tuple(sorted(f"{owner}:{t}" for owner, t in v))
+    def ids(v: frozenset[tuple[ModelValue, ModelValue]]) -> Ids:
+        return idset([f"{owner}:{t}" for owner, t in v])
 
     return ConvState(
         hasKey=s.hasKey,
@@ -149,8 +151,9 @@ def context(s: State, c: ModelValue, cfg: Config) -> Context:
     )
 
 
-def subsets(items: list[str]) -> Iterator[tuple[str, ...]]:
-    return chain.from_iterable(combinations(items, r) for r in range(len(items) + 1))
+def subsets(items: list[str]) -> Iterator[Ids]:
+    every = chain.from_iterable(combinations(items, r) for r in range(len(items) + 1))
+    return (frozenset(ids) for ids in every)
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -176,14 +179,14 @@ def test_every_edge_of_the_cfgs_graphs(case: str) -> None:
                 if name == "ProviderReply":
                     fast = {ProviderReply(local, g, ids) for ids in subsets(own)}
                 else:
-                    fast = {step(name, local, g, ())}
+                    fast = {step(name, local, g, frozenset())}
                 assert fast - {None} == spec.get((c, name), set()), (name, local, g)
     assert edges > 100
 
 
 # ------------------------------------------------------ a small one-conversation domain
 
-IDS: tuple[tuple[str, ...], ...] = ((), ("a",))
+IDS: tuple[Ids, ...] = (frozenset(), frozenset({"a"}))
 CREDS = ((False, False), (False, True), (True, False))
 
 
@@ -235,7 +238,7 @@ def test_every_small_step_agrees_with_the_reference_actions() -> None:
         for g in contexts(s):
             cfg = small_config(g)
             for name in NAMES:
-                for witness in IDS if name == "ProviderReply" else ((),):
+                for witness in IDS if name == "ProviderReply" else (frozenset(),):
                     fast = step(name, s, g, witness)
                     if name == "ProviderReply":
                         spec = list(ProviderReplyWith(before, C, cfg, tagged(witness)))
@@ -255,11 +258,11 @@ CORRUPT: dict[str, tuple[Any, ...]] = {
     "provider": ("ANTHROPIC", "TPX", "NONE", "OPENAI", 5),
     "turn": (0, 1, 2, 3, -1, True, "1", 1.5),
     "phase": ("idle", "req", "resp", "bogus", None),
-    "pending": ((), ("a",), ("b",), ("a", "b")),
-    "reqIds": ((), ("a",), ("b",)),
+    "pending": tuple(map(frozenset, ((), "a", "b", "ab"))),
+    "reqIds": tuple(map(frozenset, ((), "a", "b"))),
     "wireShape": ("messages", "openai", "sse", 0),
-    "wireIds": ((), ("a",), ("a", "a"), ("b",)),
-    "emitted": ((), ("a",), ("b",), ("a", "b")),
+    "wireIds": (*map(frozenset, ((), "a", "b")), ("a", "a")),
+    "emitted": tuple(map(frozenset, ((), "a", "b", "ab"))),
     "gotShape": ("messages", "openai", None),
     "lastOutcome": ("none", "ok", "err", "fine"),
     "retryable": (False, True, 1, None),
@@ -316,7 +319,7 @@ def test_the_local_invariants_are_inductive() -> None:
     """Every successor of a holdable state is holdable, on a domain where the four id
     variables take every pattern of equal and different sets (so by data independence on
     any ids: the actions and invariants only move and compare id sets)."""
-    ids = ((), ("a",), ("b",), ("a", "b"))
+    ids = tuple(map(frozenset, ((), "a", "b", "ab")))
     held = steps = 0
     for (has_key, has_token), turn, phase, (pending, req, wire, emitted), outcome, retry in product(
         CREDS, (0, 1), sorted(Phases), product(ids, repeat=4), sorted(Outcomes), (False, True)
@@ -331,7 +334,7 @@ def test_the_local_invariants_are_inductive() -> None:
             for gateway_retry, (others, bound) in product((True, False), ((0, 2), (1, 1))):
                 g = Context((has_key, has_token, provider), gateway_retry, 2, bound, others)
                 for name in NAMES:
-                    for witness in ids if name == "ProviderReply" else ((),):
+                    for witness in ids if name == "ProviderReply" else (frozenset(),):
                         t = step(name, s, g, witness)
                         if t is not None:
                             steps += 1
@@ -355,7 +358,7 @@ def test_every_small_event_gets_the_reference_verdict() -> None:
             for name in (*NAMES, "Init", "Resume"):
                 start = name in ("Init", "Resume")
                 prev = None if start else s
-                successor = s if start else step(name, s, g, ("a",)) or s
+                successor = s if start else step(name, s, g, frozenset("a")) or s
                 for t in corruptions(successor):
                     for given in (False, True):
                         got_t, found = fast._verdict(prev, name, t, g, given)

@@ -12,12 +12,13 @@ Each action returns the one successor it allows from ``s`` (``None`` when not en
 the per-conversation actions are deterministic once ProviderReply's witness ``ids`` is
 given, so the monitor checks a step by computing that successor instead of generating
 every successor of a whole-gateway state. Tool ids are strings; an id variable is a
-sorted tuple, a multiset (the monitor with ``to_wire`` compares the wire side, where a
-provider may repeat an id; otherwise TypeOK has already refused repeats), so set
-equality is tuple equality. ``tests/model/gateway/test_gateway_conversation.py`` proves
-this module agrees with the reference mirror (:mod:`~tpx.model.gateway.actions`,
-:mod:`~tpx.model.gateway.invariants`) on every edge of the gateway cfgs' state graphs,
-on every one-conversation state of a small domain, and on the seeded bugs' steps.
+frozenset of them, or, when an id repeats, their sorted tuple (:func:`idset`): the
+monitor with ``to_wire`` compares the wire side, where a provider may repeat an id, as a
+multiset, and the two forms keep equality that of multisets.
+``tests/model/gateway/test_gateway_conversation.py`` proves this module agrees with the
+reference mirror (:mod:`~tpx.model.gateway.actions`, :mod:`~tpx.model.gateway.invariants`)
+on every edge of the gateway cfgs' state graphs, on every one-conversation state of a
+small domain, and on the seeded bugs' steps.
 
 ==================================  =====================================
 spec/TpxGateway.tla                 here
@@ -57,14 +58,18 @@ __all__ = [
     "Select",
     "SelectionStable",
     "SendsClear",
+    "idset",
     "step",
 ]
 
-Ids = tuple[str, ...]
+#: An id variable's value (see :func:`idset`).
+Ids = frozenset[str] | tuple[str, ...]
 Providers = frozenset({"ANTHROPIC", "TPX", "NONE"})
 Shapes = frozenset({"messages", "openai"})
 Phases = frozenset({"idle", "req", "resp"})
 Outcomes = frozenset({"none", "ok", "err"})
+_NONE: frozenset[str] = frozenset()
+_IDS = (frozenset, tuple)
 
 
 class ConvState(NamedTuple):
@@ -101,6 +106,13 @@ class Context(NamedTuple):
     with that conversation), or ``None``: the part of NoCrossPairing that is not local."""
 
 
+def idset(ids: Any) -> Ids:
+    """A collection of id strings as an id variable's value: a frozenset, or the sorted
+    tuple when an id repeats (a multiset; never equal to a set, which has no repeats)."""
+    unique = frozenset(ids)
+    return unique if len(unique) == len(ids) else tuple(sorted(ids))
+
+
 def Select(k: bool, t: bool) -> str:
     """``Select(k, t) == IF k THEN ANTHROPIC ELSE IF t THEN TPX ELSE NONE``"""
     return "ANTHROPIC" if k else "TPX" if t else "NONE"
@@ -125,11 +137,11 @@ def Init(g: Context) -> ConvState:
         provider=Select(hasKey, hasToken),
         turn=0,
         phase="idle",
-        pending=(),
-        reqIds=(),
+        pending=_NONE,
+        reqIds=_NONE,
         wireShape="messages",
-        wireIds=(),
-        emitted=(),
+        wireIds=_NONE,
+        emitted=_NONE,
         gotShape="messages",
         lastOutcome="none",
         retryable=False,
@@ -165,7 +177,7 @@ def CallerAbort(s: ConvState, g: Context) -> ConvState | None:
     ):
         return s._replace(
             lastOutcome="err",
-            pending=s.pending if g.GatewayRetry else (),
+            pending=s.pending if g.GatewayRetry else _NONE,
             turn=s.turn + 1,
             retryable=False,
         )
@@ -191,7 +203,7 @@ def _fail(s: ConvState, g: Context) -> ConvState | None:
     if s.phase == "req":
         return s._replace(
             lastOutcome="err",
-            pending=s.pending if g.GatewayRetry else (),
+            pending=s.pending if g.GatewayRetry else _NONE,
             phase="idle",
             turn=s.turn + 1,
             retryable=g.GatewayRetry,
@@ -263,8 +275,9 @@ def _nat(v: Any, top: int) -> bool:
 
 
 def TypeOK(s: ConvState, g: Context) -> bool:
-    """Each variable in its type. An id variable is a tuple of strings (``SUBSET AllIds``:
-    the monitor's ids are any strings; it refuses a non-string id before any check)."""
+    """Each variable in its type. An id variable is an :data:`Ids` of strings (``SUBSET
+    AllIds``: the monitor's ids are any strings; it refuses a non-string id before any
+    check)."""
     return (
         isinstance(s.hasKey, bool)
         and isinstance(s.hasToken, bool)
@@ -273,12 +286,12 @@ def TypeOK(s: ConvState, g: Context) -> bool:
         and _nat(s.turn, g.MaxTurns)
         and isinstance(s.phase, str)
         and s.phase in Phases
-        and isinstance(s.pending, tuple)
-        and isinstance(s.reqIds, tuple)
+        and isinstance(s.pending, _IDS)
+        and isinstance(s.reqIds, _IDS)
         and isinstance(s.wireShape, str)
         and s.wireShape in Shapes
-        and isinstance(s.wireIds, tuple)
-        and isinstance(s.emitted, tuple)
+        and isinstance(s.wireIds, _IDS)
+        and isinstance(s.emitted, _IDS)
         and isinstance(s.gotShape, str)
         and s.gotShape in Shapes
         and isinstance(s.lastOutcome, str)

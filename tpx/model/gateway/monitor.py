@@ -63,8 +63,10 @@ from tpx.model.gateway.conversation import (
     LOCAL,
     Context,
     ConvState,
+    Ids,
     Init,
     SelectionStable,
+    idset,
     step,
 )
 
@@ -90,6 +92,8 @@ CONVERSATION_VARS: tuple[str, ...] = (
 _REQUIRED = (*CONVERSATION_VARS, "provider")
 _ID_VARS = ("pending", "reqIds", "wireIds", "emitted")
 _STARTS = ("Init", "Resume")
+#: The actions whose ``pending`` is the history's obligations (see snapshot_of_exchange).
+_KEEPS_OBLIGATIONS = ("ProviderFail", "CallerAbort")
 _ACTION_NAMES = frozenset({*ACTIONS, "ProviderReply"})
 #: The invariants evaluated on a state that is the spec's successor of a checked one.
 _NOT_LOCAL = tuple((name, inv) for name, inv in INVARIANTS if name not in LOCAL)
@@ -140,7 +144,7 @@ def snapshot_of_exchange(
     snapshot's ``wire_list`` / ``emitted_list``): a monitor with ``to_wire`` counts them
     (see :class:`GatewayMonitor`)."""
     pending = snapshot.pending
-    if obligations is not None and action in ("ProviderFail", "CallerAbort"):
+    if obligations is not None and action in _KEEPS_OBLIGATIONS:
         pending = obligations
     return {
         "provider": snapshot.provider.name,
@@ -161,35 +165,79 @@ class _BadSnapshot(ValueError):
     pass
 
 
+class _Seen:
+    """A trace event of :meth:`GatewayMonitor.observe_exchange`: the mapping
+    :func:`snapshot_of_exchange` makes (ids mapped ``to_wire``), built when read."""
+
+    __slots__ = ("action", "state")
+
+    def __init__(self, action: str, state: ConvState) -> None:
+        self.action = action
+        self.state = state
+
+    def render(self) -> dict[str, Any]:
+        s = self.state
+        return {
+            "#action": self.action,
+            "provider": s.provider,
+            "turn": s.turn,
+            "phase": s.phase,
+            "pending": sorted(s.pending),
+            "reqIds": sorted(s.reqIds),
+            "wireShape": s.wireShape,
+            "wireIds": sorted(s.wireIds),
+            "emitted": sorted(s.emitted),
+            "gotShape": s.gotShape,
+            "lastOutcome": s.lastOutcome,
+        }
+
+
+_Event = dict[str, Any] | _Seen
+#: How an event's state is read, given the state it starts from: the state, the ids it
+#: holds as its own (``None``: every id it names) and whether it reported ``retryable``.
+_Parse = Callable[[ConvState], tuple[ConvState, set[str] | None, bool]]
+
+
+def _rendered(trace: list[_Event]) -> tuple[Mapping[str, Any], ...]:
+    return tuple(e.render() if isinstance(e, _Seen) else e for e in trace)
+
+
 @attrs.define
 class _Live:
     state: ConvState
-    trace: list[dict[str, Any]]
+    trace: list[_Event]
     owned: set[str]
     """ids this conversation holds as its own (emitted by its provider, or its history's)"""
+
+
+_COLLECTIONS = frozenset({list, tuple, frozenset, set})
+_NONE: frozenset[str] = frozenset()
 
 
 def _bad(value: Any, name: str) -> _BadSnapshot:
     return _BadSnapshot(f"{name} must be a list of tool-id strings, got {value!r}")
 
 
-def _ids(value: Any, name: str, *, repeats: bool = False) -> tuple[str, ...]:
-    """An id variable's value: its ids sorted, a set unless *repeats* (then a multiset).
-    Anything but an iterable of strings is refused (TypeOK)."""
-    if type(value) is not list and type(value) is not tuple:
+def _ids(value: Any, name: str, *, repeats: bool = False) -> Ids:
+    """An id variable's value (:func:`~tpx.model.gateway.conversation.idset`): a set, or a
+    multiset when *repeats* are allowed. Anything but an iterable of strings is refused
+    (TypeOK), and so is a repeated id unless *repeats*."""
+    if type(value) not in _COLLECTIONS:
         if isinstance(value, str | bytes) or not isinstance(value, Iterable):
             raise _bad(value, name)
         value = list(value)
     if not value:
-        return ()
+        return _NONE
     try:
         "".join(value)  # every id a string: join refuses anything else
     except TypeError:
         raise _bad(value, name) from None
-    ids = tuple(sorted(value))
-    if not repeats and len(set(ids)) != len(ids):
-        raise _BadSnapshot(f"{name} lists an id twice: {list(ids)}")
-    return ids
+    unique = frozenset(value)
+    if len(unique) == len(value):
+        return unique
+    if not repeats:
+        raise _BadSnapshot(f"{name} lists an id twice: {sorted(value)}")
+    return tuple(sorted(value))
 
 
 def _names(state: ConvState) -> set[str]:
@@ -258,20 +306,25 @@ class GatewayMonitor:
     def trace(self, conversation: Hashable) -> tuple[Mapping[str, Any], ...]:
         """The events of a live conversation, ``{"#action": ..., **snapshot}`` each."""
         live = self._live.get(conversation)
-        return tuple(live.trace) if live is not None else ()
+        return _rendered(live.trace) if live is not None else ()
 
     def close(self, conversation: Hashable) -> tuple[Mapping[str, Any], ...]:
         """Forget a conversation (its exchange ended); returns its trace."""
+        live = self._live.get(conversation)
+        self.forget(conversation)
+        return () if live is None else _rendered(live.trace)
+
+    def forget(self, conversation: Hashable) -> None:
+        """:meth:`close` without building the trace."""
         live = self._live.pop(conversation, None)
         if live is None:
-            return ()
+            return
         if live.state.phase != "idle":
             self._in_flight -= 1
         owner = self._owner
         for name in live.owned:
             if owner.get(name) == conversation:
                 del owner[name]
-        return tuple(live.trace)
 
     def observe(
         self, conversation: Hashable, action: str, snapshot: Mapping[str, Any]
@@ -285,29 +338,51 @@ class GatewayMonitor:
         except _BadSnapshot as exc:
             trace = [*(live.trace if live else ()), {"#action": action, **snapshot}]
             return self._violation(conversation, trace, action, "TypeOK", str(exc))
-        snapshot = event
         trace = live.trace if live is not None else []
         trace.append(event)  # a violation forgets the conversation: no copy needed
+
+        def parse(base: ConvState) -> tuple[ConvState, set[str] | None, bool]:
+            return self._observed(base, event), held, "retryable" in event
+
+        return self._event(conversation, live, action, trace, parse)
+
+    def observe_exchange(
+        self,
+        conversation: Hashable,
+        action: str,
+        snapshot: Any,
+        *,
+        obligations: Iterable[str] | None = None,
+    ) -> Violation | None:
+        """``observe(conversation, action, snapshot_of_exchange(snapshot, action=action,
+        obligations=obligations))``, the same check, reading the
+        :class:`tpx.exchange.ExchangeSnapshot` directly: its trace event is that mapping,
+        built only when the trace is read."""
+        live = self._live.get(conversation)
+        base = self._init if live is None or action in _STARTS else live.state
         try:
-            if live is None or action in _STARTS:
-                return self._start(conversation, live, action, snapshot, trace, held)
-            return self._step(conversation, live, action, snapshot, trace, held)
-        except _BadSnapshot as exc:
-            return self._violation(conversation, trace, action, "TypeOK", str(exc))
+            state, held = self._of_exchange(base, snapshot, action, obligations)
+        except _BadSnapshot:  # the mapping's way: the same verdict, the same trace
+            record = snapshot_of_exchange(snapshot, action=action, obligations=obligations)
+            return self.observe(conversation, action, record)
+        self.steps += 1
+        trace = live.trace if live is not None else []
+        trace.append(_Seen(action, state))
+        return self._event(conversation, live, action, trace, lambda _: (state, held, False))
 
     # -- checking --------------------------------------------------------------------------
 
     def _violation(
         self,
         conversation: Hashable,
-        trace: list[dict[str, Any]],
+        trace: list[_Event],
         action: str,
         prop: str,
         message: str,
     ) -> Violation:
         self.violations += 1
-        self.close(conversation)
-        return Violation(conversation, len(trace), action, prop, message, tuple(trace))
+        self.forget(conversation)
+        return Violation(conversation, len(trace), action, prop, message, _rendered(trace))
 
     def _context(self, conversation: Hashable, others: int, owned: Iterable[str]) -> Context:
         """The rest of the gateway as *conversation* sees it, holding *owned*."""
@@ -357,6 +432,49 @@ class GatewayMonitor:
             retryable=snapshot.get("retryable", base.retryable),
         )
 
+    def _of_exchange(
+        self, base: ConvState, snapshot: Any, action: str, obligations: Iterable[str] | None
+    ) -> tuple[ConvState, set[str] | None]:
+        """:meth:`_observed` and :meth:`_normalize` of :func:`snapshot_of_exchange`'s
+        mapping, from the exchange snapshot directly: the state and the ids it holds."""
+        pending = snapshot.pending
+        if obligations is not None and action in _KEEPS_OBLIGATIONS:
+            pending = obligations
+        wire_ids = getattr(snapshot, "wire_list", ()) or snapshot.wire_ids
+        emitted = getattr(snapshot, "emitted_list", ()) or snapshot.emitted
+        to_wire = self._to_wire
+        held = None
+        if to_wire is None:
+            pending, req_ids = _ids(pending, "pending"), _ids(snapshot.req_ids, "reqIds")
+            wire_ids, emitted = _ids(wire_ids, "wireIds"), _ids(emitted, "emitted")
+        else:  # caller-side ids unique, the wire side a multiset (see _normalize)
+            pending, req_ids = _ids(pending, "pending"), _ids(snapshot.req_ids, "reqIds")
+            held = {*pending, *req_ids}
+            pending = idset([to_wire(i) for i in pending])
+            req_ids = idset([to_wire(i) for i in req_ids])
+            wire_ids = _ids(wire_ids, "wireIds", repeats=True)
+            emitted = _ids(emitted, "emitted", repeats=True)
+        provider = snapshot.provider.name
+        has_key, has_token = base.hasKey, base.hasToken
+        if provider != self._provider:  # credentials that select it changed (see _observed)
+            has_key, has_token = _SELECTING.get(provider, (has_key, has_token))
+        state = ConvState(
+            has_key,
+            has_token,
+            provider,
+            snapshot.turn,
+            snapshot.phase,
+            pending,
+            req_ids,
+            snapshot.wire_shape,
+            wire_ids,
+            emitted,
+            snapshot.got_shape,
+            snapshot.last_outcome,
+            base.retryable,
+        )
+        return state, held
+
     def _normalize(self, event: dict[str, Any]) -> set[str] | None:
         """With ``to_wire``: the caller-side ids the *event* holds (its identities, for
         NoCrossPairing); its ``pending``/``reqIds`` are mapped to wire ids in place.
@@ -364,9 +482,10 @@ class GatewayMonitor:
         Wire ids are not unique: a provider may repeat ``""`` or ``call_0``, or share one id,
         within a response, and the caller-side encodings of those calls stay distinct
         (:mod:`tpx.translate.ids`). So the wire side is a multiset: each of the four id
-        variables is the sorted tuple of its ids, repeats kept, and two sides agree iff they
-        carry the same wire ids the same number of times. Caller-side ids must still be
-        unique (TypeOK). The trace keeps the wire ids (lists, repeats kept)."""
+        variables keeps its repeats (:func:`~tpx.model.gateway.conversation.idset`), and
+        two sides agree iff they carry the same wire ids the same number of times.
+        Caller-side ids must still be unique (TypeOK). The trace keeps the wire ids
+        (lists, repeats kept)."""
         to_wire = self._to_wire
         if to_wire is None:
             return None
@@ -424,14 +543,28 @@ class GatewayMonitor:
             return t, ("Next", why)
         return t, None
 
+    def _event(
+        self,
+        conversation: Hashable,
+        live: _Live | None,
+        action: str,
+        trace: list[_Event],
+        parse: _Parse,
+    ) -> Violation | None:
+        try:
+            if live is None or action in _STARTS:
+                return self._start(conversation, live, action, trace, parse)
+            return self._step(conversation, live, action, trace, parse)
+        except _BadSnapshot as exc:
+            return self._violation(conversation, trace, action, "TypeOK", str(exc))
+
     def _start(
         self,
         conversation: Hashable,
         live: _Live | None,
         action: str,
-        snapshot: Mapping[str, Any],
-        trace: list[dict[str, Any]],
-        held: set[str] | None,
+        trace: list[_Event],
+        parse: _Parse,
     ) -> Violation | None:
         if action not in _STARTS:
             return self._violation(
@@ -446,11 +579,11 @@ class GatewayMonitor:
                 conversation, trace, action, "Next", f"{action} while an exchange is in flight"
             )
         if live is not None:
-            self.close(conversation)
-        state = self._observed(self._init, snapshot)
+            self.forget(conversation)
+        state, held, retryable = parse(self._init)
         owned = self._held(state, held)
         g = self._context(conversation, self._in_flight, owned)
-        state, found = self._verdict(None, action, state, g, "retryable" in snapshot)
+        state, found = self._verdict(None, action, state, g, retryable)
         if found is not None:
             return self._violation(conversation, trace, action, *found)
         self._live[conversation] = _Live(state, trace, owned)
@@ -463,9 +596,8 @@ class GatewayMonitor:
         conversation: Hashable,
         live: _Live,
         action: str,
-        snapshot: Mapping[str, Any],
-        trace: list[dict[str, Any]],
-        held: set[str] | None,
+        trace: list[_Event],
+        parse: _Parse,
     ) -> Violation | None:
         if action not in _ACTION_NAMES:
             return self._violation(
@@ -473,10 +605,10 @@ class GatewayMonitor:
             )
         s = live.state
         was_in_flight = s.phase != "idle"
-        observed = self._observed(s, snapshot)
+        observed, held, retryable = parse(s)
         owned = self._held(observed, held)
         g = self._context(conversation, self._in_flight - was_in_flight, owned)
-        observed, found = self._verdict(s, action, observed, g, "retryable" in snapshot)
+        observed, found = self._verdict(s, action, observed, g, retryable)
         if found is not None:
             return self._violation(conversation, trace, action, *found)
         live.state = observed
@@ -493,7 +625,7 @@ def _show(s: ConvState) -> str:
     parts = []
     for name in ("provider", *CONVERSATION_VARS, "retryable"):
         value = getattr(s, name)
-        if name in _ID_VARS and isinstance(value, tuple):
-            value = list(value)
+        if name in _ID_VARS and isinstance(value, frozenset | tuple):
+            value = sorted(value)
         parts.append(f"{name}={value}")
     return "[" + ", ".join(parts) + "]"
