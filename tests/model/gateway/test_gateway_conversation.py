@@ -38,7 +38,7 @@ from tpx.model.gateway.conversation import (
     ProviderReply,
     Select,
     SelectionStable,
-    SendsClear,
+    Sent,
     Shapes,
     idset,
     step,
@@ -309,10 +309,10 @@ def monitor_for(g: Context) -> GatewayMonitor:
 
 def holdable(s: ConvState, max_turns: int = 2) -> bool:
     """*s* can be a live conversation's state: every conversation starts on a state
-    satisfying TypeOK, the LOCAL invariants and SendsClear (idle), and they are inductive."""
+    satisfying TypeOK, the LOCAL invariants and Sent (idle), and they are inductive."""
     g = Context((s.hasKey, s.hasToken, s.provider), True, max_turns, 2, 0)
     local = [inv for name, inv in INVARIANTS if name in LOCAL or name == "TypeOK"]
-    return SendsClear(s) and all(inv(s, g) for inv in local)
+    return Sent(s, g) and all(inv(s, g) for inv in local)
 
 
 def test_the_local_invariants_are_inductive() -> None:
@@ -322,7 +322,7 @@ def test_the_local_invariants_are_inductive() -> None:
     ids = tuple(map(frozenset, ((), "a", "b", "ab")))
     held = steps = 0
     for (has_key, has_token), turn, phase, (pending, req, wire, emitted), outcome, retry in product(
-        CREDS, (0, 1), sorted(Phases), product(ids, repeat=4), sorted(Outcomes), (False, True)
+        CREDS, (0, 1, 2), sorted(Phases), product(ids, repeat=4), sorted(Outcomes), (False, True)
     ):  # fmt: skip
         provider = Select(has_key, has_token)
         for wire_shape in sorted(Shapes):

@@ -55,9 +55,10 @@ __all__ = [
     "ProviderFail",
     "ProviderReply",
     "Retry",
+    "Same",
     "Select",
     "SelectionStable",
-    "SendsClear",
+    "Sent",
     "idset",
     "step",
 ]
@@ -69,7 +70,7 @@ Shapes = frozenset({"messages", "openai"})
 Phases = frozenset({"idle", "req", "resp"})
 Outcomes = frozenset({"none", "ok", "err"})
 _NONE: frozenset[str] = frozenset()
-_IDS = (frozenset, tuple)
+_IDS = frozenset({frozenset, tuple})
 
 
 class ConvState(NamedTuple):
@@ -269,35 +270,32 @@ def step(action: str, s: ConvState, g: Context, emitted: Ids) -> ConvState | Non
 # -- the invariants at c ------------------------------------------------------------------
 
 
-def _nat(v: Any, top: int) -> bool:
-    """``v \\in 0..top``"""
-    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= top
-
-
 def TypeOK(s: ConvState, g: Context) -> bool:
     """Each variable in its type. An id variable is an :data:`Ids` of strings (``SUBSET
     AllIds``: the monitor's ids are any strings; it refuses a non-string id before any
-    check)."""
-    return (
-        isinstance(s.hasKey, bool)
-        and isinstance(s.hasToken, bool)
-        and isinstance(s.provider, str)
-        and s.provider in Providers
-        and _nat(s.turn, g.MaxTurns)
-        and isinstance(s.phase, str)
-        and s.phase in Phases
-        and isinstance(s.pending, _IDS)
-        and isinstance(s.reqIds, _IDS)
-        and isinstance(s.wireShape, str)
-        and s.wireShape in Shapes
-        and isinstance(s.wireIds, _IDS)
-        and isinstance(s.emitted, _IDS)
-        and isinstance(s.gotShape, str)
-        and s.gotShape in Shapes
-        and isinstance(s.lastOutcome, str)
-        and s.lastOutcome in Outcomes
-        and isinstance(s.retryable, bool)
-    )
+    check). Only strings are equal to the strings of a domain; an unhashable value is in
+    no domain."""
+    turn = s.turn
+    try:
+        return (
+            type(s.hasKey) is bool
+            and type(s.hasToken) is bool
+            and s.provider in Providers
+            and isinstance(turn, int)
+            and type(turn) is not bool
+            and 0 <= turn <= g.MaxTurns
+            and s.phase in Phases
+            and type(s.pending) in _IDS
+            and type(s.reqIds) in _IDS
+            and s.wireShape in Shapes
+            and type(s.wireIds) in _IDS
+            and type(s.emitted) in _IDS
+            and s.gotShape in Shapes
+            and s.lastOutcome in Outcomes
+            and type(s.retryable) is bool
+        )
+    except TypeError:
+        return False
 
 
 def ShapeInv(s: ConvState, g: Context) -> bool:
@@ -340,24 +338,37 @@ INVARIANTS: tuple[tuple[str, Callable[[ConvState, Context], bool]], ...] = (
     ("RetryInv", RetryInv),
 )
 
-#: The invariants that read conversation ``c``'s values alone. With TypeOK and
-#: :func:`SendsClear` they are inductive for the actions at ``c``: a successor of a state
-#: satisfying them satisfies them, whatever the other conversations do (the tests check it
-#: on every state of a domain covering each pattern of equal and different id sets). So
-#: the monitor, which checks every invariant on a conversation's first (idle) state, need
-#: not evaluate these again on a well-typed state that is the spec's successor of the
-#: last: there they hold. TypeOK is evaluated after every step (Python's ``==`` takes
-#: ``1`` for ``True``), and so are BoundedInv and NoCrossPairing (they read the other
-#: conversations too).
-LOCAL: frozenset[str] = frozenset({"ShapeInv", "PairingInv", "SelectionInv", "RetryInv"})
+#: The invariants that read conversation ``c``'s values alone. With :func:`Sent`
+#: they are inductive for the actions at ``c``: a successor of a state satisfying them
+#: satisfies them, whatever the other conversations do (the tests check it on every state
+#: of a domain covering each pattern of equal and different id sets). So the monitor, which
+#: checks every invariant on a conversation's first (idle) state, need not evaluate these
+#: again on a state that :func:`Same` as the spec's successor of the last: there they
+#: hold. BoundedInv and NoCrossPairing read the other conversations too: they are
+#: evaluated after every step.
+LOCAL: frozenset[str] = frozenset({"TypeOK", "ShapeInv", "PairingInv", "SelectionInv", "RetryInv"})
 
 
-def SendsClear(s: ConvState) -> bool:
-    """No exchange in flight is retryable (CallerSend and Retry clear ``retryable``; only an
-    exchange's failure, which ends it, sets it): the strengthening that makes :data:`LOCAL`
-    inductive (Deliver keeps ``retryable`` and changes ``pending``). Holds on every idle
+def Same(t: ConvState, expected: ConvState) -> bool:
+    """*t* is the well-typed state *expected*: equal, its numbers of the same types
+    (Python's ``==`` takes ``1`` for ``True``; strings equal only strings, and the
+    monitor's id values are always frozensets or tuples)."""
+    return (
+        t == expected
+        and type(t.hasKey) is bool
+        and type(t.hasToken) is bool
+        and type(t.turn) is int
+        and type(t.retryable) is bool
+    )
+
+
+def Sent(s: ConvState, g: Context) -> bool:
+    """An exchange in flight was sent (CallerSend or Retry): its turn is below MaxTurns
+    and it is not retryable (the sends clear ``retryable``; only an exchange's failure,
+    which ends it, sets it). The strengthening that makes :data:`LOCAL` inductive (Deliver
+    adds 1 to ``turn``, keeps ``retryable`` and changes ``pending``). Holds on every idle
     state, so on every first state of a conversation."""
-    return s.phase == "idle" or not s.retryable
+    return s.phase == "idle" or (not s.retryable and s.turn < g.MaxTurns)
 
 
 def SelectionStable(t: ConvState, g: Context) -> bool:

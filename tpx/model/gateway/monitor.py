@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import attrs
@@ -65,6 +66,7 @@ from tpx.model.gateway.conversation import (
     ConvState,
     Ids,
     Init,
+    Same,
     SelectionStable,
     idset,
     step,
@@ -195,7 +197,7 @@ class _Seen:
 _Event = dict[str, Any] | _Seen
 #: How an event's state is read, given the state it starts from: the state, the ids it
 #: holds as its own (``None``: every id it names) and whether it reported ``retryable``.
-_Parse = Callable[[ConvState], tuple[ConvState, set[str] | None, bool]]
+_Parse = Callable[[ConvState], tuple[ConvState, AbstractSet[str] | None, bool]]
 
 
 def _rendered(trace: list[_Event]) -> tuple[Mapping[str, Any], ...]:
@@ -286,6 +288,9 @@ class GatewayMonitor:
         self._init = Init(Context(self._boot, gateway_retry, _BIG, self._max_in_flight, 0))
         self._live: dict[Hashable, _Live] = {}
         self._owner: dict[str, Hashable] = {}
+        self._contexts: dict[int, Context] = {}  # by the other conversations in flight
+        #: per conversation, its last exchange snapshot's id values (observe_exchange)
+        self._memo: dict[Hashable, dict[str, tuple[Any, Ids, frozenset[str]]]] = {}
         self._in_flight = 0
         self.steps = 0
         """Events checked."""
@@ -319,6 +324,7 @@ class GatewayMonitor:
         live = self._live.pop(conversation, None)
         if live is None:
             return
+        self._memo.pop(conversation, None)
         if live.state.phase != "idle":
             self._in_flight -= 1
         owner = self._owner
@@ -341,7 +347,7 @@ class GatewayMonitor:
         trace = live.trace if live is not None else []
         trace.append(event)  # a violation forgets the conversation: no copy needed
 
-        def parse(base: ConvState) -> tuple[ConvState, set[str] | None, bool]:
+        def parse(base: ConvState) -> tuple[ConvState, AbstractSet[str] | None, bool]:
             return self._observed(base, event), held, "retryable" in event
 
         return self._event(conversation, live, action, trace, parse)
@@ -359,16 +365,21 @@ class GatewayMonitor:
         :class:`tpx.exchange.ExchangeSnapshot` directly: its trace event is that mapping,
         built only when the trace is read."""
         live = self._live.get(conversation)
-        base = self._init if live is None or action in _STARTS else live.state
+        start = live is None or action in _STARTS
+        base = self._init if live is None or start else live.state
+        memo = {} if start else self._memo.setdefault(conversation, {})
         try:
-            state, held = self._of_exchange(base, snapshot, action, obligations)
+            state, held = self._of_exchange(base, snapshot, action, obligations, memo)
         except _BadSnapshot:  # the mapping's way: the same verdict, the same trace
             record = snapshot_of_exchange(snapshot, action=action, obligations=obligations)
             return self.observe(conversation, action, record)
         self.steps += 1
         trace = live.trace if live is not None else []
         trace.append(_Seen(action, state))
-        return self._event(conversation, live, action, trace, lambda _: (state, held, False))
+        verdict = self._event(conversation, live, action, trace, lambda _: (state, held, False))
+        if start and verdict is None:
+            self._memo[conversation] = memo
+        return verdict
 
     # -- checking --------------------------------------------------------------------------
 
@@ -384,16 +395,27 @@ class GatewayMonitor:
         self.forget(conversation)
         return Violation(conversation, len(trace), action, prop, message, _rendered(trace))
 
-    def _context(self, conversation: Hashable, others: int, owned: Iterable[str]) -> Context:
-        """The rest of the gateway as *conversation* sees it, holding *owned*."""
-        foreign = None
+    def _context(self, conversation: Hashable, others: int, fresh: AbstractSet[str]) -> Context:
+        """The rest of the gateway as *conversation* sees it, about to hold the *fresh* ids
+        (those it holds already are its own: no other conversation can take them)."""
         owner = self._owner
-        if owner:
-            stolen = [i for i in owned if owner.get(i, conversation) != conversation]
+        if owner and fresh:
+            stolen = [i for i in fresh if owner.get(i, conversation) != conversation]
             if stolen:
                 first = min(stolen)
-                foreign = (first, owner[first])
-        return Context(self._boot, self._retry, _BIG, self._max_in_flight, others, foreign)
+                return Context(
+                    self._boot,
+                    self._retry,
+                    _BIG,
+                    self._max_in_flight,
+                    others,
+                    (first, owner[first]),
+                )
+        g = self._contexts.get(others)
+        if g is None:
+            g = Context(self._boot, self._retry, _BIG, self._max_in_flight, others)
+            self._contexts[others] = g
+        return g
 
     def _observed(self, base: ConvState, snapshot: Mapping[str, Any]) -> ConvState:
         """*base* with every variable the snapshot gives replaced by its value."""
@@ -433,27 +455,27 @@ class GatewayMonitor:
         )
 
     def _of_exchange(
-        self, base: ConvState, snapshot: Any, action: str, obligations: Iterable[str] | None
-    ) -> tuple[ConvState, set[str] | None]:
+        self,
+        base: ConvState,
+        snapshot: Any,
+        action: str,
+        obligations: Iterable[str] | None,
+        memo: dict[str, tuple[Any, Ids, frozenset[str]]],
+    ) -> tuple[ConvState, AbstractSet[str] | None]:
         """:meth:`_observed` and :meth:`_normalize` of :func:`snapshot_of_exchange`'s
-        mapping, from the exchange snapshot directly: the state and the ids it holds."""
+        mapping, from the exchange snapshot directly: the state and the ids it holds.
+        *memo* holds the conversation's last id values by variable: an immutable value the
+        exchange passes again (the same object) is not read again."""
         pending = snapshot.pending
         if obligations is not None and action in _KEEPS_OBLIGATIONS:
             pending = obligations
-        wire_ids = getattr(snapshot, "wire_list", ()) or snapshot.wire_ids
-        emitted = getattr(snapshot, "emitted_list", ()) or snapshot.emitted
         to_wire = self._to_wire
-        held = None
-        if to_wire is None:
-            pending, req_ids = _ids(pending, "pending"), _ids(snapshot.req_ids, "reqIds")
-            wire_ids, emitted = _ids(wire_ids, "wireIds"), _ids(emitted, "emitted")
-        else:  # caller-side ids unique, the wire side a multiset (see _normalize)
-            pending, req_ids = _ids(pending, "pending"), _ids(snapshot.req_ids, "reqIds")
-            held = {*pending, *req_ids}
-            pending = idset([to_wire(i) for i in pending])
-            req_ids = idset([to_wire(i) for i in req_ids])
-            wire_ids = _ids(wire_ids, "wireIds", repeats=True)
-            emitted = _ids(emitted, "emitted", repeats=True)
+        pending, held_p = self._id_var(memo, "pending", pending, to_wire)
+        req_ids, held_r = self._id_var(memo, "reqIds", snapshot.req_ids, to_wire)
+        wire = getattr(snapshot, "wire_list", ()) or snapshot.wire_ids
+        wire_ids, _ = self._id_var(memo, "wireIds", wire, None)
+        emitted = getattr(snapshot, "emitted_list", ()) or snapshot.emitted
+        emitted, _ = self._id_var(memo, "emitted", emitted, None)
         provider = snapshot.provider.name
         has_key, has_token = base.hasKey, base.hasToken
         if provider != self._provider:  # credentials that select it changed (see _observed)
@@ -473,7 +495,30 @@ class GatewayMonitor:
             snapshot.last_outcome,
             base.retryable,
         )
-        return state, held
+        return state, None if to_wire is None else held_p | held_r
+
+    def _id_var(
+        self,
+        memo: dict[str, tuple[Any, Ids, frozenset[str]]],
+        name: str,
+        raw: Any,
+        to_wire: Callable[[str], str] | None,
+    ) -> tuple[Ids, frozenset[str]]:
+        """An id variable of an exchange snapshot: its value (caller-side ids mapped
+        ``to_wire``: a set of unique ids, a multiset on the wire side, as
+        :meth:`_normalize`) and the caller-side ids it holds."""
+        last = memo.get(name)
+        if last is not None and last[0] is raw:
+            return last[1], last[2]
+        repeats = self._to_wire is not None and name in ("wireIds", "emitted")
+        value = _ids(raw, name, repeats=repeats)
+        caller: frozenset[str] = _NONE
+        if to_wire is not None:
+            caller = frozenset(value)
+            value = idset([to_wire(i) for i in value])
+        if type(raw) is frozenset or type(raw) is tuple:  # immutable: the same next time
+            memo[name] = (raw, value, caller)
+        return value, caller
 
     def _normalize(self, event: dict[str, Any]) -> set[str] | None:
         """With ``to_wire``: the caller-side ids the *event* holds (its identities, for
@@ -497,7 +542,7 @@ class GatewayMonitor:
                 event[name] = sorted([to_wire(i) for i in raw])
         return held
 
-    def _held(self, state: ConvState, held: set[str] | None) -> set[str]:
+    def _held(self, state: ConvState, held: AbstractSet[str] | None) -> AbstractSet[str]:
         """The ids whose owner NoCrossPairing checks: the caller-side ids with ``to_wire``
         (wire ids are per upstream response, not global), every id otherwise."""
         return _names(state) if held is None else held
@@ -515,7 +560,7 @@ class GatewayMonitor:
             if expected is not None:
                 if not retryable and t.retryable is not expected.retryable:
                     t = t._replace(retryable=expected.retryable)
-                if t == expected:  # the local invariants hold there (see LOCAL)
+                if Same(t, expected):  # the local invariants hold there (see LOCAL)
                     invariants = _NOT_LOCAL
         for name, invariant in invariants:
             if not invariant(t, g):
@@ -586,7 +631,7 @@ class GatewayMonitor:
         state, found = self._verdict(None, action, state, g, retryable)
         if found is not None:
             return self._violation(conversation, trace, action, *found)
-        self._live[conversation] = _Live(state, trace, owned)
+        self._live[conversation] = _Live(state, trace, set(owned))
         for name in owned:
             self._owner[name] = conversation
         return None
@@ -606,17 +651,18 @@ class GatewayMonitor:
         s = live.state
         was_in_flight = s.phase != "idle"
         observed, held, retryable = parse(s)
-        owned = self._held(observed, held)
-        g = self._context(conversation, self._in_flight - was_in_flight, owned)
+        fresh = self._held(observed, held) - live.owned
+        g = self._context(conversation, self._in_flight - was_in_flight, fresh)
         observed, found = self._verdict(s, action, observed, g, retryable)
         if found is not None:
             return self._violation(conversation, trace, action, *found)
         live.state = observed
         live.trace = trace
         self._in_flight += (observed.phase != "idle") - was_in_flight
-        for name in owned:
-            self._owner[name] = conversation
-        live.owned |= owned
+        if fresh:
+            for name in fresh:
+                self._owner[name] = conversation
+            live.owned |= fresh
         return None
 
 
