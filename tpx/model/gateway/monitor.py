@@ -470,12 +470,13 @@ class GatewayMonitor:
         if obligations is not None and action in _KEEPS_OBLIGATIONS:
             pending = obligations
         to_wire = self._to_wire
-        pending, held_p = self._id_var(memo, "pending", pending, to_wire)
-        req_ids, held_r = self._id_var(memo, "reqIds", snapshot.req_ids, to_wire)
+        multiset = to_wire is not None  # the wire side (see _normalize)
+        pending, held_p = self._id_var(memo, "pending", pending, to_wire, False)
+        req_ids, held_r = self._id_var(memo, "reqIds", snapshot.req_ids, to_wire, False)
         wire = getattr(snapshot, "wire_list", ()) or snapshot.wire_ids
-        wire_ids, _ = self._id_var(memo, "wireIds", wire, None)
+        wire_ids, _ = self._id_var(memo, "wireIds", wire, None, multiset)
         emitted = getattr(snapshot, "emitted_list", ()) or snapshot.emitted
-        emitted, _ = self._id_var(memo, "emitted", emitted, None)
+        emitted, _ = self._id_var(memo, "emitted", emitted, None, multiset)
         provider = snapshot.provider.name
         has_key, has_token = base.hasKey, base.hasToken
         if provider != self._provider:  # credentials that select it changed (see _observed)
@@ -503,14 +504,16 @@ class GatewayMonitor:
         name: str,
         raw: Any,
         to_wire: Callable[[str], str] | None,
+        repeats: bool,
     ) -> tuple[Ids, frozenset[str]]:
         """An id variable of an exchange snapshot: its value (caller-side ids mapped
-        ``to_wire``: a set of unique ids, a multiset on the wire side, as
-        :meth:`_normalize`) and the caller-side ids it holds."""
+        ``to_wire``: a set of unique ids; a multiset if *repeats*, as :meth:`_normalize`)
+        and the caller-side ids it holds."""
+        if not raw and type(raw) in _COLLECTIONS:
+            return _NONE, _NONE
         last = memo.get(name)
         if last is not None and last[0] is raw:
             return last[1], last[2]
-        repeats = self._to_wire is not None and name in ("wireIds", "emitted")
         value = _ids(raw, name, repeats=repeats)
         caller: frozenset[str] = _NONE
         if to_wire is not None:
