@@ -21,8 +21,10 @@ from itertools import chain, combinations, product
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
+from tpx.exchange import ExchangeSnapshot, Provider
 from tpx.model.gateway import Config, InFlight, Init, State, Steps
 from tpx.model.gateway.actions import ACTIONS as REFERENCE_ACTIONS
 from tpx.model.gateway.actions import ProviderReplyWith
@@ -43,7 +45,7 @@ from tpx.model.gateway.conversation import (
     idset,
     step,
 )
-from tpx.model.gateway.monitor import GatewayMonitor
+from tpx.model.gateway.monitor import GatewayMonitor, snapshot_of_exchange
 from tpx.tlc.cfg import load_cfg
 from tpx.values import ModelValue, TLAValue
 
@@ -457,3 +459,69 @@ def test_the_seeded_bugs_illegal_steps_get_the_reference_verdicts(
     monkeypatch.setattr(scenarios, "GatewayMonitor", ReferenceMonitor)
     scenario()
     assert scenarios.monitor().__class__ is ReferenceMonitor
+
+
+# ------------------------------------------- observe_exchange == observe(the mapping)
+
+
+def exchange_snapshot(s: State, c: ModelValue, rng: random.Random) -> ExchangeSnapshot:
+    """Conversation *c* of *s* as the exchange reports it, sometimes with a wire id the
+    provider repeated, a non-string id, a drifted provider or an odd phase."""
+    event = snapshot(s, c)
+    wire = tuple(event["wireIds"])
+    fields: dict[str, Any] = dict(
+        provider=Provider[event["provider"]],
+        turn=event["turn"],
+        phase=event["phase"],
+        pending=frozenset(event["pending"]),
+        last_outcome=event["lastOutcome"],
+        max_turns=None,
+        req_ids=frozenset(event["reqIds"]),
+        wire_shape=event["wireShape"],
+        wire_ids=frozenset(wire),
+        emitted=frozenset(event["emitted"]),
+        got_shape=event["gotShape"],
+        wire_list=wire,
+        emitted_list=tuple(event["emitted"]),
+    )
+    odd = rng.random()
+    if odd < 0.05:
+        fields["wire_list"] = (*wire, *wire[:1])  # a repeated wire id
+    elif odd < 0.08:
+        fields["pending"] = frozenset({*fields["pending"], 7})
+    elif odd < 0.1:
+        fields["provider"] = Provider.ANTHROPIC
+    elif odd < 0.12:
+        fields["phase"] = "bogus"
+    return ExchangeSnapshot(**fields)
+
+
+@pytest.mark.parametrize("to_wire", [None, str.upper], ids=["ids", "to_wire"])
+def test_observe_exchange_is_observe_of_the_mapping(to_wire: Callable[[str], str] | None) -> None:
+    """The exchange path (the live gateway's) gives the verdicts, the counts and the
+    traces of :meth:`GatewayMonitor.observe` on :func:`snapshot_of_exchange`'s mapping."""
+    rng = random.Random(13)
+    cfg = Config.of(2, 2, 2)
+    properties: set[str] = set()
+    for _ in range(40):
+        s = rng.choice(list(Init(cfg)))
+        kw: dict[str, Any] = dict(provider=s.provider.name, max_in_flight=2, to_wire=to_wire)
+        typed, mapped = GatewayMonitor(**kw), GatewayMonitor(**kw)
+        events = [(c, "Init", s) for c in cfg.Convs]
+        while options := [(n, c, t) for n, c, t in Steps(s, cfg) if c is not None]:
+            name, c, s = rng.choice(options)
+            assert c is not None
+            events.append((c, name, s))
+        for c, action, state in events:
+            snap = exchange_snapshot(state, c, rng)
+            held = frozenset(snapshot(state, c)["pending"]) if rng.random() < 0.5 else None
+            got = typed.observe_exchange(c.name, action, snap, obligations=held)
+            record = snapshot_of_exchange(snap, action=action, obligations=held)
+            want = mapped.observe(c.name, action, record)
+            assert (got and attrs.astuple(got)) == (want and attrs.astuple(want))
+            assert typed.trace(c.name) == mapped.trace(c.name)
+            if got is not None:
+                properties.add(got.property)
+        assert (typed.steps, typed.violations) == (mapped.steps, mapped.violations)
+        assert [typed.close(c.name) for c in cfg.Convs] == [mapped.close(c.name) for c in cfg.Convs]
+    assert {"TypeOK", "SelectionStable"} <= properties

@@ -130,6 +130,15 @@ class Violation:
         )
 
 
+def _sorted(ids: Iterable[Any]) -> list[Any]:
+    """The ids in order; as they come if they do not sort (not all strings: TypeOK)."""
+    items = list(ids)
+    try:
+        return sorted(items)
+    except TypeError:
+        return items
+
+
 def snapshot_of_exchange(
     snapshot: Any, *, action: str | None = None, obligations: Iterable[str] | None = None
 ) -> dict[str, Any]:
@@ -152,12 +161,12 @@ def snapshot_of_exchange(
         "provider": snapshot.provider.name,
         "turn": snapshot.turn,
         "phase": snapshot.phase,
-        "pending": sorted(pending),
-        "reqIds": sorted(snapshot.req_ids),
+        "pending": _sorted(pending),
+        "reqIds": _sorted(snapshot.req_ids),
         "wireShape": snapshot.wire_shape,
         # the multisets when the snapshot has them: a provider may repeat a wire id
-        "wireIds": sorted(getattr(snapshot, "wire_list", ()) or snapshot.wire_ids),
-        "emitted": sorted(getattr(snapshot, "emitted_list", ()) or snapshot.emitted),
+        "wireIds": _sorted(getattr(snapshot, "wire_list", ()) or snapshot.wire_ids),
+        "emitted": _sorted(getattr(snapshot, "emitted_list", ()) or snapshot.emitted),
         "gotShape": snapshot.got_shape,
         "lastOutcome": snapshot.last_outcome,
     }
