@@ -12,7 +12,8 @@ Read it side by side with the spec (its header table maps spec lines to these na
 * :mod:`tpx.model.gateway.refinement` -- the projection onto the seed and the refinement check;
 * :mod:`tpx.model.gateway.conversation` -- the spec read on one conversation (the
   monitor's compact step);
-* :mod:`tpx.model.gateway.monitor`    -- the online monitor for a running gateway.
+* :mod:`tpx.model.gateway.monitor`    -- the online monitor for a running gateway
+  (:mod:`tpx.model.gateway.events`: what it reads and records).
 
 The value domains, ``SUBSET``, the state plumbing and ``SelectionStable`` are the seed
 mirror's (:mod:`tpx.model.common`).

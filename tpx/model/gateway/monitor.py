@@ -71,6 +71,16 @@ from tpx.model.gateway.conversation import (
     idset,
     step,
 )
+from tpx.model.gateway.events import (
+    COLLECTIONS,
+    KEEPS_OBLIGATIONS,
+    BadSnapshot,
+    Event,
+    Seen,
+    ids,
+    rendered,
+    snapshot_of_exchange,
+)
 
 __all__ = [
     "CONVERSATION_VARS",
@@ -94,8 +104,7 @@ CONVERSATION_VARS: tuple[str, ...] = (
 _REQUIRED = (*CONVERSATION_VARS, "provider")
 _ID_VARS = ("pending", "reqIds", "wireIds", "emitted")
 _STARTS = ("Init", "Resume")
-#: The actions whose ``pending`` is the history's obligations (see snapshot_of_exchange).
-_KEEPS_OBLIGATIONS = ("ProviderFail", "CallerAbort")
+_NONE: frozenset[str] = frozenset()
 _ACTION_NAMES = frozenset({*ACTIONS, "ProviderReply"})
 #: The invariants evaluated on a state that is the spec's successor of a checked one.
 _NOT_LOCAL = tuple((name, inv) for name, inv in INVARIANTS if name not in LOCAL)
@@ -130,125 +139,17 @@ class Violation:
         )
 
 
-def _sorted(ids: Iterable[Any]) -> list[Any]:
-    """The ids in order; as they come if they do not sort (not all strings: TypeOK)."""
-    items = list(ids)
-    try:
-        return sorted(items)
-    except TypeError:
-        return items
-
-
-def snapshot_of_exchange(
-    snapshot: Any, *, action: str | None = None, obligations: Iterable[str] | None = None
-) -> dict[str, Any]:
-    """A :class:`tpx.exchange.ExchangeSnapshot` as a monitor snapshot (the same JSON-style
-    mapping the gateway writes to its traces).
-
-    The gateway runs one seed exchange per request, and the seed's ProviderFail and
-    CallerAbort discard the exchange's ``pending``; the conversation's obligations are
-    its history's all the same (the gateway spec). Pass the request history's obligations
-    as *obligations* with the *action* and, for those two actions, they are the snapshot's
-    ``pending``.
-
-    ``wireIds`` / ``emitted`` keep a wire id the provider repeated once per call (the
-    snapshot's ``wire_list`` / ``emitted_list``): a monitor with ``to_wire`` counts them
-    (see :class:`GatewayMonitor`)."""
-    pending = snapshot.pending
-    if obligations is not None and action in _KEEPS_OBLIGATIONS:
-        pending = obligations
-    return {
-        "provider": snapshot.provider.name,
-        "turn": snapshot.turn,
-        "phase": snapshot.phase,
-        "pending": _sorted(pending),
-        "reqIds": _sorted(snapshot.req_ids),
-        "wireShape": snapshot.wire_shape,
-        # the multisets when the snapshot has them: a provider may repeat a wire id
-        "wireIds": _sorted(getattr(snapshot, "wire_list", ()) or snapshot.wire_ids),
-        "emitted": _sorted(getattr(snapshot, "emitted_list", ()) or snapshot.emitted),
-        "gotShape": snapshot.got_shape,
-        "lastOutcome": snapshot.last_outcome,
-    }
-
-
-class _BadSnapshot(ValueError):
-    pass
-
-
-class _Seen:
-    """A trace event of :meth:`GatewayMonitor.observe_exchange`: the mapping
-    :func:`snapshot_of_exchange` makes (ids mapped ``to_wire``), built when read."""
-
-    __slots__ = ("action", "state")
-
-    def __init__(self, action: str, state: ConvState) -> None:
-        self.action = action
-        self.state = state
-
-    def render(self) -> dict[str, Any]:
-        s = self.state
-        return {
-            "#action": self.action,
-            "provider": s.provider,
-            "turn": s.turn,
-            "phase": s.phase,
-            "pending": sorted(s.pending),
-            "reqIds": sorted(s.reqIds),
-            "wireShape": s.wireShape,
-            "wireIds": sorted(s.wireIds),
-            "emitted": sorted(s.emitted),
-            "gotShape": s.gotShape,
-            "lastOutcome": s.lastOutcome,
-        }
-
-
-_Event = dict[str, Any] | _Seen
 #: How an event's state is read, given the state it starts from: the state, the ids it
 #: holds as its own (``None``: every id it names) and whether it reported ``retryable``.
 _Parse = Callable[[ConvState], tuple[ConvState, AbstractSet[str] | None, bool]]
 
 
-def _rendered(trace: list[_Event]) -> tuple[Mapping[str, Any], ...]:
-    return tuple(e.render() if isinstance(e, _Seen) else e for e in trace)
-
-
 @attrs.define
 class _Live:
     state: ConvState
-    trace: list[_Event]
+    trace: list[Event]
     owned: set[str]
     """ids this conversation holds as its own (emitted by its provider, or its history's)"""
-
-
-_COLLECTIONS = frozenset({list, tuple, frozenset, set})
-_NONE: frozenset[str] = frozenset()
-
-
-def _bad(value: Any, name: str) -> _BadSnapshot:
-    return _BadSnapshot(f"{name} must be a list of tool-id strings, got {value!r}")
-
-
-def _ids(value: Any, name: str, *, repeats: bool = False) -> Ids:
-    """An id variable's value (:func:`~tpx.model.gateway.conversation.idset`): a set, or a
-    multiset when *repeats* are allowed. Anything but an iterable of strings is refused
-    (TypeOK), and so is a repeated id unless *repeats*."""
-    if type(value) not in _COLLECTIONS:
-        if isinstance(value, str | bytes) or not isinstance(value, Iterable):
-            raise _bad(value, name)
-        value = list(value)
-    if not value:
-        return _NONE
-    try:
-        "".join(value)  # every id a string: join refuses anything else
-    except TypeError:
-        raise _bad(value, name) from None
-    unique = frozenset(value)
-    if len(unique) == len(value):
-        return unique
-    if not repeats:
-        raise _BadSnapshot(f"{name} lists an id twice: {sorted(value)}")
-    return tuple(sorted(value))
 
 
 def _names(state: ConvState) -> set[str]:
@@ -320,13 +221,13 @@ class GatewayMonitor:
     def trace(self, conversation: Hashable) -> tuple[Mapping[str, Any], ...]:
         """The events of a live conversation, ``{"#action": ..., **snapshot}`` each."""
         live = self._live.get(conversation)
-        return _rendered(live.trace) if live is not None else ()
+        return rendered(live.trace) if live is not None else ()
 
     def close(self, conversation: Hashable) -> tuple[Mapping[str, Any], ...]:
         """Forget a conversation (its exchange ended); returns its trace."""
         live = self._live.get(conversation)
         self.forget(conversation)
-        return () if live is None else _rendered(live.trace)
+        return () if live is None else rendered(live.trace)
 
     def forget(self, conversation: Hashable) -> None:
         """:meth:`close` without building the trace."""
@@ -350,7 +251,7 @@ class GatewayMonitor:
         event = {"#action": action, **snapshot}
         try:
             held = self._normalize(event)
-        except _BadSnapshot as exc:
+        except BadSnapshot as exc:
             trace = [*(live.trace if live else ()), {"#action": action, **snapshot}]
             return self._violation(conversation, trace, action, "TypeOK", str(exc))
         trace = live.trace if live is not None else []
@@ -379,12 +280,12 @@ class GatewayMonitor:
         memo = {} if start else self._memo.setdefault(conversation, {})
         try:
             state, held = self._of_exchange(base, snapshot, action, obligations, memo)
-        except _BadSnapshot:  # the mapping's way: the same verdict, the same trace
+        except BadSnapshot:  # the mapping's way: the same verdict, the same trace
             record = snapshot_of_exchange(snapshot, action=action, obligations=obligations)
             return self.observe(conversation, action, record)
         self.steps += 1
         trace = live.trace if live is not None else []
-        trace.append(_Seen(action, state))
+        trace.append(Seen(action, state))
         verdict = self._event(conversation, live, action, trace, lambda _: (state, held, False))
         if start and verdict is None:
             self._memo[conversation] = memo
@@ -395,14 +296,14 @@ class GatewayMonitor:
     def _violation(
         self,
         conversation: Hashable,
-        trace: list[_Event],
+        trace: list[Event],
         action: str,
         prop: str,
         message: str,
     ) -> Violation:
         self.violations += 1
         self.forget(conversation)
-        return Violation(conversation, len(trace), action, prop, message, _rendered(trace))
+        return Violation(conversation, len(trace), action, prop, message, rendered(trace))
 
     def _context(self, conversation: Hashable, others: int, fresh: AbstractSet[str]) -> Context:
         """The rest of the gateway as *conversation* sees it, about to hold the *fresh* ids
@@ -438,7 +339,7 @@ class GatewayMonitor:
             last_outcome = snapshot["lastOutcome"]
         except KeyError:
             missing = [v for v in _REQUIRED if v not in snapshot]
-            raise _BadSnapshot(f"the snapshot lacks {missing}") from None
+            raise BadSnapshot(f"the snapshot lacks {missing}") from None
         has_key, has_token = base.hasKey, base.hasToken
         if "hasKey" in snapshot or "hasToken" in snapshot:
             has_key = snapshot.get("hasKey", has_key)
@@ -453,11 +354,11 @@ class GatewayMonitor:
             provider=provider,
             turn=turn,
             phase=phase,
-            pending=_ids(pending, "pending", repeats=repeats),
-            reqIds=_ids(req_ids, "reqIds", repeats=repeats),
+            pending=ids(pending, "pending", repeats=repeats),
+            reqIds=ids(req_ids, "reqIds", repeats=repeats),
             wireShape=wire_shape,
-            wireIds=_ids(wire_ids, "wireIds", repeats=repeats),
-            emitted=_ids(emitted, "emitted", repeats=repeats),
+            wireIds=ids(wire_ids, "wireIds", repeats=repeats),
+            emitted=ids(emitted, "emitted", repeats=repeats),
             gotShape=got_shape,
             lastOutcome=last_outcome,
             retryable=snapshot.get("retryable", base.retryable),
@@ -476,7 +377,7 @@ class GatewayMonitor:
         *memo* holds the conversation's last id values by variable: an immutable value the
         exchange passes again (the same object) is not read again."""
         pending = snapshot.pending
-        if obligations is not None and action in _KEEPS_OBLIGATIONS:
+        if obligations is not None and action in KEEPS_OBLIGATIONS:
             pending = obligations
         to_wire = self._to_wire
         multiset = to_wire is not None  # the wire side (see _normalize)
@@ -518,12 +419,12 @@ class GatewayMonitor:
         """An id variable of an exchange snapshot: its value (caller-side ids mapped
         ``to_wire``: a set of unique ids; a multiset if *repeats*, as :meth:`_normalize`)
         and the caller-side ids it holds."""
-        if not raw and type(raw) in _COLLECTIONS:
+        if not raw and type(raw) in COLLECTIONS:
             return _NONE, _NONE
         last = memo.get(name)
         if last is not None and last[0] is raw:
             return last[1], last[2]
-        value = _ids(raw, name, repeats=repeats)
+        value = ids(raw, name, repeats=repeats)
         caller: frozenset[str] = _NONE
         if to_wire is not None:
             caller = frozenset(value)
@@ -549,7 +450,7 @@ class GatewayMonitor:
         held: set[str] = set()
         for name in ("pending", "reqIds"):
             if name in event:
-                raw = _ids(event[name], name)  # caller-side ids are unique
+                raw = ids(event[name], name)  # caller-side ids are unique
                 held.update(raw)
                 event[name] = sorted([to_wire(i) for i in raw])
         return held
@@ -605,14 +506,14 @@ class GatewayMonitor:
         conversation: Hashable,
         live: _Live | None,
         action: str,
-        trace: list[_Event],
+        trace: list[Event],
         parse: _Parse,
     ) -> Violation | None:
         try:
             if live is None or action in _STARTS:
                 return self._start(conversation, live, action, trace, parse)
             return self._step(conversation, live, action, trace, parse)
-        except _BadSnapshot as exc:
+        except BadSnapshot as exc:
             return self._violation(conversation, trace, action, "TypeOK", str(exc))
 
     def _start(
@@ -620,7 +521,7 @@ class GatewayMonitor:
         conversation: Hashable,
         live: _Live | None,
         action: str,
-        trace: list[_Event],
+        trace: list[Event],
         parse: _Parse,
     ) -> Violation | None:
         if action not in _STARTS:
@@ -653,7 +554,7 @@ class GatewayMonitor:
         conversation: Hashable,
         live: _Live,
         action: str,
-        trace: list[_Event],
+        trace: list[Event],
         parse: _Parse,
     ) -> Violation | None:
         if action not in _ACTION_NAMES:
