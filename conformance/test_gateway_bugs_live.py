@@ -1,7 +1,9 @@
 """Seeded gateway bugs (:mod:`conformance.gateway_bugs`) against a live ``tpx serve
 --monitor`` on loopback: each is stopped at its first illegal step with its property named,
 the caller gets a Messages-shaped error instead of the step's output, the upstream never
-sees the illegal request, and the violation is logged and counted in ``/metrics``."""
+sees the illegal request, and the violation is logged and counted in ``/metrics``. Each stop
+is checked twice: with the monitor's compact step and with the reference mirror's
+(:class:`tests.model.gateway.reference_monitor.ReferenceMonitor`): the same stop."""
 
 from __future__ import annotations
 
@@ -20,12 +22,22 @@ import pytest
 from conformance.gateway_bugs import GATEWAY_BUGS, GatewayBug
 from tests.gateway.conftest import GATEWAY_KEY, make_settings, serving
 from tests.gateway.fakes import FakeUpstream
+from tests.model.gateway.reference_monitor import ReferenceMonitor
 from tpx.cli import main
 from tpx.gateway.asgi import GatewayApp, create_app
+from tpx.model.gateway.monitor import GatewayMonitor
 
 AUTH = {"x-api-key": GATEWAY_KEY}
 SPEC = Path(__file__).parents[1] / "spec" / "TpxGateway.tla"
 BUG = {bug.name: bug for bug in GATEWAY_BUGS}
+
+
+@pytest.fixture(params=["compact", "reference"])
+def mirror(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The monitor's step: its compact one (shipped) or the reference mirror's."""
+    if request.param == "reference":
+        monkeypatch.setattr("tpx.gateway.monitoring.GatewayMonitor", ReferenceMonitor)
+    return str(request.param)
 
 
 class HeldUpstream:
@@ -84,6 +96,12 @@ def results(ids: list[str], text: str = "x") -> dict[str, Any]:
     }
 
 
+def uses(app: GatewayApp, mirror: str) -> None:
+    assert app.gateway.monitor is not None
+    checker = type(app.gateway.monitor.monitor)
+    assert checker is (ReferenceMonitor if mirror == "reference" else GatewayMonitor)
+
+
 def stopped(reply: httpx2.Response, prop: str, metrics: str, log: str) -> None:
     """The caller got the fail-closed error, not the step's output; logged and counted."""
     assert reply.status_code == 500
@@ -101,13 +119,14 @@ def stopped(reply: httpx2.Response, prop: str, metrics: str, log: str) -> None:
 
 @pytest.mark.parametrize("provider", ["TPX", "ANTHROPIC"])
 def test_ids_leaking_between_conversations(
-    provider: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    provider: str, mirror: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with (
         caplog.at_level(logging.WARNING, logger="tpx.gateway"),
         BUG["ids_leak"].active(),
-        live(provider, tmp_path) as (client, fake, held, _),
+        live(provider, tmp_path) as (client, fake, held, app),
     ):
+        uses(app, mirror)
         history_a, ids_a = tool_turn(client, "conversation A")
         history_b, ids_b = tool_turn(client, "conversation B")
         answers: list[httpx2.Response] = []
@@ -133,6 +152,7 @@ def test_ids_leaking_between_conversations(
 
 
 def test_a_worker_accepting_a_tool_use_id_it_never_issued(
+    mirror: str,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
     capsys: pytest.CaptureFixture[str],
@@ -140,8 +160,9 @@ def test_a_worker_accepting_a_tool_use_id_it_never_issued(
     forged = "toolu_01NeverIssuedByThisGateway"
     with (
         caplog.at_level(logging.WARNING, logger="tpx.gateway"),
-        live("ANTHROPIC", tmp_path) as (client, fake, _, _),
+        live("ANTHROPIC", tmp_path) as (client, fake, _, app),
     ):
+        uses(app, mirror)
         history, ids = tool_turn(client, "forger")
         messages = [*history, results([*ids, forged])]
         correct = client.post("/v1/messages", headers=AUTH, json=body(messages))
@@ -175,13 +196,14 @@ def test_tpx_translation_refuses_a_never_issued_id_before_the_monitor(tmp_path: 
 
 @pytest.mark.parametrize("provider", ["TPX", "ANTHROPIC"])
 def test_selection_drifting_between_workers(
-    provider: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    provider: str, mirror: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with (
         caplog.at_level(logging.WARNING, logger="tpx.gateway"),
         BUG["selection_drift"].active(),
-        live(provider, tmp_path) as (client, fake, _, _),
+        live(provider, tmp_path) as (client, fake, _, app),
     ):
+        uses(app, mirror)
         tool_turn(client, "first worker")  # exchange 1: the boot selection
         reply = client.post(
             "/v1/messages", headers=AUTH, json=body([{"role": "user", "content": "drift"}])

@@ -128,10 +128,10 @@ def stop_at(monkeypatch: pytest.MonkeyPatch, stopped_action: str) -> None:
     plumbing on every path, whatever the bug behind it)."""
     real = LiveMonitor._check
 
-    def strict(self: LiveMonitor, key: str, action: str, snapshot: Any) -> None:
+    def strict(self: LiveMonitor, key: str, action: str, snapshot: Any, *held: Any) -> None:
         if action == stopped_action:
             self._stopped(key, Violation(key, 9, action, "PairingInv", "seeded", trace=()))
-        real(self, key, action, snapshot)
+        real(self, key, action, snapshot, *held)
 
     monkeypatch.setattr(LiveMonitor, "_check", strict)
 

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
 
 import orjson
 from prometheus_client import Counter
+from prometheus_client.metrics_core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from tpx.errors import ModelError
 from tpx.exchange import ExchangeSnapshot, Provider
@@ -58,6 +59,21 @@ class SpecViolationError(ModelError):
         self.property = violation.property
 
 
+class _StepsCollector(Collector):
+    """``tpx_gateway_monitor_steps_total``, read from the monitor's own count at scrape
+    time (no per-step metric update on the request path)."""
+
+    def __init__(self, monitor: GatewayMonitor) -> None:
+        self._monitor = monitor
+
+    def collect(self) -> Iterator[Metric]:
+        steps = CounterMetricFamily(
+            "tpx_gateway_monitor_steps", "Spec steps the gateway monitor checked"
+        )
+        steps.add_metric([], self._monitor.steps)
+        yield steps
+
+
 class LiveMonitor:
     """The per-process online monitor of ``tpx serve --monitor`` (see the module doc)."""
 
@@ -80,16 +96,19 @@ class LiveMonitor:
             ["property"],
             registry=metrics.registry,
         )
-        self.steps = Counter(
-            "tpx_gateway_monitor_steps",
-            "Spec steps the gateway monitor checked",
-            registry=metrics.registry,
-        )
+        metrics.registry.register(_StepsCollector(self.monitor))
 
-    def _check(self, key: str, action: str, snapshot: Mapping[str, Any]) -> None:
+    def _check(
+        self,
+        key: str,
+        action: str,
+        snapshot: ExchangeSnapshot,
+        obligations: Iterable[str] | None = None,
+    ) -> None:
         with self._lock:
-            violation = self.monitor.observe(key, action, snapshot)
-        self.steps.inc()
+            violation = self.monitor.observe_exchange(
+                key, action, snapshot, obligations=obligations
+            )
         if violation is not None:
             self._stopped(key, violation)
 
@@ -110,7 +129,7 @@ class LiveMonitor:
 
     def start(self, key: str, snapshot: ExchangeSnapshot) -> None:
         """``Resume``: the conversation starts idle with its history's obligations."""
-        self._check(key, "Resume", snapshot_of_exchange(snapshot))
+        self._check(key, "Resume", snapshot)
 
     def observer(
         self,
@@ -123,9 +142,7 @@ class LiveMonitor:
 
         def observe(action: str, snapshot: ExchangeSnapshot) -> None:
             inner(action, snapshot)
-            self._check(
-                key, action, snapshot_of_exchange(snapshot, action=action, obligations=held)
-            )
+            self._check(key, action, snapshot, held)
 
         return observe
 
@@ -135,11 +152,18 @@ class LiveMonitor:
         record = snapshot_of_exchange(snapshot)
         record["turn"] = snapshot.turn + 1
         record["lastOutcome"] = "err"
-        self._check(key, "CallerAbort", record)
+        with self._lock:
+            violation = self.monitor.observe(key, "CallerAbort", record)
+        if violation is not None:
+            self._stopped(key, violation)
 
     def close(self, key: str) -> None:
         """The exchange ended: forget the conversation; write its trace (``--trace-dir``)."""
+        if self.trace_dir is None:
+            with self._lock:
+                self.monitor.forget(key)
+            return
         with self._lock:
             trace = self.monitor.close(key)
-        if trace and self.trace_dir is not None:
+        if trace:
             write_trace(self.trace_dir / trace_file_name(key), trace)

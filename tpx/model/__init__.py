@@ -12,7 +12,9 @@ Read it side by side with the spec:
 * :mod:`tpx.model.packed`     -- the same exploration on bit-packed states (numpy), for speed;
 * :mod:`tpx.model.fingerprint` / :mod:`tpx.model.registry` -- which spec the mirror mirrors
   (:data:`TRANSPORT`, shipped as ``tpx/specs/TpxTransport.tla``) and the check that a
-  given spec and cfg are that one.
+  given spec and cfg are that one;
+* :mod:`tpx.model.common`     -- what this mirror and the gateway's (:mod:`tpx.model.gateway`)
+  share: the value domains, ``SUBSET``, the state plumbing, ``SelectionStable``.
 """
 
 from tpx.model.actions import (

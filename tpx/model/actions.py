@@ -23,12 +23,11 @@ Next                                  :data:`ACTIONS`, :func:`Next`
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from itertools import chain, combinations
 
 from attrs import evolve
 
+from tpx.model.common import subsets
 from tpx.model.state import Config, State
-from tpx.values import ModelValue
 
 __all__ = [
     "ACTIONS",
@@ -45,15 +44,6 @@ __all__ = [
 ]
 
 Action = Callable[[State, Config], Iterator[State]]
-
-
-def subsets(s: frozenset[ModelValue]) -> Iterator[frozenset[ModelValue]]:
-    """``SUBSET s``, smallest first."""
-    items = sorted(s)
-    return (
-        frozenset(c)
-        for c in chain.from_iterable(combinations(items, r) for r in range(len(items) + 1))
-    )
 
 
 def Init(c: Config) -> Iterator[State]:

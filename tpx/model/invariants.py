@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from tpx.model.common import CredsUnchanged, SelectionStable
 from tpx.model.state import Config, Outcomes, Phases, Shapes, State
 
 __all__ = [
@@ -70,16 +71,6 @@ def SelectionInv(s: State, c: Config) -> bool:
 
 def BoundedInv(s: State, c: Config) -> bool:
     return s.turn <= c.MaxTurns
-
-
-def CredsUnchanged(s: State, t: State) -> bool:
-    """``UNCHANGED <<hasKey, hasToken, provider>>`` on the step s -> t."""
-    return (s.hasKey, s.hasToken, s.provider) == (t.hasKey, t.hasToken, t.provider)
-
-
-def SelectionStable(s: State, t: State) -> bool:
-    """``[][CredsUnchanged]_vars``: every step keeps the credentials (or stutters)."""
-    return CredsUnchanged(s, t) or s == t
 
 
 #: The cfg's INVARIANTS, in its order.

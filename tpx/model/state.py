@@ -25,13 +25,11 @@ from typing import Any
 import attrs
 
 from tpx.errors import SpecConfigError
-from tpx.values import ModelValue, Record
+from tpx.model.common import Outcomes, Phases, Shapes, SpecState, variables_of
+from tpx.values import ModelValue
 
 __all__ = ["VARS", "Config", "Outcomes", "Phases", "Shapes", "State"]
 
-Shapes = frozenset({"messages", "openai"})
-Phases = frozenset({"idle", "req", "resp"})
-Outcomes = frozenset({"none", "ok", "err"})
 
 #: The spec's ``vars`` tuple, in the spec's order.
 VARS: tuple[str, ...] = (
@@ -120,7 +118,7 @@ class Config:
 
 
 @attrs.frozen
-class State:
+class State(SpecState):
     """One state of the spec: the 12 VARIABLES, with the spec's names."""
 
     hasKey: bool  # static API key present at boot
@@ -136,21 +134,7 @@ class State:
     gotShape: str  # shape of the last body handed back to the caller
     lastOutcome: str  # result of the last completed exchange
 
-    def vars(self) -> tuple[Any, ...]:
-        """The spec's ``vars`` tuple."""
-        return attrs.astuple(self, recurse=False)
-
-    def as_record(self) -> Record:
-        """The state as TLC prints it: variable name -> TLA+ value."""
-        return Record(attrs.asdict(self, recurse=False))
-
     @classmethod
     def from_record(cls, record: Any) -> State:
         """Build a State from a mapping of the 12 variable names (e.g. parsed TLC output)."""
-        names = set(record)
-        if names != set(VARS):
-            raise ValueError(
-                f"a state needs exactly the variables {list(VARS)}; "
-                f"missing {sorted(set(VARS) - names)}, unknown {sorted(names - set(VARS))}"
-            )
-        return cls(**{n: record[n] for n in VARS})
+        return cls(**variables_of(record, VARS))

@@ -10,7 +10,13 @@ Read it side by side with the spec (its header table maps spec lines to these na
   and ``SelectionStable`` on a step;
 * :mod:`tpx.model.gateway.explore`    -- BFS explorer reporting TLC's figures;
 * :mod:`tpx.model.gateway.refinement` -- the projection onto the seed and the refinement check;
-* :mod:`tpx.model.gateway.monitor`    -- the online monitor for a running gateway.
+* :mod:`tpx.model.gateway.conversation` -- the spec read on one conversation (the
+  monitor's compact step);
+* :mod:`tpx.model.gateway.monitor`    -- the online monitor for a running gateway
+  (:mod:`tpx.model.gateway.events`: what it reads and records).
+
+The value domains, ``SUBSET``, the state plumbing and ``SelectionStable`` are the seed
+mirror's (:mod:`tpx.model.common`).
 
 :data:`GATEWAY` registers the module with :mod:`tpx.model.registry` (shipped as
 ``tpx/specs/TpxGateway.tla`` with its cfgs), so ``tpx explore`` / ``tpx check-trace`` run

@@ -26,10 +26,10 @@ Next (\\E c \\in Convs : ...)           :data:`ACTIONS`, :func:`Steps`, :func:`N
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from itertools import chain, combinations
 
 from attrs import evolve
 
+from tpx.model.common import subsets
 from tpx.model.gateway.state import EXCEPT, Config, InFlight, State, ToolId
 from tpx.values import Function, ModelValue
 
@@ -51,15 +51,6 @@ __all__ = [
 ]
 
 ConvAction = Callable[[State, ModelValue, Config], Iterator[State]]
-
-
-def _subsets(s: frozenset[ToolId]) -> Iterator[frozenset[ToolId]]:
-    """``SUBSET s``, smallest first."""
-    items = sorted(s)
-    return (
-        frozenset(x)
-        for x in chain.from_iterable(combinations(items, r) for r in range(len(items) + 1))
-    )
 
 
 def _all(cfg: Config, v: object) -> Function:
@@ -130,7 +121,7 @@ def NoProvider(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
 
 
 def ProviderReply(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
-    for ids in _subsets(cfg.Ids(c)):
+    for ids in subsets(cfg.Ids(c)):
         yield from ProviderReplyWith(s, c, cfg, ids)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tpx.model.common import CredsUnchanged, SelectionStable
 from tpx.model.gateway.state import Config, InFlight, Outcomes, Phases, Shapes, State
 from tpx.values import Function
 
@@ -103,16 +104,6 @@ def NoCrossPairing(s: State, cfg: Config) -> bool:
 
 def RetryInv(s: State, cfg: Config) -> bool:
     return all(not s.retryable[c] or s.pending[c] == s.reqIds[c] for c in cfg.Convs)
-
-
-def CredsUnchanged(s: State, t: State) -> bool:
-    """``UNCHANGED <<hasKey, hasToken, provider>>`` on the step s -> t."""
-    return (s.hasKey, s.hasToken, s.provider) == (t.hasKey, t.hasToken, t.provider)
-
-
-def SelectionStable(s: State, t: State) -> bool:
-    """``[][CredsUnchanged]_vars``: every step keeps the credentials (or stutters)."""
-    return CredsUnchanged(s, t) or s == t
 
 
 #: The cfg's INVARIANTS, in its order.

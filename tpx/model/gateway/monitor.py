@@ -35,26 +35,52 @@ Checks, per event, in this order (the first failure is the violation; its ``prop
    this conversation's variables), ``RetryInv``;
 2. ``SelectionStable``: the shared selection is the boot's;
 3. ``Next``: the step is the named action of the spec from the conversation's previous
-   state (the mirror's action function, with the emitted ids as ProviderReply's witness);
+   state (the action's successor, with the emitted ids as ProviderReply's witness);
    ``Init`` for a bad first event or an event of an unknown conversation.
 
 After a violation the conversation is forgotten (its later events are reported as events
 of an unknown conversation until it starts again); :meth:`GatewayMonitor.close` forgets a
-finished one (call it when the exchange ends, so its ids stop counting as live). Cost: one
-mirror step on a one-conversation state per event, O(ids in the step).
+finished one (call it when the exchange ends, so its ids stop counting as live).
+
+Cost: one step of :mod:`tpx.model.gateway.conversation` per event (the spec read on one
+conversation: its variables as a tuple, the named action's successor computed from its
+guard and effect, the invariants on that conversation; O(ids in the step)), the same
+verdicts as the whole-gateway mirror (:mod:`~tpx.model.gateway.actions`,
+:mod:`~tpx.model.gateway.invariants`) on a one-conversation state, which the tests check.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import attrs
 
-from tpx.model.gateway.actions import ACTIONS, Init, ProviderReplyWith
-from tpx.model.gateway.invariants import INVARIANTS
-from tpx.model.gateway.state import EXCEPT, Config, State, ToolId
-from tpx.values import Function, ModelValue
+from tpx.model.gateway.conversation import (
+    ACTIONS,
+    INVARIANTS,
+    LOCAL,
+    Context,
+    ConvState,
+    Ids,
+    Init,
+    Same,
+    SelectionStable,
+    idset,
+    step,
+)
+from tpx.model.gateway.events import (
+    COLLECTIONS,
+    KEEPS_OBLIGATIONS,
+    BadSnapshot,
+    Event,
+    Seen,
+    ids,
+    rendered,
+    snapshot_of_exchange,
+)
 
 __all__ = [
     "CONVERSATION_VARS",
@@ -75,14 +101,21 @@ CONVERSATION_VARS: tuple[str, ...] = (
     "gotShape",
     "lastOutcome",
 )
+_REQUIRED = (*CONVERSATION_VARS, "provider")
 _ID_VARS = ("pending", "reqIds", "wireIds", "emitted")
 _STARTS = ("Init", "Resume")
-_ACTIONS = dict(ACTIONS)
+_NONE: frozenset[str] = frozenset()
+_ACTION_NAMES = frozenset({*ACTIONS, "ProviderReply"})
+#: The invariants evaluated on a state that is the spec's successor of a checked one.
+_NOT_LOCAL = tuple((name, inv) for name, inv in INVARIANTS if name not in LOCAL)
 _BIG = 2**62
 #: Credentials (hasKey, hasToken) that select each provider.
 _SELECTING = {"ANTHROPIC": (True, False), "TPX": (False, True), "NONE": (False, False)}
-#: The conversation as the one-conversation local state names it.
-_C = ModelValue("c")
+#: How many caller ids -> wire ids the monitor remembers (``to_wire`` is pure).
+_TO_WIRE_CACHE = 4096
+
+#: A failed check: the property and why.
+Failure = tuple[str, str]
 
 
 @attrs.frozen
@@ -106,81 +139,21 @@ class Violation:
         )
 
 
-def snapshot_of_exchange(
-    snapshot: Any, *, action: str | None = None, obligations: Iterable[str] | None = None
-) -> dict[str, Any]:
-    """A :class:`tpx.exchange.ExchangeSnapshot` as a monitor snapshot (the same JSON-style
-    mapping the gateway writes to its traces).
-
-    The gateway runs one seed exchange per request, and the seed's ProviderFail and
-    CallerAbort discard the exchange's ``pending``; the conversation's obligations are
-    its history's all the same (the gateway spec). Pass the request history's obligations
-    as *obligations* with the *action* and, for those two actions, they are the snapshot's
-    ``pending``.
-
-    ``wireIds`` / ``emitted`` keep a wire id the provider repeated once per call (the
-    snapshot's ``wire_list`` / ``emitted_list``): a monitor with ``to_wire`` counts them
-    (see :class:`GatewayMonitor`)."""
-    pending = snapshot.pending
-    if obligations is not None and action in ("ProviderFail", "CallerAbort"):
-        pending = obligations
-    return {
-        "provider": snapshot.provider.name,
-        "turn": snapshot.turn,
-        "phase": snapshot.phase,
-        "pending": sorted(pending),
-        "reqIds": sorted(snapshot.req_ids),
-        "wireShape": snapshot.wire_shape,
-        # the multisets when the snapshot has them: a provider may repeat a wire id
-        "wireIds": sorted(getattr(snapshot, "wire_list", ()) or snapshot.wire_ids),
-        "emitted": sorted(getattr(snapshot, "emitted_list", ()) or snapshot.emitted),
-        "gotShape": snapshot.got_shape,
-        "lastOutcome": snapshot.last_outcome,
-    }
-
-
-class _BadSnapshot(ValueError):
-    pass
+#: How an event's state is read, given the state it starts from: the state, the ids it
+#: holds as its own (``None``: every id it names) and whether it reported ``retryable``.
+_Parse = Callable[[ConvState], tuple[ConvState, AbstractSet[str] | None, bool]]
 
 
 @attrs.define
 class _Live:
-    state: State
-    trace: list[dict[str, Any]]
+    state: ConvState
+    trace: list[Event]
     owned: set[str]
     """ids this conversation holds as its own (emitted by its provider, or its history's)"""
 
 
-def _ids(value: Any, name: str) -> frozenset[ToolId]:
-    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
-        raise _BadSnapshot(f"{name} must be a list of tool-id strings, got {value!r}")
-    items = list(value)
-    if not all(isinstance(i, str) for i in items):
-        raise _BadSnapshot(f"{name} must be a list of tool-id strings, got {value!r}")
-    if len(set(items)) != len(items):
-        raise _BadSnapshot(f"{name} lists an id twice: {sorted(items)}")
-    return frozenset((_C, ModelValue(i)) for i in items)
-
-
-def _tagged(value: Any, name: str) -> list[str]:
-    """A multiset of wire ids as a set: the k-th occurrence (0-based) of ``i`` is ``i#k``
-    (injective: ``k`` is the digits after the last ``#``)."""
-    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
-        raise _BadSnapshot(f"{name} must be a list of tool-id strings, got {value!r}")
-    items = list(value)
-    if not all(isinstance(i, str) for i in items):
-        raise _BadSnapshot(f"{name} must be a list of tool-id strings, got {value!r}")
-    seen: dict[str, int] = {}
-    out = []
-    for i in sorted(items):
-        k = seen.get(i, 0)
-        seen[i] = k + 1
-        out.append(f"{i}#{k}")
-    return out
-
-
-def _names(state: State) -> set[str]:
-    return {t.name for v in _ID_VARS for _, t in state.__getattribute__(v)[_C]}
+def _names(state: ConvState) -> set[str]:
+    return {*state.pending, *state.reqIds, *state.wireIds, *state.emitted}
 
 
 class GatewayMonitor:
@@ -195,6 +168,7 @@ class GatewayMonitor:
     ``emitted``: what the provider sent), for a gateway whose snapshots hold both (TPX:
     decode the signed caller id to the foreign id; ANTHROPIC: identity); the traces then hold
     wire-side ids throughout (a repeated wire id once per call, see :meth:`_normalize`).
+    ``to_wire`` must be a pure function: the monitor remembers its recent answers.
     Not thread-safe: one per worker (an event loop), or a lock around :meth:`observe`.
     """
 
@@ -213,14 +187,20 @@ class GatewayMonitor:
             if provider not in _SELECTING:
                 raise ValueError(f"provider must be ANTHROPIC, TPX or NONE, got {provider!r}")
             has_key, has_token = _SELECTING[provider]
-        self._has_key = has_key
-        self._has_token = has_token
-        self._provider = ModelValue(provider)
-        self._max_in_flight = max_in_flight
+        self._boot = (has_key, has_token, provider)
+        self._provider = provider
+        self._max_in_flight = _BIG if max_in_flight is None else max_in_flight
         self._retry = gateway_retry
-        self._to_wire = to_wire
+        self._to_wire = (
+            None if to_wire is None else functools.lru_cache(maxsize=_TO_WIRE_CACHE)(to_wire)
+        )
+        #: the spec's Init at one conversation (it depends on the boot selection only)
+        self._init = Init(Context(self._boot, gateway_retry, _BIG, self._max_in_flight, 0))
         self._live: dict[Hashable, _Live] = {}
         self._owner: dict[str, Hashable] = {}
+        self._contexts: dict[int, Context] = {}  # by the other conversations in flight
+        #: per conversation, its last exchange snapshot's id values (observe_exchange)
+        self._memo: dict[Hashable, dict[str, tuple[Any, Ids, frozenset[str]]]] = {}
         self._in_flight = 0
         self.steps = 0
         """Events checked."""
@@ -241,19 +221,26 @@ class GatewayMonitor:
     def trace(self, conversation: Hashable) -> tuple[Mapping[str, Any], ...]:
         """The events of a live conversation, ``{"#action": ..., **snapshot}`` each."""
         live = self._live.get(conversation)
-        return tuple(live.trace) if live is not None else ()
+        return rendered(live.trace) if live is not None else ()
 
     def close(self, conversation: Hashable) -> tuple[Mapping[str, Any], ...]:
         """Forget a conversation (its exchange ended); returns its trace."""
+        live = self._live.get(conversation)
+        self.forget(conversation)
+        return () if live is None else rendered(live.trace)
+
+    def forget(self, conversation: Hashable) -> None:
+        """:meth:`close` without building the trace."""
         live = self._live.pop(conversation, None)
         if live is None:
-            return ()
-        if live.state.phase[_C] != "idle":
+            return
+        self._memo.pop(conversation, None)
+        if live.state.phase != "idle":
             self._in_flight -= 1
+        owner = self._owner
         for name in live.owned:
-            if self._owner.get(name) == conversation:
-                del self._owner[name]
-        return tuple(live.trace)
+            if owner.get(name) == conversation:
+                del owner[name]
 
     def observe(
         self, conversation: Hashable, action: str, snapshot: Mapping[str, Any]
@@ -261,20 +248,47 @@ class GatewayMonitor:
         """Check one step; ``None`` if the spec allows it, else the :class:`Violation`."""
         self.steps += 1
         live = self._live.get(conversation)
+        event = {"#action": action, **snapshot}
         try:
-            held, snapshot = self._normalize(snapshot)
-        except _BadSnapshot as exc:
+            held = self._normalize(event)
+        except BadSnapshot as exc:
             trace = [*(live.trace if live else ()), {"#action": action, **snapshot}]
             return self._violation(conversation, trace, action, "TypeOK", str(exc))
-        event = {"#action": action, **snapshot}
-        trace = [*live.trace, event] if live is not None else [event]
+        trace = live.trace if live is not None else []
+        trace.append(event)  # a violation forgets the conversation: no copy needed
+
+        def parse(base: ConvState) -> tuple[ConvState, AbstractSet[str] | None, bool]:
+            return self._observed(base, event), held, "retryable" in event
+
+        return self._event(conversation, live, action, trace, parse)
+
+    def observe_exchange(
+        self,
+        conversation: Hashable,
+        action: str,
+        snapshot: Any,
+        *,
+        obligations: Iterable[str] | None = None,
+    ) -> Violation | None:
+        """``observe(conversation, action, snapshot_of_exchange(snapshot, action=action,
+        obligations=obligations))``, the same check, reading the
+        :class:`tpx.exchange.ExchangeSnapshot` directly: its trace event is that mapping,
+        built only when the trace is read."""
+        live = self._live.get(conversation)
+        start = live is None or action in _STARTS
+        base = self._init if live is None or start else live.state
+        memo = {} if start else self._memo.setdefault(conversation, {})
         try:
-            if live is None or action in _STARTS:
-                verdict = self._start(conversation, live, action, snapshot, trace, held)
-            else:
-                verdict = self._step(conversation, live, action, snapshot, trace, held)
-        except _BadSnapshot as exc:
-            verdict = self._violation(conversation, trace, action, "TypeOK", str(exc))
+            state, held = self._of_exchange(base, snapshot, action, obligations, memo)
+        except BadSnapshot:  # the mapping's way: the same verdict, the same trace
+            record = snapshot_of_exchange(snapshot, action=action, obligations=obligations)
+            return self.observe(conversation, action, record)
+        self.steps += 1
+        trace = live.trace if live is not None else []
+        trace.append(Seen(action, state))
+        verdict = self._event(conversation, live, action, trace, lambda _: (state, held, False))
+        if start and verdict is None:
+            self._memo[conversation] = memo
         return verdict
 
     # -- checking --------------------------------------------------------------------------
@@ -282,111 +296,233 @@ class GatewayMonitor:
     def _violation(
         self,
         conversation: Hashable,
-        trace: list[dict[str, Any]],
+        trace: list[Event],
         action: str,
         prop: str,
         message: str,
     ) -> Violation:
         self.violations += 1
-        self.close(conversation)
-        return Violation(conversation, len(trace), action, prop, message, tuple(trace))
+        self.forget(conversation)
+        return Violation(conversation, len(trace), action, prop, message, rendered(trace))
 
-    def _config(self, names: Iterable[str], others_in_flight: int) -> Config:
-        limit = _BIG if self._max_in_flight is None else self._max_in_flight - others_in_flight
-        return Config(
-            frozenset({_C}),
-            frozenset(ModelValue(n) for n in names),
-            _BIG,
-            max(limit, 0),
-            self._retry,
-        )
+    def _context(self, conversation: Hashable, others: int, fresh: AbstractSet[str]) -> Context:
+        """The rest of the gateway as *conversation* sees it, about to hold the *fresh* ids
+        (those it holds already are its own: no other conversation can take them)."""
+        owner = self._owner
+        if owner and fresh:
+            stolen = [i for i in fresh if owner.get(i, conversation) != conversation]
+            if stolen:
+                first = min(stolen)
+                return Context(
+                    self._boot,
+                    self._retry,
+                    _BIG,
+                    self._max_in_flight,
+                    others,
+                    (first, owner[first]),
+                )
+        g = self._contexts.get(others)
+        if g is None:
+            g = Context(self._boot, self._retry, _BIG, self._max_in_flight, others)
+            self._contexts[others] = g
+        return g
 
-    def _observed(self, base: State, snapshot: Mapping[str, Any]) -> State:
+    def _observed(self, base: ConvState, snapshot: Mapping[str, Any]) -> ConvState:
         """*base* with every variable the snapshot gives replaced by its value."""
-        missing = [v for v in (*CONVERSATION_VARS, "provider") if v not in snapshot]
-        if missing:
-            raise _BadSnapshot(f"the snapshot lacks {missing}")
-        changes: dict[str, Any] = {}
-        for name in CONVERSATION_VARS:
-            raw = snapshot[name]
-            value = self._id_set(raw, name) if name in _ID_VARS else raw
-            changes[name] = EXCEPT(getattr(base, name), _C, value)
-        if "retryable" in snapshot:
-            changes["retryable"] = EXCEPT(base.retryable, _C, snapshot["retryable"])
-        provider = snapshot["provider"]
-        changes["provider"] = ModelValue(provider) if isinstance(provider, str) else provider
-        if changes["provider"] != self._provider and not (
-            "hasKey" in snapshot or "hasToken" in snapshot
-        ):
+        repeats = self._to_wire is not None  # the wire side is a multiset
+        try:
+            provider = snapshot["provider"]
+            turn, phase = snapshot["turn"], snapshot["phase"]
+            pending, req_ids = snapshot["pending"], snapshot["reqIds"]
+            wire_shape, wire_ids = snapshot["wireShape"], snapshot["wireIds"]
+            emitted, got_shape = snapshot["emitted"], snapshot["gotShape"]
+            last_outcome = snapshot["lastOutcome"]
+        except KeyError:
+            missing = [v for v in _REQUIRED if v not in snapshot]
+            raise BadSnapshot(f"the snapshot lacks {missing}") from None
+        has_key, has_token = base.hasKey, base.hasToken
+        if "hasKey" in snapshot or "hasToken" in snapshot:
+            has_key = snapshot.get("hasKey", has_key)
+            has_token = snapshot.get("hasToken", has_token)
+        elif provider != self._provider:
             # a snapshot without credentials naming another provider: credentials that
             # select it changed (SelectionStable), as far as the snapshot can tell
-            pair = _SELECTING.get(str(changes["provider"]))
-            if pair is not None:
-                changes["hasKey"], changes["hasToken"] = pair
-        for name in ("hasKey", "hasToken"):
-            if name in snapshot:
-                changes[name] = snapshot[name]
-        return attrs.evolve(base, **changes)
+            has_key, has_token = _SELECTING.get(str(provider), (has_key, has_token))
+        return ConvState(
+            hasKey=has_key,
+            hasToken=has_token,
+            provider=provider,
+            turn=turn,
+            phase=phase,
+            pending=ids(pending, "pending", repeats=repeats),
+            reqIds=ids(req_ids, "reqIds", repeats=repeats),
+            wireShape=wire_shape,
+            wireIds=ids(wire_ids, "wireIds", repeats=repeats),
+            emitted=ids(emitted, "emitted", repeats=repeats),
+            gotShape=got_shape,
+            lastOutcome=last_outcome,
+            retryable=snapshot.get("retryable", base.retryable),
+        )
 
-    def _normalize(self, snapshot: Mapping[str, Any]) -> tuple[set[str] | None, dict[str, Any]]:
-        """With ``to_wire``: the caller-side ids the snapshot holds (its identities, for
-        NoCrossPairing) and the snapshot with ``pending``/``reqIds`` mapped to wire ids.
+    def _of_exchange(
+        self,
+        base: ConvState,
+        snapshot: Any,
+        action: str,
+        obligations: Iterable[str] | None,
+        memo: dict[str, tuple[Any, Ids, frozenset[str]]],
+    ) -> tuple[ConvState, AbstractSet[str] | None]:
+        """:meth:`_observed` and :meth:`_normalize` of :func:`snapshot_of_exchange`'s
+        mapping, from the exchange snapshot directly: the state and the ids it holds.
+        *memo* holds the conversation's last id values by variable: an immutable value the
+        exchange passes again (the same object) is not read again."""
+        pending = snapshot.pending
+        if obligations is not None and action in KEEPS_OBLIGATIONS:
+            pending = obligations
+        to_wire = self._to_wire
+        multiset = to_wire is not None  # the wire side (see _normalize)
+        pending, held_p = self._id_var(memo, "pending", pending, to_wire, False)
+        req_ids, held_r = self._id_var(memo, "reqIds", snapshot.req_ids, to_wire, False)
+        wire = getattr(snapshot, "wire_list", ()) or snapshot.wire_ids
+        wire_ids, _ = self._id_var(memo, "wireIds", wire, None, multiset)
+        emitted = getattr(snapshot, "emitted_list", ()) or snapshot.emitted
+        emitted, _ = self._id_var(memo, "emitted", emitted, None, multiset)
+        provider = snapshot.provider.name
+        has_key, has_token = base.hasKey, base.hasToken
+        if provider != self._provider:  # credentials that select it changed (see _observed)
+            has_key, has_token = _SELECTING.get(provider, (has_key, has_token))
+        state = ConvState(
+            has_key,
+            has_token,
+            provider,
+            snapshot.turn,
+            snapshot.phase,
+            pending,
+            req_ids,
+            snapshot.wire_shape,
+            wire_ids,
+            emitted,
+            snapshot.got_shape,
+            snapshot.last_outcome,
+            base.retryable,
+        )
+        return state, None if to_wire is None else held_p | held_r
+
+    def _id_var(
+        self,
+        memo: dict[str, tuple[Any, Ids, frozenset[str]]],
+        name: str,
+        raw: Any,
+        to_wire: Callable[[str], str] | None,
+        repeats: bool,
+    ) -> tuple[Ids, frozenset[str]]:
+        """An id variable of an exchange snapshot: its value (caller-side ids mapped
+        ``to_wire``: a set of unique ids; a multiset if *repeats*, as :meth:`_normalize`)
+        and the caller-side ids it holds."""
+        if not raw and type(raw) in COLLECTIONS:
+            return _NONE, _NONE
+        last = memo.get(name)
+        if last is not None and last[0] is raw:
+            return last[1], last[2]
+        value = ids(raw, name, repeats=repeats)
+        caller: frozenset[str] = _NONE
+        if to_wire is not None:
+            caller = frozenset(value)
+            value = idset([to_wire(i) for i in value])
+        if type(raw) is frozenset or type(raw) is tuple:  # immutable: the same next time
+            memo[name] = (raw, value, caller)
+        return value, caller
+
+    def _normalize(self, event: dict[str, Any]) -> set[str] | None:
+        """With ``to_wire``: the caller-side ids the *event* holds (its identities, for
+        NoCrossPairing); its ``pending``/``reqIds`` are mapped to wire ids in place.
 
         Wire ids are not unique: a provider may repeat ``""`` or ``call_0``, or share one id,
         within a response, and the caller-side encodings of those calls stay distinct
-        (:mod:`tpx.translate.ids`). So the wire side is a multiset, and each of the four id
-        variables becomes its occurrence-tagged set (``id#k`` for the k-th occurrence of
-        ``id``, :func:`_tagged`): two sides agree iff they carry the same wire ids the same
-        number of times. Caller-side ids must still be unique (TypeOK). The trace keeps the
-        untagged wire ids (lists, repeats kept)."""
-        out = dict(snapshot)
-        if self._to_wire is None:
-            return None, out
+        (:mod:`tpx.translate.ids`). So the wire side is a multiset: each of the four id
+        variables keeps its repeats (:func:`~tpx.model.gateway.conversation.idset`), and
+        two sides agree iff they carry the same wire ids the same number of times.
+        Caller-side ids must still be unique (TypeOK). The trace keeps the wire ids
+        (lists, repeats kept)."""
+        to_wire = self._to_wire
+        if to_wire is None:
+            return None
         held: set[str] = set()
         for name in ("pending", "reqIds"):
-            if name in out:
-                raw = out[name]
-                _ids(raw, name)  # caller-side ids are unique
+            if name in event:
+                raw = ids(event[name], name)  # caller-side ids are unique
                 held.update(raw)
-                out[name] = sorted(self._to_wire(i) for i in raw)
-        return held, out
+                event[name] = sorted([to_wire(i) for i in raw])
+        return held
 
-    def _id_set(self, raw: Any, name: str) -> frozenset[ToolId]:
-        """An id variable's value: with ``to_wire`` the occurrence-tagged wire ids."""
-        return _ids(_tagged(raw, name) if self._to_wire is not None else raw, name)
-
-    def _held(self, state: State, held: set[str] | None) -> set[str]:
+    def _held(self, state: ConvState, held: AbstractSet[str] | None) -> AbstractSet[str]:
         """The ids whose owner NoCrossPairing checks: the caller-side ids with ``to_wire``
         (wire ids are per upstream response, not global), every id otherwise."""
         return _names(state) if held is None else held
 
-    def _check_state(
-        self, conversation: Hashable, state: State, cfg: Config, held: set[str]
-    ) -> tuple[str, str] | None:
-        for name, inv in INVARIANTS:
-            if name == "NoCrossPairing":
-                for one in sorted(held):
-                    owner = self._owner.get(one, conversation)
-                    if owner != conversation:
-                        return name, f"{one!r} belongs to conversation {owner!r}"
-            elif not inv(state, cfg):
-                return name, f"state {_show(state)}"
-        boot = (self._has_key, self._has_token, self._provider)
-        if (state.hasKey, state.hasToken, state.provider) != boot:
-            return "SelectionStable", (
+    def _verdict(
+        self, s: ConvState | None, action: str, t: ConvState, g: Context, retryable: bool
+    ) -> tuple[ConvState, Failure | None]:
+        """Check the event *action* that took the conversation from *s* (``None``: the
+        conversation starts with it) to *t* (``retryable``: the event reported it, else the
+        spec's successor says it). Returns *t* as checked and the first failure."""
+        expected: ConvState | None = self._init
+        invariants = INVARIANTS
+        if s is not None:
+            expected = step(action, s, g, t.emitted)
+            if expected is not None:
+                if not retryable and t.retryable is not expected.retryable:
+                    t = t._replace(retryable=expected.retryable)
+                if Same(t, expected):  # the local invariants hold there (see LOCAL)
+                    invariants = _NOT_LOCAL
+        for name, invariant in invariants:
+            if not invariant(t, g):
+                if name == "NoCrossPairing" and g.foreign is not None:
+                    one, owner = g.foreign
+                    return t, (name, f"{one!r} belongs to conversation {owner!r}")
+                return t, (name, f"state {_show(t)}")
+        if not SelectionStable(t, g):
+            return t, (
+                "SelectionStable",
                 f"selection (hasKey, hasToken, provider) = "
-                f"{(state.hasKey, state.hasToken, state.provider)}, booted with {boot}"
+                f"{(t.hasKey, t.hasToken, t.provider)}, booted with {g.boot}",
             )
-        return None
+        if s is None:
+            if action == "Init" and t != expected:
+                return t, ("Init", f"{_show(t)} is no initial state")
+            if t.phase != "idle":
+                return t, ("Init", "a conversation resumes idle")
+        elif t != expected:
+            why = (
+                f"{action} is not enabled in {_show(s)}"
+                if expected is None
+                else f"{action} leads to {_show(expected)}, observed {_show(t)}"
+            )
+            return t, ("Next", why)
+        return t, None
+
+    def _event(
+        self,
+        conversation: Hashable,
+        live: _Live | None,
+        action: str,
+        trace: list[Event],
+        parse: _Parse,
+    ) -> Violation | None:
+        try:
+            if live is None or action in _STARTS:
+                return self._start(conversation, live, action, trace, parse)
+            return self._step(conversation, live, action, trace, parse)
+        except BadSnapshot as exc:
+            return self._violation(conversation, trace, action, "TypeOK", str(exc))
 
     def _start(
         self,
         conversation: Hashable,
         live: _Live | None,
         action: str,
-        snapshot: Mapping[str, Any],
-        trace: list[dict[str, Any]],
-        held: set[str] | None,
+        trace: list[Event],
+        parse: _Parse,
     ) -> Violation | None:
         if action not in _STARTS:
             return self._violation(
@@ -396,31 +532,19 @@ class GatewayMonitor:
                 "Init",
                 f"{action} of a conversation that has not started (Init or Resume first)",
             )
-        if live is not None and live.state.phase[_C] != "idle":
+        if live is not None and live.state.phase != "idle":
             return self._violation(
                 conversation, trace, action, "Next", f"{action} while an exchange is in flight"
             )
         if live is not None:
-            self.close(conversation)
-        names = {t.name for v in _ID_VARS if v in snapshot for _, t in self._id_set(snapshot[v], v)}
-        cfg = self._config(names, self._in_flight)
-        (init,) = [
-            s for s in Init(cfg) if (s.hasKey, s.hasToken) == (self._has_key, self._has_token)
-        ]
-        state = self._observed(init, snapshot)
+            self.forget(conversation)
+        state, held, retryable = parse(self._init)
         owned = self._held(state, held)
-        found = self._check_state(conversation, state, cfg, owned)
+        g = self._context(conversation, self._in_flight, owned)
+        state, found = self._verdict(None, action, state, g, retryable)
         if found is not None:
             return self._violation(conversation, trace, action, *found)
-        if action == "Init" and state != init:
-            return self._violation(
-                conversation, trace, action, "Init", f"{_show(state)} is no initial state"
-            )
-        if state.phase[_C] != "idle":
-            return self._violation(
-                conversation, trace, action, "Init", "a conversation resumes idle"
-            )
-        self._live[conversation] = _Live(state, trace, owned)
+        self._live[conversation] = _Live(state, trace, set(owned))
         for name in owned:
             self._owner[name] = conversation
         return None
@@ -430,55 +554,37 @@ class GatewayMonitor:
         conversation: Hashable,
         live: _Live,
         action: str,
-        snapshot: Mapping[str, Any],
-        trace: list[dict[str, Any]],
-        held: set[str] | None,
+        trace: list[Event],
+        parse: _Parse,
     ) -> Violation | None:
-        s = live.state
-        function = _ACTIONS.get(action)
-        if function is None:
+        if action not in _ACTION_NAMES:
             return self._violation(
                 conversation, trace, action, "Next", f"{action!r} is no action of the spec"
             )
-        was_in_flight = s.phase[_C] != "idle"
-        others = self._in_flight - was_in_flight
-        observed = self._observed(s, snapshot)
-        cfg = self._config(_names(s) | _names(observed), others)
-        if action == "ProviderReply":
-            candidates = list(ProviderReplyWith(s, _C, cfg, observed.emitted[_C]))
-        else:
-            candidates = list(function(s, _C, cfg))
-        if candidates and "retryable" not in snapshot:
-            observed = attrs.evolve(observed, retryable=candidates[0].retryable)
-        owned = self._held(observed, held)
-        found = self._check_state(conversation, observed, cfg, owned)
+        s = live.state
+        was_in_flight = s.phase != "idle"
+        observed, held, retryable = parse(s)
+        fresh = self._held(observed, held) - live.owned
+        g = self._context(conversation, self._in_flight - was_in_flight, fresh)
+        observed, found = self._verdict(s, action, observed, g, retryable)
         if found is not None:
             return self._violation(conversation, trace, action, *found)
-        if observed not in candidates:
-            why = (
-                f"{action} is not enabled in {_show(s)}"
-                if not candidates
-                else f"{action} leads to {' or '.join(_show(t) for t in candidates[:3])}, "
-                f"observed {_show(observed)}"
-            )
-            return self._violation(conversation, trace, action, "Next", why)
         live.state = observed
         live.trace = trace
-        self._in_flight += (observed.phase[_C] != "idle") - was_in_flight
-        for name in owned:
-            self._owner[name] = conversation
-        live.owned |= owned
+        self._in_flight += (observed.phase != "idle") - was_in_flight
+        if fresh:
+            for name in fresh:
+                self._owner[name] = conversation
+            live.owned |= fresh
         return None
 
 
-def _show(s: State) -> str:
+def _show(s: ConvState) -> str:
     """A conversation's variables, readably."""
     parts = []
     for name in ("provider", *CONVERSATION_VARS, "retryable"):
         value = getattr(s, name)
-        if isinstance(value, Function):
-            value = value[_C]
-        if isinstance(value, frozenset):
-            value = sorted(t.name for _, t in value)
+        if name in _ID_VARS and isinstance(value, frozenset | tuple):
+            value = sorted(value)
         parts.append(f"{name}={value}")
     return "[" + ", ".join(parts) + "]"

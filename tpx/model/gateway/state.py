@@ -29,7 +29,8 @@ from typing import Any
 import attrs
 
 from tpx.errors import SpecConfigError
-from tpx.values import Function, ModelValue, Record
+from tpx.model.common import Outcomes, Phases, Shapes, SpecState, variables_of
+from tpx.values import Function, ModelValue
 
 __all__ = [
     "EXCEPT",
@@ -44,9 +45,6 @@ __all__ = [
     "ToolId",
 ]
 
-Shapes = frozenset({"messages", "openai"})
-Phases = frozenset({"idle", "req", "resp"})
-Outcomes = frozenset({"none", "ok", "err"})
 
 #: A tool call's id: ``<<c, t>>``, its conversation and a local name in ``ToolIds``.
 ToolId = tuple[ModelValue, ModelValue]
@@ -195,7 +193,7 @@ class Config:
 
 
 @attrs.frozen
-class State:
+class State(SpecState):
     """One state of the gateway spec: the 13 VARIABLES, with the spec's names.
 
     ``turn`` ... ``retryable`` are functions over ``Convs`` (:class:`~tpx.values.Function`)."""
@@ -214,27 +212,14 @@ class State:
     lastOutcome: Function  # [Convs -> Outcomes]
     retryable: Function  # [Convs -> BOOLEAN] the last exchange failed: re-send allowed
 
-    def vars(self) -> tuple[Any, ...]:
-        """The spec's ``vars`` tuple."""
-        return attrs.astuple(self, recurse=False)
-
-    def as_record(self) -> Record:
-        """The state as TLC prints it: variable name -> TLA+ value."""
-        return Record(attrs.asdict(self, recurse=False))
-
     @classmethod
     def from_record(cls, record: Any) -> State:
         """Build a State from a mapping of the 13 variable names (e.g. parsed TLC output)."""
-        names = set(record)
-        if names != set(VARS):
-            raise ValueError(
-                f"a state needs exactly the variables {list(VARS)}; "
-                f"missing {sorted(set(VARS) - names)}, unknown {sorted(names - set(VARS))}"
-            )
+        variables = variables_of(record, VARS)
         for name in PER_CONVERSATION:
-            if not isinstance(record[name], Function):
+            if not isinstance(variables[name], Function):
                 raise ValueError(f"{name} must be a function over Convs, got {record[name]!r}")
-        return cls(**{n: record[n] for n in VARS})
+        return cls(**variables)
 
 
 def EXCEPT(f: Function, c: ModelValue, v: Any) -> Function:
