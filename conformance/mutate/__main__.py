@@ -1,7 +1,11 @@
 """``make mutate``: mutation testing with the conformance suite alone as the judge.
 
 ``python -m conformance.mutate [--per-file N] [--seed S] [--timeout SECONDS] [--only ID...]
-[--list] [--report FILE]``
+[--only-from FILE] [--list] [--report FILE]``
+
+Mutant ids hold spaces (``<path>::<function>::<operator>::<before> => <after>[#k]``): quote
+each ``--only`` id, or put them in a file, one per line (``--only-from``; a line of
+``equivalent.txt`` works too, the reason after `` | `` is ignored).
 
 1. The files of ``conformance/mutate/targets.txt`` are mutated by
    :mod:`conformance.mutate.mutator` (every mutation point; ``--per-file`` picks a seeded
@@ -52,10 +56,22 @@ def equivalents(path: Path = EQUIVALENT) -> dict[str, str]:
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
-        ident, _, reason = line.partition("|")
+        ident, _, reason = line.rpartition(" | ")  # an id may hold "|" (a | b => a & b)
+        if not ident:
+            ident, reason = line, ""
         if not reason.strip():
             raise SystemExit(f"{path}: {ident.strip()} needs a reason")
         out[ident.strip()] = reason.strip()
+    return out
+
+
+def _ids_in(path: Path, known: set[str]) -> list[str]:
+    """Mutant ids, one a line (``#`` comments; a `` | reason`` tail is ignored)."""
+    out = []
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if line and not line.startswith("#"):
+            out.append(line if line in known else (line.rpartition(" | ")[0] or line))
     return out
 
 
@@ -122,15 +138,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per mutant")
     parser.add_argument("--only", nargs="*", default=None, help="judge these mutant ids")
+    parser.add_argument(
+        "--only-from", type=Path, default=None, help="judge the mutant ids in FILE (one a line)"
+    )
     parser.add_argument("--list", action="store_true", help="list the mutants and stop")
     parser.add_argument("--report", type=Path, default=ROOT / ".mutate" / "report.json")
     parser.add_argument("--fail-under", type=float, default=90.0, help="kill rate, percent")
     args = parser.parse_args(argv)
 
     every = [m for path in targets() for m in mutants(path, ROOT)]
+    known = {m.id for m in every}
+    wanted = [*(args.only or []), *(_ids_in(args.only_from, known) if args.only_from else [])]
+    unknown = sorted(set(wanted) - known)
+    if unknown:
+        print("no such mutant: " + "; ".join(unknown), file=sys.stderr)
+        return 2
     chosen = (
-        [m for m in every if m.id in set(args.only)]
-        if args.only
+        [m for m in every if m.id in set(wanted)]
+        if wanted
         else (every if args.per_file == 0 else sample(every, args.per_file, args.seed))
     )
     equivalent = equivalents()
