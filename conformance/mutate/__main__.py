@@ -1,7 +1,7 @@
 """``make mutate``: mutation testing with the conformance suite alone as the judge.
 
 ``python -m conformance.mutate [--per-file N] [--seed S] [--timeout SECONDS] [--only ID...]
-[--only-from FILE] [--list] [--report FILE]``
+[--only-from FILE] [--target PATH] [--list] [--report FILE]``
 
 Mutant ids hold spaces (``<path>::<function>::<operator>::<before> => <after>[#k]``): quote
 each ``--only`` id, or put them in a file, one per line (``--only-from``; a line of
@@ -10,8 +10,9 @@ each ``--only`` id, or put them in a file, one per line (``--only-from``; a line
 1. The files of ``conformance/mutate/targets.txt`` are mutated by
    :mod:`conformance.mutate.mutator` (every mutation point; ``--per-file`` picks a seeded
    sample of each file's, 0 = all).
-2. The judging subset (:mod:`conformance.mutate.judge`: the seed cfg's minimum edge cover,
-   plain and streamed) is computed once from TLC's graph and pickled.
+2. The judge (:mod:`conformance.mutate.judge`: the seed cfg's minimum edge cover through
+   the transport, plain and streamed, computed once from TLC's graph and pickled; then the
+   gateway conformance through the gateway core) is the conformance suite alone.
 3. The unmutated code must pass the judge; then each mutant is judged in its own process
    (``nice -n 10``), on a private copy of ``tpx/`` and ``conformance/`` holding the mutated
    file, with a timeout (a mutant that hangs is killed by the timeout).
@@ -105,8 +106,12 @@ def _pristine(base: Path) -> Path:
     while it runs do not change the judge half-way)."""
     pristine = base / "pristine"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in ("tpx", "conformance", "spec"):
+    for name in ("tpx", "conformance", "spec", "tests/gateway"):
         shutil.copytree(ROOT / name, pristine / name, ignore=ignore)
+    # the gateway conformance runs under pytest with the project's configuration; the live
+    # gateway bugs use the gateway test helpers (tests/gateway)
+    for name in ("pyproject.toml", "tests/__init__.py"):
+        shutil.copy2(ROOT / name, pristine / name)
     return pristine
 
 
@@ -141,12 +146,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only-from", type=Path, default=None, help="judge the mutant ids in FILE (one a line)"
     )
+    parser.add_argument(
+        "--target",
+        action="append",
+        default=None,
+        help="only this file of targets.txt (repeatable; a prefix such as tpx/gateway/ works)",
+    )
     parser.add_argument("--list", action="store_true", help="list the mutants and stop")
     parser.add_argument("--report", type=Path, default=ROOT / ".mutate" / "report.json")
     parser.add_argument("--fail-under", type=float, default=90.0, help="kill rate, percent")
     args = parser.parse_args(argv)
 
-    every = [m for path in targets() for m in mutants(path, ROOT)]
+    files = [
+        p
+        for p in targets()
+        if not args.target or any(p.relative_to(ROOT).as_posix().startswith(t) for t in args.target)
+    ]
+    every = [m for path in files for m in mutants(path, ROOT)]
     known = {m.id for m in every}
     wanted = [*(args.only or []), *(_ids_in(args.only_from, known) if args.only_from else [])]
     unknown = sorted(set(wanted) - known)
@@ -159,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         else (every if args.per_file == 0 else sample(every, args.per_file, args.seed))
     )
     equivalent = equivalents()
-    print(f"{len(every)} mutants in {len(targets())} files; judging {len(chosen)}", flush=True)
+    print(f"{len(every)} mutants in {len(files)} files; judging {len(chosen)}", flush=True)
     if args.list:
         for m in chosen:
             print(f"{m.id}  {_diff(m)}")
