@@ -7,9 +7,10 @@ the working directory in two stages, stopping at the first that fails:
    behaviours covering all 574 edges and 361 states) through the real transport, first
    plainly, then every exchange streamed, stopping at the first behaviour that leaves the
    spec;
-2. the gateway conformance (:data:`GATEWAY_SUITE`): whole conversations through the
-   sans-I/O gateway core in-process (:mod:`conformance.gateway_core`: tool loops, every
-   upstream failure and its retry, aborts, refusals, traces checked against
+2. the conformance cases (:data:`GATEWAY_SUITE`, under pytest): hostile reply shapes
+   through the transport (``conformance/test_stream_edge_cases.py``), whole conversations
+   through the sans-I/O gateway core in-process (:mod:`conformance.gateway_core`: tool
+   loops, every upstream failure and its retry, aborts, refusals, traces checked against
    spec/TpxGateway.tla), then the seeded gateway bugs against a live ``tpx serve
    --monitor`` on loopback. The seed edge cover never reaches the gateway core; this
    stage does (and the id signing of :mod:`tpx.translate.ids` only the gateway uses).
@@ -32,8 +33,9 @@ from tpx.model import Config
 
 __all__ = ["GATEWAY_SUITE", "gateway", "judge", "main"]
 
-#: The gateway conformance the judge runs (paths relative to the repository root).
+#: The conformance cases the judge runs after the replay (relative to the repository root).
 GATEWAY_SUITE = (
+    "conformance/test_stream_edge_cases.py",
     "conformance/test_gateway_core_cases.py",
     "conformance/test_gateway_bugs_live.py",
 )
@@ -87,8 +89,8 @@ def gateway(root: Path) -> tuple[int, str]:
     ]
     status = pytest.main(args, plugins=[failed])
     if status == 0:
-        return 0, "the gateway conformance passes"
-    return 1, f"gateway: {failed.first or f'pytest exit status {int(status)}'}"
+        return 0, "the conformance cases pass"
+    return 1, f"case: {failed.first or f'pytest exit status {int(status)}'}"
 
 
 def main(argv: list[str] | None = None) -> int:
