@@ -142,6 +142,32 @@ def log_records() -> Iterator[list[dict[str, Any]]]:
         logger.setLevel(level)
 
 
+def _usage(data: bytes, streamed: bool) -> dict[str, int]:
+    """The token counts the caller was told (a stream: message_start's, then each
+    message_delta's, the later winning)."""
+    found: list[Any] = []
+    if streamed:
+        for name, payload in sse_events(data):
+            event = orjson.loads(payload)
+            if name == "message_start":
+                found.append(event.get("message", {}).get("usage"))
+            elif name == "message_delta":
+                found.append(event.get("usage"))
+    else:
+        found.append(orjson.loads(data).get("usage"))
+    out: dict[str, int] = {}
+    for usage in found:
+        if isinstance(usage, Mapping):
+            out.update(
+                {
+                    k: v
+                    for k in ("input_tokens", "output_tokens")
+                    if isinstance(v := usage.get(k), int)
+                }
+            )
+    return out
+
+
 def settings_for(provider: Provider, **changes: Any) -> Settings:
     """A gateway in front of the conformance fake of *provider* (``--monitor`` on)."""
     if provider is Provider.TPX:
@@ -187,6 +213,9 @@ class GatewayRig:
         self.client = httpx2.Client(
             transport=GatewayTransport(self.gateway, self.upstream), base_url="http://gateway.test"
         )
+        self.session = f"session-7f3a-{seed}"
+        self.posts: list[tuple[Mapping[str, Any], httpx2.Response, bytes, Any]] = []
+        """every request posted: (body, response, bytes received, the upstream's body)"""
 
     def close(self) -> None:
         self.client.close()
@@ -202,12 +231,19 @@ class GatewayRig:
     def post(
         self, body: Mapping[str, Any], headers: Mapping[str, str] = AUTH
     ) -> tuple[int, httpx2.Headers, bytes]:
-        """Send *body* to ``/v1/messages``: the status, headers and every byte received."""
+        """Send *body* to ``/v1/messages`` (as a Claude Code session): the status, headers
+        and every byte received."""
+        sent = {**headers, "x-claude-code-session-id": self.session}
+        received = len(self.fake.received)
         with self.client.stream(
-            "POST", "/v1/messages", content=orjson.dumps(body), headers=dict(headers)
+            "POST", "/v1/messages", content=orjson.dumps(body), headers=sent
         ) as response:
             data = b"".join(response.iter_bytes())
-            return response.status_code, response.headers, data
+        upstream = (
+            orjson.loads(self.fake.received[-1]) if len(self.fake.received) > received else None
+        )
+        self.posts.append((body, response, data, upstream))
+        return response.status_code, response.headers, data
 
     def _request(self, style: AbortStyle | None) -> dict[str, Any]:
         req = self.caller.request() if style is None else self.caller.bad_request(style)
@@ -231,6 +267,7 @@ class GatewayRig:
         """Play one turn (see the module docstring); ``ids``: the abstract ids the reply
         emits; ``failure``: how the upstream fails; ``style``: how the caller aborts."""
         before = self.violations()
+        posted = len(self.posts)
         with log_records() as lines:
             if kind == "reply":
                 status, problems = self._reply(ids)
@@ -261,9 +298,56 @@ class GatewayRig:
             got = [line.get("actions") for line in lines]
             if got != want:
                 problems.append(f"Log: the exchanges took {got}, wanted {want}")
+        if len(lines) == len(self.posts) - posted:
+            for line, post in zip(lines, self.posts[posted:], strict=True):
+                problems += self._log_problems(line, *post)
         if self.violations() != before:
             problems.append("Monitor: the gateway monitor stopped a step")
         return TurnResult(kind, status, tuple(problems))
+
+    def _log_problems(
+        self,
+        line: Mapping[str, Any],
+        body: Mapping[str, Any],
+        response: httpx2.Response,
+        data: bytes,
+        upstream: Any,
+    ) -> list[str]:
+        """The exchange's log line (README, "Logging") against what crossed the wire."""
+        want: dict[str, Any] = {
+            "request_id": response.headers.get("request-id"),
+            "session": self.session,
+            "model": body.get("model"),
+            "stream": self.streaming,
+        }
+        if upstream is not None:  # a Turn: its line says what the caller got
+            want["status"] = response.status_code
+            want["upstream_status"] = (
+                200 if line.get("outcome") == "ok" else line.get("upstream_status")
+            )
+        if (
+            self.provider is Provider.TPX
+            and upstream is not None
+            and ("upstream_model" in line or upstream.get("model") != body.get("model"))
+        ):  # a model the gateway chose is logged
+            want["upstream_model"] = upstream.get("model")
+        if response.status_code == 200 and line.get("outcome") == "ok":
+            for key, value in _usage(data, self.streaming).items():
+                if value > 0:
+                    want[key] = value
+        problems = [
+            f"Log: {key} logged as {line.get(key)!r}, wanted {value!r}"
+            for key, value in want.items()
+            if line.get(key) != value
+        ]
+        if self.provider is Provider.ANTHROPIC and "upstream_model" in line:
+            problems.append("Log: an upstream_model logged for the pass-through")
+        latency = line.get("latency_ms")
+        if upstream is not None and (not isinstance(latency, int | float) or latency < 0):
+            problems.append(f"Log: latency_ms {latency!r}")
+        if not isinstance(line.get("pid"), int):
+            problems.append(f"Log: pid {line.get('pid')!r}")
+        return problems
 
     def _message(self, status: int, data: bytes) -> tuple[dict[str, Any] | None, list[str]]:
         """The message the caller holds after a 200 (plain body, or its stream assembled)."""

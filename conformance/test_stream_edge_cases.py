@@ -116,6 +116,23 @@ def test_each_thinking_block_is_signed_for_its_own_text() -> None:
         assert signer.verify(block["thinking"], block["signature"]), block
 
 
+def test_a_tool_call_whose_id_and_name_come_after_its_first_fragment() -> None:
+    """A first fragment with neither id nor name, then the id and name at the same index:
+    one call, under the late id (not a nameless call plus another)."""
+    late = {"index": 0, "id": "call_late", "function": {"name": "probe", "arguments": ""}}
+    body = (
+        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": ""}}]}, model="m")
+        + _chunk({"tool_calls": [late]}, model="m")
+        + _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"probe": "x"}'}}]})
+        + _chunk({}, "tool_calls", model="m")
+        + b"data: [DONE]\n\n"
+    )
+    message = _delivered(Provider.TPX, body)
+    calls = [b for b in message["content"] if b["type"] == "tool_use"]
+    assert [(b["name"], b["input"]) for b in calls] == [("probe", {"probe": "x"})]
+    assert message["stop_reason"] == "tool_use"
+
+
 def test_an_error_event_of_a_type_tpx_does_not_know() -> None:
     """An in-stream error of an unknown type is the provider's error (ProviderFail with an
     HTTPStatusError, 500 ``api_error``, naming the provider's type), not a malformed
