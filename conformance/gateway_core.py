@@ -33,6 +33,7 @@ exchange took, its outcome, the HTTP status sent) and that the monitor saw no vi
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Literal
@@ -267,6 +268,7 @@ class GatewayRig:
         """Play one turn (see the module docstring); ``ids``: the abstract ids the reply
         emits; ``failure``: how the upstream fails; ``style``: how the caller aborts."""
         before = self.violations()
+        errors_before = self.error_counts()
         posted = len(self.posts)
         with log_records() as lines:
             if kind == "reply":
@@ -303,7 +305,21 @@ class GatewayRig:
                 problems += self._log_problems(line, *post)
         if self.violations() != before:
             problems.append("Monitor: the gateway monitor stopped a step")
+        # every failed exchange is counted under its error code (tpx_gateway_errors_total)
+        codes = Counter(str(line.get("error")) for line in lines if "error" in line)
+        counted = self.error_counts() - errors_before
+        if counted != codes:
+            problems.append(f"Metrics: errors counted {dict(counted)}, the log says {dict(codes)}")
         return TurnResult(kind, status, tuple(problems))
+
+    def error_counts(self) -> Counter[str]:
+        """``tpx_gateway_errors_total`` by code, as ``/metrics`` renders it."""
+        counts: Counter[str] = Counter()
+        for raw in self.gateway.metrics.render().decode().splitlines():
+            if raw.startswith('tpx_gateway_errors_total{code="'):
+                code, _, value = raw[len('tpx_gateway_errors_total{code="') :].partition('"} ')
+                counts[code] = int(float(value))
+        return counts
 
     def _log_problems(
         self,
@@ -335,7 +351,13 @@ class GatewayRig:
             for key, value in _usage(data, self.streaming).items():
                 if value > 0:
                     want[key] = value
-        problems = [
+        error = line.get("error")
+        problems = []
+        if line.get("outcome") == "ok" and error is not None:
+            problems.append(f"Log: error {error!r} logged for a delivered exchange")
+        elif line.get("outcome") != "ok" and not str(error).startswith("MODEL_"):
+            problems.append(f"Log: a failed exchange logged the error {error!r}")
+        problems += [
             f"Log: {key} logged as {line.get(key)!r}, wanted {value!r}"
             for key, value in want.items()
             if line.get(key) != value

@@ -9,14 +9,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import orjson
 import pytest
 
 from conformance.fakes import FAILURE_KINDS, MID_STREAM_FAILURE_KINDS, FailureKind
 from conformance.gateway_core import AUTH, GATEWAY_KEY, SECRET, GatewayRig, log_records
 from tpx.cli import main
+from tpx.errors import redact, secret_forms
 from tpx.exchange import Provider
 from tpx.gateway.settings import ModelRoute
+from tpx.gateway.upstream import SyncUpstream
+from tpx.sdk import GatewayTransport
 from tpx.translate.ids import sign_caller_id, verify_signed_id
 
 PROVIDERS = [Provider.TPX, Provider.ANTHROPIC]
@@ -33,7 +37,8 @@ def _ok(result: Any) -> None:
 def test_tool_loops_through_the_gateway(provider: Provider, streaming: bool, seed: int) -> None:
     """Three tool rounds and more, the whole history every turn (each foreign-id style and
     stream layout by seed), a CallerAbort between them, then a turn with no tool call."""
-    with GatewayRig(provider, seed=seed, streaming=streaming) as rig:
+    chosen = {"model": "upstream-model"} if seed >= 3 else {}
+    with GatewayRig(provider, seed=seed, streaming=streaming, **chosen) as rig:
         for ids in (("t1", "t2"), ("t2",), ("t1", "t2", "t3"), ("t3", "t1")):
             _ok(rig.turn("reply", ids=ids))
         style = ("partial", "unknown", "duplicate", "silent")[seed % 4]
@@ -83,6 +88,7 @@ def test_a_caller_closing_its_stream_early(provider: Provider) -> None:
         (line,) = lines
         assert line["actions"] == ["CallerSend", "ProviderFail"]
         assert line["client_gone"] is True
+        assert line["error"] == "MODEL_NETWORK"
         assert line["outcome"] == "err"
         assert rig.violations() == 0
         rig.caller.accepted(req)
@@ -207,7 +213,17 @@ def test_forged_and_tampered_ids_are_refused() -> None:
         unsigned = verify_signed_id(good[0], SECRET)
         assert unsigned is not None
         other = sign_caller_id(unsigned, b"another gateway's secret")
-        for forged in (other, good[0][:-3] + "abc", good[0].replace("-", "-0", 1)):
+        not_issued = "is not a tool_use id this gateway issued"
+        unexpected = "unexpected `tool_use_id` found in `tool_result` blocks"
+        cases = [
+            (other, not_issued),  # signed by another gateway's secret
+            (good[0][:-3] + "abc", not_issued),  # a tampered payload
+            ("tpxr0-aaaaaaaaaaaa-bbbbbbbbbbbbbbbbbbbb_x", not_issued),  # a signed shape
+            (good[0].replace("-", "-0", 1), unexpected),  # no tpx shape: the caller's own id
+            ("tpxr0-aaaaaaaaaaaa-bbbbbbbbbbbbbbbbbbb_x", unexpected),  # a 19-digit MAC
+            ("tpxr0-aaaaaaaaaaab-bbbbbbbbbbbbbbbbbbbb-c_x", unexpected),  # four parts
+        ]
+        for forged, words in cases:
             results = [
                 {"type": "tool_result", "tool_use_id": i, "content": "x"}
                 for i in (forged, *good[1:])
@@ -216,7 +232,9 @@ def test_forged_and_tampered_ids_are_refused() -> None:
             reply = _post(rig, body)
             assert reply.status_code == 400, forged
             message = reply.json()["error"]["message"]
-            assert "not a tool_use id this gateway issued" in message or forged in message
+            assert message.startswith("messages.2.content.0"), message
+            assert words in message, (forged, message)
+            assert forged in message
         assert len(rig.fake.received) == 1
         answered = [{"type": "tool_result", "tool_use_id": i, "content": "x"} for i in good]
         rig.fake.plan_reply(())
@@ -322,3 +340,75 @@ def test_exchange_traces_without_the_monitor(provider: Provider, tmp_path: Path)
     assert steps[-1]["pending"] == []
     assert orjson.loads(first.read_bytes().splitlines()[0])["#action"] == "Resume"
     assert SECRET not in second.read_bytes()
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["plain", "streamed"])
+def test_logged_bodies_are_the_bodies(streaming: bool) -> None:
+    """``log_bodies``: the log line carries the request and the response as they crossed
+    (the response: the body the caller got, plain only), credentials redacted."""
+    with GatewayRig(Provider.TPX, seed=4, streaming=streaming, log_bodies=True) as rig:
+        with log_records() as lines:
+            _ok(rig.turn("reply", ids=("t1",)))
+        body, _, data, _ = rig.posts[-1]
+        (line,) = [x for x in lines if "request_body" in x]
+        forms = secret_forms(rig.settings.secret_values())
+        assert line["request_body"] == redact(orjson.dumps(body).decode(), forms)
+        if streaming:
+            assert "response_body" not in line
+        else:
+            assert line["response_body"] == redact(data.decode(), forms)
+
+
+def test_the_anthropic_pass_through_endpoints() -> None:
+    """ANTHROPIC: ``/v1/models`` and ``count_tokens`` go to the upstream as they are (query
+    kept), the answer comes back under the gateway's request id; an upstream that cannot be
+    reached or refuses the gateway's key is a 502 ``api_error``."""
+    with GatewayRig(Provider.ANTHROPIC) as rig:
+        rig.fake.plan_reply(())
+        models = rig.client.get("/v1/models?limit=2", headers=AUTH)
+        assert models.status_code == 200
+        assert models.json() == orjson.loads(rig.fake.good_reply or b"null")
+        assert models.headers["request-id"].startswith("req_")
+        rig.fake.plan_reply(())
+        count = rig.client.post(
+            "/v1/messages/count_tokens", headers=AUTH, content=orjson.dumps(BASE)
+        )
+        assert count.status_code == 200
+        assert orjson.loads(rig.fake.received[-1])["model"] == BASE["model"]
+        for kind in ("connect", "http401"):
+            rig.fake.plan_fail(kind)
+            failed = rig.client.post(
+                "/v1/messages/count_tokens", headers=AUTH, content=orjson.dumps(BASE)
+            )
+            assert failed.status_code == 502, kind
+            assert failed.json()["error"]["type"] == "api_error"
+            assert failed.json()["request_id"] == failed.headers["request-id"]
+        rig.fake.plan_fail("http429")
+        limited = rig.client.get("/v1/models", headers=AUTH)
+        assert limited.status_code == 429
+        metrics = rig.client.get("/metrics").text
+        assert 'tpx_gateway_requests_total{endpoint="models",status="200"} 1.0' in metrics
+        assert 'tpx_gateway_requests_total{endpoint="count_tokens",status="502"} 2.0' in metrics
+
+
+@pytest.mark.parametrize("provider", PROVIDERS, ids=lambda p: p.name)
+def test_an_upstream_status_outside_the_error_range(provider: Provider) -> None:
+    """An upstream answering 302 (or any status that is no 2xx and no 4xx / 5xx) is the
+    gateway's upstream failing: 502 ``api_error`` for the caller, ProviderFail."""
+    with GatewayRig(provider) as rig:
+        seen: list[httpx2.Request] = []
+
+        def redirect(request: httpx2.Request) -> httpx2.Response:
+            seen.append(request)
+            return httpx2.Response(302, headers={"location": "https://elsewhere.test/"})
+
+        rig.client.close()
+        upstream = SyncUpstream(rig.settings, transport=httpx2.MockTransport(redirect))
+        rig.client = httpx2.Client(
+            transport=GatewayTransport(rig.gateway, upstream), base_url="http://gateway.test"
+        )
+        reply = _post(rig, BASE)
+        assert len(seen) == 1
+        assert reply.status_code == 502
+        assert reply.json()["error"]["type"] == "api_error"
+        assert rig.violations() == 0
