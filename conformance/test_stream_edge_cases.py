@@ -217,6 +217,28 @@ def test_a_delta_for_a_block_that_is_not_open_fails_the_exchange() -> None:
         assert sse_events(data)[-1][0] == "error"
 
 
+@pytest.mark.parametrize("provider", [Provider.ANTHROPIC, Provider.TPX], ids=lambda p: p.name)
+def test_a_provider_echoing_the_credential_in_its_stream(provider: Provider) -> None:
+    """Secrets never reach the caller: a stream quoting the credential (the key / token the
+    provider was sent) reaches the caller with it redacted."""
+    secret = KEY if provider is Provider.ANTHROPIC else TOKEN
+    said = f"you sent {secret}, and again {secret}"
+    if provider is Provider.TPX:
+        body = _chunk({"content": said}, model="m") + _chunk({}, "stop") + b"data: [DONE]\n\n"
+    else:
+        start, delta = _block(0, said)
+        stop = _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
+        body = _messages_stream(start, delta, stop)
+    data, error, t = _streamed(provider, body)
+    assert error is None, error
+    assert secret.encode() not in data
+    message = assemble_messages(data)
+    assert message is not None
+    text = "".join(b["text"] for b in message["content"] if b["type"] == "text")
+    assert secret not in text
+    assert text.startswith("you sent [REDACTED]")
+
+
 # -- the exchange's own contract ------------------------------------------------------------
 
 
