@@ -229,7 +229,7 @@ def test_a_provider_echoing_the_credential_in_its_stream(provider: Provider) -> 
         start, delta = _block(0, said)
         stop = _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
         body = _messages_stream(start, delta, stop)
-    data, error, t = _streamed(provider, body)
+    data, error, _ = _streamed(provider, body)
     assert error is None, error
     assert secret.encode() not in data
     message = assemble_messages(data)
