@@ -13,6 +13,8 @@ import httpx2
 import orjson
 import pytest
 
+from conformance.abstraction import sse_events
+from conformance.bugs import BUGS
 from conformance.fakes import FAILURE_KINDS, MID_STREAM_FAILURE_KINDS, FailureKind
 from conformance.gateway_core import AUTH, GATEWAY_KEY, SECRET, GatewayRig, log_records
 from tpx.cli import main
@@ -412,3 +414,36 @@ def test_an_upstream_status_outside_the_error_range(provider: Provider) -> None:
         assert reply.status_code == 502
         assert reply.json()["error"]["type"] == "api_error"
         assert rig.violations() == 0
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize("provider", PROVIDERS, ids=lambda p: p.name)
+def test_a_step_the_spec_forbids_is_stopped_closed(provider: Provider, streaming: bool) -> None:
+    """A seeded bug at Deliver (a tool_use dropped: PairingInv) is stopped by ``--monitor``
+    inside the turn: the caller gets a 500 ``api_error`` naming the property (streamed: the
+    stream ends with that error event, never ``message_stop``), the exchange is logged
+    failed with MODEL_SPEC_VIOLATION and counted, and the next turn is served again."""
+    with GatewayRig(provider, seed=1, streaming=streaming) as rig:
+        before = rig.error_counts()
+        with BUGS["drop_id"].active(), log_records() as lines:
+            req = {**rig.caller.request(), "stream": True} if streaming else rig.caller.request()
+            rig.fake.plan_reply(("t1", "t2"))
+            status, _, data = rig.post(req)
+        assert rig.violations() == 1
+        if streaming:
+            assert status == 200
+            events = sse_events(data)
+            assert events[-1][0] == "error"
+            assert "message_stop" not in [name for name, _ in events]
+            error = orjson.loads(events[-1][1])["error"]
+        else:
+            assert status == 500
+            error = orjson.loads(data)["error"]
+        assert error["type"] == "api_error"
+        assert "(PairingInv, Deliver)" in error["message"]
+        (line,) = [x for x in lines if x.get("endpoint") == "messages"]
+        assert line["error"] == "MODEL_SPEC_VIOLATION"
+        assert line["status"] == status
+        assert rig.error_counts() - before == {"MODEL_SPEC_VIOLATION": 1}
+        rig.caller.failed()
+        _ok(rig.turn("reply", ids=("t2",)))
