@@ -84,10 +84,14 @@ def _behaviours(cache: Path) -> None:
     cache.write_bytes(pickle.dumps((Config.of(2, 3), cover)))
 
 
-def _run_judge(workdir: Path, cache: Path, timeout: float) -> tuple[str, str, float]:
+def _run_judge(
+    workdir: Path, cache: Path, timeout: float, mutated: str = ""
+) -> tuple[str, str, float]:
     start = time.monotonic()
     env = {**os.environ, "PYTHONPATH": str(workdir), "PYTHONDONTWRITEBYTECODE": "1"}
     cmd = ["nice", "-n", "10", sys.executable, "-m", "conformance.mutate.judge", str(cache)]
+    if mutated:
+        cmd.append(mutated)
     try:
         done = subprocess.run(
             cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout
@@ -194,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         for n, m in enumerate(chosen, start=1):
             work = _workdir(base)
             (work / m.path).write_text(m.source, encoding="utf-8")
-            verdict, why, took = _run_judge(work, cache, args.timeout)
+            verdict, why, took = _run_judge(work, cache, args.timeout, m.path)
             results.append({"id": m.id, "verdict": verdict, "why": why, "seconds": round(took, 1)})
             print(f"[{n}/{len(chosen)}] {verdict:8} {m.id} ({took:.1f} s): {why}", flush=True)
     killed = [r for r in results if r["verdict"] == "killed"]
