@@ -19,7 +19,7 @@ from conformance.fakes import FAILURE_KINDS, MID_STREAM_FAILURE_KINDS, FailureKi
 from conformance.gateway_core import AUTH, GATEWAY_KEY, SECRET, GatewayRig, log_records
 from tpx.cli import main
 from tpx.errors import redact, secret_forms
-from tpx.exchange import Provider
+from tpx.exchange import Exchange, Provider
 from tpx.gateway.settings import ModelRoute
 from tpx.gateway.upstream import SyncUpstream
 from tpx.sdk import GatewayTransport
@@ -447,3 +447,65 @@ def test_a_step_the_spec_forbids_is_stopped_closed(provider: Provider, streaming
         assert rig.error_counts() - before == {"MODEL_SPEC_VIOLATION": 1}
         rig.caller.failed()
         _ok(rig.turn("reply", ids=("t2",)))
+
+
+def _failing_turn_keeps_its_number(mp: pytest.MonkeyPatch) -> None:
+    """A seeded bug: a failed exchange does not advance the turn (ProviderFail without
+    ``turn' = turn + 1``), a step the gateway spec does not allow."""
+    real = Exchange._end_turn
+
+    def end_turn(self: Exchange, outcome: Any) -> None:
+        turn = self._turn
+        real(self, outcome)
+        if outcome == "err":
+            self._turn = turn
+
+    mp.setattr(Exchange, "_end_turn", end_turn)
+
+
+@pytest.mark.parametrize(
+    ("streaming", "kind"),
+    [
+        (False, "http529"),
+        (False, "connect"),
+        (True, "http529"),
+        (True, "connect"),
+        (True, "malformed"),
+        (True, "drop"),
+        (True, "no_done"),
+        (True, "error_event"),
+    ],
+)
+def test_an_illegal_provider_fail_is_stopped_closed(streaming: bool, kind: FailureKind) -> None:
+    """A ProviderFail the gateway spec forbids, wherever the failure surfaces in the turn
+    (the reply's status, the connection, a chunk fed, the connection dropped mid-stream,
+    the body ending early, an error event): ``--monitor`` stops it; the caller gets a 500
+    ``api_error`` naming the step (streamed, once bytes went out: the stream's last event),
+    the exchange is logged failed with MODEL_SPEC_VIOLATION and counted."""
+    with GatewayRig(Provider.TPX, seed=2, streaming=streaming) as rig:
+        _ok(rig.turn("reply", ids=("t1",)))
+        before = rig.error_counts()
+        req = {**rig.caller.request(), "stream": True} if streaming else rig.caller.request()
+        rig.fake.plan_fail(kind)
+        with pytest.MonkeyPatch.context() as mp, log_records() as lines:
+            _failing_turn_keeps_its_number(mp)
+            status, _, data = rig.post(req)
+        assert rig.violations() == 1
+        if status == 200:
+            assert streaming
+            name, payload = sse_events(data)[-1]
+            assert name == "error"
+            error = orjson.loads(payload)["error"]
+        else:
+            assert status == 500, (status, data)
+            error = orjson.loads(data)["error"]
+        assert error["type"] == "api_error"
+        assert "ProviderFail)" in error["message"], error
+        (line,) = lines
+        # Turn.fail (the connection dropped mid-stream) logs the transport's failure, not
+        # the monitor's stop (whose own log line names the violation): reported, not tpx's
+        # other paths' behaviour
+        code = "MODEL_NETWORK" if kind == "drop" else "MODEL_SPEC_VIOLATION"
+        assert line["error"] == code
+        assert line["status"] == status
+        assert rig.error_counts() - before == {code: 1}

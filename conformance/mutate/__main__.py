@@ -141,6 +141,28 @@ def _diff(m: Mutant) -> str:
     return " / ".join(x.strip() for x in lines)[:200]
 
 
+def per_file(results: list[dict[str, object]], equivalent: dict[str, str]) -> list[str]:
+    """One line per mutated file: judged, killed, equivalent, survived, the kill rate."""
+    table: dict[str, list[int]] = {}
+    for r in results:
+        ident = str(r["id"])
+        row = table.setdefault(ident.split("::", 1)[0], [0, 0, 0, 0])
+        row[0] += 1
+        if r["verdict"] == "killed":
+            row[1] += 1
+        elif ident in equivalent:
+            row[2] += 1
+        else:
+            row[3] += 1
+    lines = []
+    for path, (n, k, e, s) in sorted(table.items()):
+        rate = 100.0 * k / (n - e) if n > e else 100.0
+        lines.append(
+            f"{path}: {k}/{n - e} = {rate:.1f}% killed ({n} mutants, {e} equivalent, {s} survived)"
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m conformance.mutate")
     parser.add_argument("--per-file", type=int, default=30, help="mutants per file (0: all)")
@@ -215,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         f"({len(results)} mutants, {len(judged_equivalent)} equivalent, "
         f"{len(survivors)} survived)"
     )
+    for line in per_file(results, equivalent):
+        print(f"  {line}")
     for r in judged_equivalent:
         print(f"  equivalent {r['id']}: {equivalent[str(r['id'])]}")
     for r in unexplained:
