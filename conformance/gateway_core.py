@@ -196,8 +196,16 @@ class GatewayRig:
     """One gateway process in front of one fake upstream, and one conversation's caller."""
 
     def __init__(
-        self, provider: Provider, *, seed: int = 0, streaming: bool = False, **changes: Any
+        self,
+        provider: Provider,
+        *,
+        seed: int = 0,
+        streaming: bool = False,
+        uncredentialed: bool = False,
+        **changes: Any,
     ) -> None:
+        """*uncredentialed*: the gateway booted without credentials (provider NONE; the fake
+        of *provider* stays unreachable)."""
         self.provider = provider
         self.streaming = streaming
         shape = OPENAI if provider is Provider.TPX else MESSAGES
@@ -207,6 +215,8 @@ class GatewayRig:
         self.caller = FakeCaller()
         self.caller.reset(reverse_answers=bool(seed // 2 % 2), seed=seed)
         self.settings = settings_for(provider, **changes)
+        if uncredentialed:
+            self.settings = attrs.evolve(self.settings, provider=Provider.NONE, credential=None)
         self.gateway = Gateway(self.settings)
         self.upstream = SyncUpstream(
             self.settings, transport=httpx2.MockTransport(self.fake.handle)

@@ -509,3 +509,51 @@ def test_an_illegal_provider_fail_is_stopped_closed(streaming: bool, kind: Failu
         assert line["error"] == code
         assert line["status"] == status
         assert rig.error_counts() - before == {code: 1}
+
+
+def test_a_gateway_without_credentials() -> None:
+    """NoProvider: every Messages request is answered 502 ``api_error`` (the gateway's
+    configuration, not the caller's request) without an upstream call, logged and counted;
+    count_tokens says so with 401."""
+    with GatewayRig(Provider.TPX, uncredentialed=True) as rig:
+        before = rig.error_counts()
+        with log_records() as lines:
+            replies = [_post(rig, BASE), _post(rig, {**BASE, "stream": True})]
+        for reply in replies:
+            assert reply.status_code == 502
+            assert reply.json()["error"]["type"] == "api_error"
+            assert "no credentials" in reply.json()["error"]["message"]
+        assert [line["actions"] for line in lines] == [["NoProvider"], ["NoProvider"]]
+        assert [line["error"] for line in lines] == ["MODEL_UNAUTHORIZED"] * 2
+        assert rig.error_counts() - before == {"MODEL_UNAUTHORIZED": 2}
+        assert rig.fake.received == []
+        assert rig.violations() == 0
+        count = rig.client.post(
+            "/v1/messages/count_tokens", headers=AUTH, content=orjson.dumps(BASE)
+        )
+        assert count.status_code == 401
+        assert count.json()["error"]["type"] == "authentication_error"
+
+
+@pytest.mark.parametrize("provider", PROVIDERS, ids=lambda p: p.name)
+def test_a_request_the_exchange_cannot_frame(provider: Provider) -> None:
+    """A request past the shape checks that the exchange still refuses (nested deeper than
+    tpx reads): 400 ``invalid_request_error`` with the exchange's reason, no spec step, no
+    upstream call, logged and counted."""
+    deep: dict[str, Any] = {}
+    cur = deep
+    for _ in range(200):
+        cur["a"] = {}
+        cur = cur["a"]
+    with GatewayRig(provider) as rig:
+        before = rig.error_counts()
+        with log_records() as lines:
+            reply = _post(rig, {**BASE, "metadata": deep})
+        assert reply.status_code == 400
+        assert reply.json()["error"]["type"] == "invalid_request_error"
+        assert "nests deeper than" in reply.json()["error"]["message"]
+        (line,) = lines
+        assert line["actions"] == []
+        assert line["error"] == "MODEL_PROTOCOL"
+        assert rig.error_counts() - before == {"MODEL_PROTOCOL": 1}
+        assert rig.fake.received == []
