@@ -39,7 +39,7 @@ def _ok(result: Any) -> None:
 def test_tool_loops_through_the_gateway(provider: Provider, streaming: bool, seed: int) -> None:
     """Three tool rounds and more, the whole history every turn (each foreign-id style and
     stream layout by seed), a CallerAbort between them, then a turn with no tool call."""
-    chosen = {"model": "upstream-model"} if seed >= 3 else {}
+    chosen: dict[str, Any] = {"model": "upstream-model"} if seed >= 3 else {}
     with GatewayRig(provider, seed=seed, streaming=streaming, **chosen) as rig:
         for ids in (("t1", "t2"), ("t2",), ("t1", "t2", "t3"), ("t3", "t1")):
             _ok(rig.turn("reply", ids=ids))
