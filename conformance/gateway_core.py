@@ -143,14 +143,15 @@ def log_records() -> Iterator[list[dict[str, Any]]]:
         logger.setLevel(level)
 
 
-def _usage(data: bytes, streamed: bool) -> dict[str, int]:
+def _usage(data: bytes, streamed: bool, *, deltas_only: bool = False) -> dict[str, int]:
     """The token counts the caller was told (a stream: message_start's, then each
-    message_delta's, the later winning)."""
+    message_delta's, the later winning; *deltas_only*: message_delta's alone, what the
+    gateway logs of a stream that then failed)."""
     found: list[Any] = []
     if streamed:
         for name, payload in sse_events(data):
             event = orjson.loads(payload)
-            if name == "message_start":
+            if name == "message_start" and not deltas_only:
                 found.append(event.get("message", {}).get("usage"))
             elif name == "message_delta":
                 found.append(event.get("usage"))
@@ -357,8 +358,9 @@ class GatewayRig:
             and ("upstream_model" in line or upstream.get("model") != body.get("model"))
         ):  # a model the gateway chose is logged
             want["upstream_model"] = upstream.get("model")
-        if response.status_code == 200 and line.get("outcome") == "ok":
-            for key, value in _usage(data, self.streaming).items():
+        if response.status_code == 200:  # what the caller was told is what was logged
+            told = _usage(data, self.streaming, deltas_only=line.get("outcome") != "ok")
+            for key, value in told.items():
                 if value > 0:
                     want[key] = value
         error = line.get("error")
