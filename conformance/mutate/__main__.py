@@ -227,7 +227,12 @@ def main(argv: list[str] | None = None) -> int:
     survivors = [r for r in results if r["verdict"] == "survived"]
     judged_equivalent = [r for r in survivors if r["id"] in equivalent]
     unexplained = [r for r in survivors if r["id"] not in equivalent]
-    stale = sorted(set(equivalent) - {str(r["id"]) for r in survivors} - {m.id for m in every})
+    judged_files = {p.relative_to(ROOT).as_posix() for p in files}
+    stale = sorted(
+        i
+        for i in set(equivalent) - {str(r["id"]) for r in survivors} - {m.id for m in every}
+        if i.split("::", 1)[0] in judged_files
+    )
     counted = len(results) - len(judged_equivalent)
     rate = 100.0 * len(killed) / counted if counted else 100.0
     by_id = {m.id: m for m in chosen}
