@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from conformance.mutate.__main__ import ROOT, equivalents, targets
+from conformance.mutate.judge import GATEWAY_SUITE
 from conformance.mutate.mutator import mutants, sample
 
 SAMPLE = '''
@@ -91,6 +92,8 @@ def test_targets_and_equivalents_are_data() -> None:
     files = targets()
     assert ROOT / "tpx/translate/ids.py" in files
     assert ROOT / "tpx/exchange.py" in files
+    assert ROOT / "tpx/gateway/core.py" in files
+    assert all((ROOT / case).exists() for case in GATEWAY_SUITE)  # the judge's cases
     assert all(p.exists() for p in files)
     known = {m.id for p in files for m in mutants(p, ROOT)}
     listed = equivalents()
