@@ -6,7 +6,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from conformance.mutate.__main__ import ROOT, equivalents, targets
+from conformance.mutate.judge import GATEWAY_SUITE
 from conformance.mutate.mutator import mutants, sample
 
 SAMPLE = '''
@@ -45,6 +48,34 @@ def test_every_operator_makes_a_compiling_single_change(tmp_path: Path) -> None:
     assert any("a - 1" in m.source for m in found)
 
 
+def test_ids_survive_edits_elsewhere_in_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "m.py"
+    path.write_text(SAMPLE)
+    before = {m.id: m.source for m in mutants(path, tmp_path)}
+    path.write_text("import os\n\n\ndef g(x):\n    return x == 1\n" + SAMPLE.replace("\n", "\n\n"))
+    after = {m.id: m for m in mutants(path, tmp_path)}
+    assert set(before) <= set(after)  # no id moved with the lines
+    for ident, source in before.items():  # ... and each still names the same mutation
+        assert after[ident].source.endswith(source.split("def f", 1)[1])
+    assert "m.py::f::cmp::a == b => a != b" in before
+    assert "m.py::f::cond::while a < 3 => while not a < 3" in before
+    assert "m.py::f::const::a + 1 => a + 2" in before
+    assert "m.py::f::loop::break => continue" in before
+
+
+def test_an_id_holding_a_pipe_reads_back(tmp_path: Path) -> None:
+    path = tmp_path / "m.py"
+    path.write_text("def f(a, b):\n    return a | b\n")
+    (binop,) = [m for m in mutants(path, tmp_path) if m.operator == "binop"]
+    assert binop.id == "m.py::f::binop::a | b => a & b"
+    listed = tmp_path / "equivalent.txt"
+    listed.write_text(f"# comment\n{binop.id} | a reason\nm.py::f::stmt::x => pass |\n")
+    with pytest.raises(SystemExit, match="needs a reason"):
+        equivalents(listed)
+    listed.write_text(f"{binop.id} | a reason\n")
+    assert equivalents(listed) == {binop.id: "a reason"}
+
+
 def test_sample_is_seeded_and_per_file(tmp_path: Path) -> None:
     for name in ("a.py", "b.py"):
         (tmp_path / name).write_text(SAMPLE)
@@ -53,12 +84,16 @@ def test_sample_is_seeded_and_per_file(tmp_path: Path) -> None:
     assert [m.id for m in one] == [m.id for m in two]
     assert sorted({m.path for m in one}) == ["a.py", "b.py"]
     assert len(one) == 6
+    alone = sample([m for m in found if m.path == "a.py"], 3, seed=5)
+    assert [m.id for m in alone] == [m.id for m in one if m.path == "a.py"]  # per file
 
 
 def test_targets_and_equivalents_are_data() -> None:
     files = targets()
     assert ROOT / "tpx/translate/ids.py" in files
     assert ROOT / "tpx/exchange.py" in files
+    assert ROOT / "tpx/gateway/core.py" in files
+    assert all((ROOT / case).exists() for case in GATEWAY_SUITE)  # the judge's cases
     assert all(p.exists() for p in files)
     known = {m.id for p in files for m in mutants(p, ROOT)}
     listed = equivalents()

@@ -1,13 +1,18 @@
 """``make mutate``: mutation testing with the conformance suite alone as the judge.
 
 ``python -m conformance.mutate [--per-file N] [--seed S] [--timeout SECONDS] [--only ID...]
-[--list] [--report FILE]``
+[--only-from FILE] [--target PATH] [--list] [--report FILE]``
+
+Mutant ids hold spaces (``<path>::<function>::<operator>::<before> => <after>[#k]``): quote
+each ``--only`` id, or put them in a file, one per line (``--only-from``; a line of
+``equivalent.txt`` works too, the reason after `` | `` is ignored).
 
 1. The files of ``conformance/mutate/targets.txt`` are mutated by
    :mod:`conformance.mutate.mutator` (every mutation point; ``--per-file`` picks a seeded
    sample of each file's, 0 = all).
-2. The judging subset (:mod:`conformance.mutate.judge`: the seed cfg's minimum edge cover,
-   plain and streamed) is computed once from TLC's graph and pickled.
+2. The judge (:mod:`conformance.mutate.judge`: the seed cfg's minimum edge cover through
+   the transport, plain and streamed, computed once from TLC's graph and pickled; then the
+   gateway conformance through the gateway core) is the conformance suite alone.
 3. The unmutated code must pass the judge; then each mutant is judged in its own process
    (``nice -n 10``), on a private copy of ``tpx/`` and ``conformance/`` holding the mutated
    file, with a timeout (a mutant that hangs is killed by the timeout).
@@ -52,10 +57,22 @@ def equivalents(path: Path = EQUIVALENT) -> dict[str, str]:
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
-        ident, _, reason = line.partition("|")
+        ident, _, reason = line.rpartition(" | ")  # an id may hold "|" (a | b => a & b)
+        if not ident:
+            ident, reason = line, ""
         if not reason.strip():
             raise SystemExit(f"{path}: {ident.strip()} needs a reason")
         out[ident.strip()] = reason.strip()
+    return out
+
+
+def _ids_in(path: Path, known: set[str]) -> list[str]:
+    """Mutant ids, one a line (``#`` comments; a `` | reason`` tail is ignored)."""
+    out = []
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if line and not line.startswith("#"):
+            out.append(line if line in known else (line.rpartition(" | ")[0] or line))
     return out
 
 
@@ -67,10 +84,14 @@ def _behaviours(cache: Path) -> None:
     cache.write_bytes(pickle.dumps((Config.of(2, 3), cover)))
 
 
-def _run_judge(workdir: Path, cache: Path, timeout: float) -> tuple[str, str, float]:
+def _run_judge(
+    workdir: Path, cache: Path, timeout: float, mutated: str = ""
+) -> tuple[str, str, float]:
     start = time.monotonic()
     env = {**os.environ, "PYTHONPATH": str(workdir), "PYTHONDONTWRITEBYTECODE": "1"}
     cmd = ["nice", "-n", "10", sys.executable, "-m", "conformance.mutate.judge", str(cache)]
+    if mutated:
+        cmd.append(mutated)
     try:
         done = subprocess.run(
             cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout
@@ -89,8 +110,12 @@ def _pristine(base: Path) -> Path:
     while it runs do not change the judge half-way)."""
     pristine = base / "pristine"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in ("tpx", "conformance", "spec"):
+    for name in ("tpx", "conformance", "spec", "tests/gateway"):
         shutil.copytree(ROOT / name, pristine / name, ignore=ignore)
+    # the gateway conformance runs under pytest with the project's configuration; the live
+    # gateway bugs use the gateway test helpers (tests/gateway)
+    for name in ("pyproject.toml", "tests/__init__.py"):
+        shutil.copy2(ROOT / name, pristine / name)
     return pristine
 
 
@@ -116,25 +141,67 @@ def _diff(m: Mutant) -> str:
     return " / ".join(x.strip() for x in lines)[:200]
 
 
+def per_file(results: list[dict[str, object]], equivalent: dict[str, str]) -> list[str]:
+    """One line per mutated file: judged, killed, equivalent, survived, the kill rate."""
+    table: dict[str, list[int]] = {}
+    for r in results:
+        ident = str(r["id"])
+        row = table.setdefault(ident.split("::", 1)[0], [0, 0, 0, 0])
+        row[0] += 1
+        if r["verdict"] == "killed":
+            row[1] += 1
+        elif ident in equivalent:
+            row[2] += 1
+        else:
+            row[3] += 1
+    lines = []
+    for path, (n, k, e, s) in sorted(table.items()):
+        rate = 100.0 * k / (n - e) if n > e else 100.0
+        lines.append(
+            f"{path}: {k}/{n - e} = {rate:.1f}% killed ({n} mutants, {e} equivalent, {s} survived)"
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m conformance.mutate")
     parser.add_argument("--per-file", type=int, default=30, help="mutants per file (0: all)")
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per mutant")
     parser.add_argument("--only", nargs="*", default=None, help="judge these mutant ids")
+    parser.add_argument(
+        "--only-from", type=Path, default=None, help="judge the mutant ids in FILE (one a line)"
+    )
+    parser.add_argument(
+        "--target",
+        action="append",
+        default=None,
+        help="only this file of targets.txt (repeatable; a prefix such as tpx/gateway/ works)",
+    )
     parser.add_argument("--list", action="store_true", help="list the mutants and stop")
     parser.add_argument("--report", type=Path, default=ROOT / ".mutate" / "report.json")
     parser.add_argument("--fail-under", type=float, default=90.0, help="kill rate, percent")
     args = parser.parse_args(argv)
 
-    every = [m for path in targets() for m in mutants(path, ROOT)]
+    files = [
+        p
+        for p in targets()
+        if not args.target or any(p.relative_to(ROOT).as_posix().startswith(t) for t in args.target)
+    ]
+    every = [m for path in files for m in mutants(path, ROOT)]
+    known = {m.id for m in every}
+    wanted = [*(args.only or []), *(_ids_in(args.only_from, known) if args.only_from else [])]
+    unknown = sorted(set(wanted) - known)
+    if unknown:
+        print("no such mutant: " + "; ".join(unknown), file=sys.stderr)
+        return 2
     chosen = (
-        [m for m in every if m.id in set(args.only)]
-        if args.only
+        [m for m in every if m.id in set(wanted)]
+        if wanted
         else (every if args.per_file == 0 else sample(every, args.per_file, args.seed))
     )
     equivalent = equivalents()
-    print(f"{len(every)} mutants in {len(targets())} files; judging {len(chosen)}", flush=True)
+    print(f"{len(every)} mutants in {len(files)} files; judging {len(chosen)}", flush=True)
     if args.list:
         for m in chosen:
             print(f"{m.id}  {_diff(m)}")
@@ -153,14 +220,19 @@ def main(argv: list[str] | None = None) -> int:
         for n, m in enumerate(chosen, start=1):
             work = _workdir(base)
             (work / m.path).write_text(m.source, encoding="utf-8")
-            verdict, why, took = _run_judge(work, cache, args.timeout)
+            verdict, why, took = _run_judge(work, cache, args.timeout, m.path)
             results.append({"id": m.id, "verdict": verdict, "why": why, "seconds": round(took, 1)})
             print(f"[{n}/{len(chosen)}] {verdict:8} {m.id} ({took:.1f} s): {why}", flush=True)
     killed = [r for r in results if r["verdict"] == "killed"]
     survivors = [r for r in results if r["verdict"] == "survived"]
     judged_equivalent = [r for r in survivors if r["id"] in equivalent]
     unexplained = [r for r in survivors if r["id"] not in equivalent]
-    stale = sorted(set(equivalent) - {str(r["id"]) for r in survivors} - {m.id for m in every})
+    judged_files = {p.relative_to(ROOT).as_posix() for p in files}
+    stale = sorted(
+        i
+        for i in set(equivalent) - {str(r["id"]) for r in survivors} - {m.id for m in every}
+        if i.split("::", 1)[0] in judged_files
+    )
     counted = len(results) - len(judged_equivalent)
     rate = 100.0 * len(killed) / counted if counted else 100.0
     by_id = {m.id: m for m in chosen}
@@ -170,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
         f"({len(results)} mutants, {len(judged_equivalent)} equivalent, "
         f"{len(survivors)} survived)"
     )
+    for line in per_file(results, equivalent):
+        print(f"  {line}")
     for r in judged_equivalent:
         print(f"  equivalent {r['id']}: {equivalent[str(r['id'])]}")
     for r in unexplained:

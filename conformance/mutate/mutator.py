@@ -14,9 +14,19 @@ annotations, logging calls and ``__repr__`` are left alone):
              ``raise``, a ``return`` of a value) replaced by ``pass``;
 * ``loop``   ``break`` <-> ``continue``.
 
-A mutant's id is ``<path>:<line>:<col>:<operator>`` (plus ``#k`` when one node has several
-mutations), stable while the file does not change. :func:`mutants` lists them all;
-:func:`sample` picks a seeded subset.
+A mutant's id names it without line numbers, so an edit elsewhere in the file does not
+change it::
+
+    <path>::<qualname>::<operator>::<before> => <after>[#k]
+
+*qualname* is the enclosing function (``Class.method``, ``outer.inner``; ``<module>`` at
+the top level), *before* / *after* the mutated code (the node, one line: a comparison, a
+boolean operation, a constant, a condition as ``if <test>``, a statement replaced by
+``pass``), and ``#k`` (k >= 1) the ordinal among mutants with the same id in the file, in
+source order. The id changes only when the mutated code itself, its function's name, or
+an identical mutation before it in the same function changes. :func:`mutants` lists them
+all; :func:`sample` picks a seeded subset (per file, so adding a file changes no other
+file's sample).
 """
 
 from __future__ import annotations
@@ -196,16 +206,76 @@ def _key(node: ast.AST) -> tuple[object, ...]:
     )
 
 
+_HOLDERS = (ast.expr, ast.keyword, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.Expr)
+
+
+def _scopes(tree: ast.Module) -> tuple[dict[int, str], dict[int, ast.AST]]:
+    """Each node's enclosing qualname (``<module>`` at the top level) and its parent."""
+    qualname: dict[int, str] = {}
+    parent: dict[int, ast.AST] = {}
+
+    def visit(node: ast.AST, scope: list[str]) -> None:
+        qualname[id(node)] = ".".join(scope) or "<module>"
+        inner = scope
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            inner = [*scope, node.name]
+        for child in ast.iter_child_nodes(node):
+            parent[id(child)] = node
+            visit(child, inner)
+
+    visit(tree, [])
+    return qualname, parent
+
+
+def _line(node: ast.AST) -> str:
+    return " ".join(ast.unparse(node).split())
+
+
+def _snippets(
+    node: ast.AST, operator: str, variant: int, parent: ast.AST | None
+) -> tuple[str, str]:
+    """(before, after): the mutated code, one line each (see the module docstring)."""
+    new = _mutate(node, operator, variant)
+    if operator == "stmt":
+        return _line(node), "pass"
+    if operator == "loop":
+        return _line(node), _line(new)
+    if operator == "cond":
+        assert isinstance(node, ast.If | ast.While | ast.IfExp)
+        assert isinstance(new, ast.If | ast.While | ast.IfExp)
+        word = {ast.If: "if", ast.While: "while", ast.IfExp: "ifexp"}[type(node)]
+        return f"{word} {_line(node.test)}", f"{word} {_line(new.test)}"
+    if operator == "const" and isinstance(parent, _HOLDERS):
+        # a bare constant says little: show the expression holding it, when it is short
+        twin = copy.deepcopy(parent)
+        for field, value in ast.iter_fields(parent):
+            if value is node:
+                setattr(twin, field, new)
+            elif isinstance(value, list) and any(v is node for v in value):
+                setattr(twin, field, [new if v is node else copy.deepcopy(v) for v in value])
+        before, after = _line(parent), _line(twin)
+        if len(before) <= 80:
+            return before, after
+    return _line(node), _line(new)
+
+
 def mutants(path: Path, root: Path) -> list[Mutant]:
     """Every mutant of the module at *path* (ids relative to *root*), in order; a mutant's
     source is made when first read (:attr:`Mutant.source`)."""
     text = path.read_text(encoding="utf-8")
     rel = path.resolve().relative_to(root.resolve()).as_posix()
+    tree = ast.parse(text)
+    qualname, parent = _scopes(tree)
+    points = sorted(
+        _points(tree),
+        key=lambda p: (getattr(p[0], "lineno", 0), getattr(p[0], "col_offset", 0)),
+    )
     out: list[Mutant] = []
     seen: dict[str, int] = {}
-    for node, operator, variant in _points(ast.parse(text)):
-        line, col = getattr(node, "lineno", 0), getattr(node, "col_offset", 0)
-        base = f"{rel}:{line}:{col}:{operator}"
+    for node, operator, variant in points:
+        line = getattr(node, "lineno", 0)
+        before, after = _snippets(node, operator, variant, parent.get(id(node)))
+        base = f"{rel}::{qualname[id(node)]}::{operator}::{before} => {after}"
         k = seen.get(base, 0)
         seen[base] = k + 1
         point = _Point(base if k == 0 else f"{base}#{k}", rel, line, operator, variant, _key(node))
@@ -239,13 +309,14 @@ def _find(tree: ast.AST, key: tuple[object, ...]) -> ast.AST | None:
 
 
 def sample(all_mutants: list[Mutant], per_file: int, seed: int) -> list[Mutant]:
-    """A seeded subset: up to *per_file* mutants of each file, in id order."""
-    rng = random.Random(seed)
+    """A seeded subset: up to *per_file* mutants of each file (each file drawn with its own
+    seeded generator: adding a file changes no other file's sample), in source order."""
     by_file: dict[str, list[Mutant]] = {}
     for m in all_mutants:
         by_file.setdefault(m.path, []).append(m)
     picked: list[Mutant] = []
     for path in sorted(by_file):
         group = by_file[path]
+        rng = random.Random(f"{seed}:{path}")
         picked += group if len(group) <= per_file else rng.sample(group, per_file)
     return sorted(picked, key=lambda m: (m.path, m.line, m.id))

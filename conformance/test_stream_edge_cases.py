@@ -1,0 +1,261 @@
+"""Hostile reply shapes the fakes' generator does not draw, each through the real transport
+(``create`` and ``stream``) and the exchange, with what the caller must then hold: the
+exchange's spec outcome (Deliver with the reply's content, or ProviderFail with the error
+kind the failure means) and, for a delivery, the message's model, text and thinking.
+
+Found by ``make mutate``: each case kills a mutant of the stream translator, the Messages
+stream reader or the exchange that the seed edge cover survives."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import httpx2
+import orjson
+import pytest
+
+from conformance.abstraction import assemble_messages, sse_events
+from conformance.fakes import KEY, TOKEN
+from tpx import errors
+from tpx.exchange import Exchange, Provider
+from tpx.translate.signing import ThinkingSigner
+from tpx.transport import Transport, boot
+
+URL = "https://edge.fake.test/v1"
+SECRET = "conformance-thinking-secret"
+REQUEST: dict[str, Any] = {
+    "model": "claude-edge",
+    "max_tokens": 64,
+    "messages": [{"role": "user", "content": "hi"}],
+}
+
+
+def _sse(event: str | None, body: Any) -> bytes:
+    data = body if isinstance(body, str) else orjson.dumps(body).decode()
+    return (f"event: {event}\n" if event else "").encode() + f"data: {data}\n\n".encode()
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    return _sse(None, {"id": "chatcmpl-edge", "choices": [choice], **extra})
+
+
+def _transport(provider: Provider, serve: Callable[[bytes], httpx2.Response]) -> Transport:
+    def handle(request: httpx2.Request) -> httpx2.Response:
+        return serve(request.read())
+
+    client = httpx2.Client(transport=httpx2.MockTransport(handle))
+    if provider is Provider.TPX:
+        return boot(
+            oauth_token=TOKEN, tpx_base_url=URL, env={}, client=client, thinking_secret=SECRET
+        )
+    return boot(api_key=KEY, anthropic_base_url=URL, env={}, client=client)
+
+
+def _streamed(provider: Provider, body: bytes) -> tuple[bytes, Exception | None, Transport]:
+    headers = {"content-type": "text/event-stream"}
+    t = _transport(provider, lambda _: httpx2.Response(200, headers=headers, content=body))
+    data = bytearray()
+    error: Exception | None = None
+    try:
+        for piece in t.stream({**REQUEST, "stream": True}):
+            data += piece
+    except Exception as exc:
+        error = exc
+    return bytes(data), error, t
+
+
+def _delivered(provider: Provider, body: bytes) -> dict[str, Any]:
+    data, error, t = _streamed(provider, body)
+    assert error is None, error
+    assert t.exchange.last_outcome == "ok"
+    message = assemble_messages(data)
+    assert message is not None
+    return message
+
+
+# -- Chat Completions streams -------------------------------------------------------------
+
+
+def test_a_chunk_without_a_model_reports_the_requested_one() -> None:
+    body = _chunk({"content": "hello"}) + _chunk({}, "stop") + b"data: [DONE]\n\n"
+    message = _delivered(Provider.TPX, body)
+    assert message["model"] == "claude-edge"
+    assert message["content"] == [{"type": "text", "text": "hello"}]
+
+
+def test_content_as_a_list_of_text_parts() -> None:
+    parts = [{"type": "text", "text": "one "}, {"type": "text", "text": "two"}]
+    body = (
+        _chunk({"content": parts}, model="m")
+        + _chunk({"content": [{"type": "text", "text": ""}]}, model="m")
+        + _chunk({}, "stop", model="m")
+        + b"data: [DONE]\n\n"
+    )
+    message = _delivered(Provider.TPX, body)
+    assert "".join(b["text"] for b in message["content"] if b["type"] == "text") == "one two"
+
+
+def test_each_thinking_block_is_signed_for_its_own_text() -> None:
+    """Thinking, text, thinking again: two thinking blocks, each signature covering only
+    its own block's text (a signature over both would not verify when the caller sends the
+    second block back)."""
+    body = (
+        _chunk({"reasoning_content": "first"}, model="m")
+        + _chunk({"content": "between"}, model="m")
+        + _chunk({"reasoning_content": "second"}, model="m")
+        + _chunk({"content": "after"}, "stop", model="m")
+        + b"data: [DONE]\n\n"
+    )
+    message = _delivered(Provider.TPX, body)
+    thinking = [b for b in message["content"] if b["type"] == "thinking"]
+    assert [b["thinking"] for b in thinking] == ["first", "second"]
+    signer = ThinkingSigner(SECRET)
+    for block in thinking:
+        assert signer.verify(block["thinking"], block["signature"]), block
+
+
+def test_a_tool_call_whose_id_and_name_come_after_its_first_fragment() -> None:
+    """A first fragment with neither id nor name, then the id and name at the same index:
+    one call, under the late id (not a nameless call plus another)."""
+    late = {"index": 0, "id": "call_late", "function": {"name": "probe", "arguments": ""}}
+    body = (
+        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": ""}}]}, model="m")
+        + _chunk({"tool_calls": [late]}, model="m")
+        + _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"probe": "x"}'}}]})
+        + _chunk({}, "tool_calls", model="m")
+        + b"data: [DONE]\n\n"
+    )
+    message = _delivered(Provider.TPX, body)
+    calls = [b for b in message["content"] if b["type"] == "tool_use"]
+    assert [(b["name"], b["input"]) for b in calls] == [("probe", {"probe": "x"})]
+    assert message["stop_reason"] == "tool_use"
+
+
+def test_an_error_event_of_a_type_tpx_does_not_know() -> None:
+    """An in-stream error of an unknown type is the provider's error (ProviderFail with an
+    HTTPStatusError, 500 ``api_error``, naming the provider's type), not a malformed
+    stream (a ProtocolError, 502); the caller's stream ends with that error event."""
+    body = _chunk({"content": "partial"}, model="m") + _sse(
+        "error", {"error": {"type": "quota_exhausted_error", "message": "out of quota"}}
+    )
+    data, error, t = _streamed(Provider.TPX, body)
+    assert isinstance(error, errors.HTTPStatusError)
+    assert error.status == 500
+    assert "quota_exhausted_error: out of quota" in error.message
+    assert t.exchange.last_outcome == "err"
+    name, payload = sse_events(data)[-1]
+    assert name == "error"
+    assert orjson.loads(payload)["error"]["type"] == "api_error"
+
+
+# -- Messages streams --------------------------------------------------------------------
+
+
+def _messages_stream(*middle: bytes) -> bytes:
+    start = {
+        "type": "message_start",
+        "message": {
+            "id": "msg_edge",
+            "type": "message",
+            "role": "assistant",
+            "model": "m",
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 1, "output_tokens": 0},
+        },
+    }
+    delta = {
+        "type": "message_delta",
+        "delta": {"stop_reason": "end_turn"},
+        "usage": {"output_tokens": 1},
+    }
+    return (
+        _sse("message_start", start)
+        + b"".join(middle)
+        + _sse("message_delta", delta)
+        + _sse("message_stop", {"type": "message_stop"})
+    )
+
+
+def _block(index: int, text: str) -> list[bytes]:
+    return [
+        _sse(
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": index,
+                "content_block": {"type": "text", "text": ""},
+            },
+        ),
+        _sse(
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": index,
+                "delta": {"type": "text_delta", "text": text},
+            },
+        ),
+    ]
+
+
+def test_a_delta_for_a_block_that_is_not_open_fails_the_exchange() -> None:
+    start, _ = _block(0, "a")
+    stray = _sse(
+        "content_block_delta",
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "x"}},
+    )
+    stop = _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
+    good = _messages_stream(*_block(0, "a"), stop)
+    assert _delivered(Provider.ANTHROPIC, good)["content"] == [{"type": "text", "text": "a"}]
+    for bad in (_messages_stream(start, stray, stop), _messages_stream(*_block(0, "a"), stray)):
+        data, error, t = _streamed(Provider.ANTHROPIC, bad)
+        assert isinstance(error, errors.ProtocolError), error
+        assert t.exchange.last_outcome == "err"
+        assert sse_events(data)[-1][0] == "error"
+
+
+@pytest.mark.parametrize("provider", [Provider.ANTHROPIC, Provider.TPX], ids=lambda p: p.name)
+def test_a_provider_echoing_the_credential_in_its_stream(provider: Provider) -> None:
+    """Secrets never reach the caller: a stream quoting the credential (the key / token the
+    provider was sent) reaches the caller with it redacted."""
+    secret = KEY if provider is Provider.ANTHROPIC else TOKEN
+    said = f"you sent {secret}, and again {secret}"
+    if provider is Provider.TPX:
+        body = _chunk({"content": said}, model="m") + _chunk({}, "stop") + b"data: [DONE]\n\n"
+    else:
+        start, delta = _block(0, said)
+        stop = _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
+        body = _messages_stream(start, delta, stop)
+    data, error, _ = _streamed(provider, body)
+    assert error is None, error
+    assert secret.encode() not in data
+    message = assemble_messages(data)
+    assert message is not None
+    text = "".join(b["text"] for b in message["content"] if b["type"] == "text")
+    assert secret not in text
+    assert text.startswith("you sent [REDACTED]")
+
+
+# -- the exchange's own contract ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("provider", [Provider.ANTHROPIC, Provider.TPX], ids=lambda p: p.name)
+def test_receive_takes_no_headers_and_refuses_a_bad_status(provider: Provider) -> None:
+    """``Exchange.receive``: headers ``None`` means none (a 429 without them is still a
+    RateLimitedError, with no retry-after); a status that is no int raises TypeError and
+    changes nothing (the exchange stays in ``req``)."""
+    ex = Exchange(provider)
+    ex.send(REQUEST)
+    before = ex.snapshot()
+    for status, headers in (("200", {}), (True, {}), (200, ["not", "a", "mapping"])):
+        with pytest.raises(TypeError):
+            ex.receive(status, headers, b"{}")  # type: ignore[arg-type]
+        assert ex.snapshot() == before
+    with pytest.raises(errors.RateLimitedError) as raised:
+        ex.receive(429, None, b'{"error": {"message": "slow down"}}')
+    assert raised.value.retry_after is None
+    assert ex.phase == "idle"
+    assert ex.last_outcome == "err"
