@@ -258,8 +258,9 @@ def error_from_event(body: Mapping[str, Any], provider: str | None = None) -> Mo
 
     Messages error types map as their HTTP statuses do (overloaded -> OverloadedError,
     rate_limit -> RateLimitedError, authentication/permission -> UnauthorizedError,
-    timeout -> TimeoutError); anything else is an :class:`HTTPStatusError` (500) keeping
-    the provider's error type.
+    timeout -> TimeoutError); anything else is an :class:`HTTPStatusError` (500) whose
+    ``error_type`` is the provider's when that is one of the Messages API's error types,
+    else ``api_error`` (:func:`tpx.errors.messages_error_type`).
     """
     error = body.get("error")
     kind = error.get("type") if isinstance(error, Mapping) else None
