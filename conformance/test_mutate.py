@@ -4,11 +4,13 @@ reads. The campaign is ``make mutate`` (slow, niced), not part of the test suite
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from conformance.mutate.__main__ import ROOT, equivalents, targets
+from conformance.mutate.__main__ import ROOT, _pristine, equivalents, targets
 from conformance.mutate.judge import GATEWAY_SUITE
 from conformance.mutate.mutator import mutants, sample
 
@@ -100,3 +102,17 @@ def test_targets_and_equivalents_are_data() -> None:
     assert listed
     assert all(reason for reason in listed.values())
     assert set(listed) <= known  # no stale entry
+
+
+def test_the_pristine_copy_collects_the_gateway_suite(tmp_path: Path) -> None:
+    """The judge's private copy holds everything the gateway conformance cases import:
+    a missing helper makes the unmutated baseline fail and the campaign measure nothing."""
+    pristine = _pristine(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist", *GATEWAY_SUITE],
+        cwd=pristine,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

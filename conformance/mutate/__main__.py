@@ -110,10 +110,11 @@ def _pristine(base: Path) -> Path:
     while it runs do not change the judge half-way)."""
     pristine = base / "pristine"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in ("tpx", "conformance", "spec", "tests/gateway"):
+    for name in ("tpx", "conformance", "spec", "tests/gateway", "tests/model"):
         shutil.copytree(ROOT / name, pristine / name, ignore=ignore)
     # the gateway conformance runs under pytest with the project's configuration; the live
-    # gateway bugs use the gateway test helpers (tests/gateway)
+    # gateway bugs use the gateway test helpers (tests/gateway) and the reference monitor
+    # (tests/model/gateway)
     for name in ("pyproject.toml", "tests/__init__.py"):
         shutil.copy2(ROOT / name, pristine / name)
     return pristine
