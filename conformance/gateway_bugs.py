@@ -131,12 +131,12 @@ def _retry_loses_obligation(mp: pytest.MonkeyPatch) -> None:
     real = tpx.gateway.core.Gateway._messages
     seen: set[bytes] = set()
 
-    def lossy(self: Any, request: Any, request_id: str) -> Any:
+    def lossy(self: Any, request: Any, request_id: str, *rest: Any) -> Any:
         digest = hashlib.sha256(request.body).digest()
         if digest in seen:  # "a retry: its tool round already went upstream"
             request = attrs.evolve(request, body=_drop_tool_round(request.body))
         seen.add(digest)
-        return real(self, request, request_id)
+        return real(self, request, request_id, *rest)
 
     mp.setattr(tpx.gateway.core.Gateway, "_messages", lossy)
 
@@ -146,5 +146,5 @@ GATEWAY_BUGS: tuple[GatewayBug, ...] = (
     GatewayBug("unissued_id", "PairingInv", _unissued_id, replay="PairingInv"),
     GatewayBug("selection_drift", "SelectionStable", _selection_drift, replay="SelectionInv"),
     GatewayBug("retry_dup", "", _retry_dup, replay="Refinement"),
-    GatewayBug("retry_loses_obligation", "", _retry_loses_obligation, replay="PairingInv"),
+    GatewayBug("retry_loses_obligation", "Next", _retry_loses_obligation, replay="PairingInv"),
 )
