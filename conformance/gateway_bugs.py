@@ -15,14 +15,16 @@ the way a plausible bug would change it, and names the property the monitor must
   framing check refuses it before the wire (a ``ProtocolError`` 400), so the monitor sees
   no illegal step; listed so the tests show which layer stops it.
 
-* ``retry_loses_obligation`` -- a retry de-duplication layer takes a byte-identical
-  re-send for a turn whose tool round already went upstream and drops that round (the
-  tool_use blocks of the last assistant turn and the tool_results answering them) before
-  the exchange: the retried turn's obligations are lost, its tool_results never reach the
-  provider. It spans two requests; the live monitor keys conversations by request id and
-  sees each request's history whole (the lossy one is self-consistent), so it is not a
-  monitor catch: the HTTP conformance replay (:mod:`conformance.gateway_http`) stops it
-  at the ``Retry`` step (PairingInv: the wire does not carry the request's tool_results).
+* ``retry_loses_obligation`` -- a retry de-duplication layer inside the core (patched
+  onto ``Gateway._messages``) takes a byte-identical re-send for a turn whose tool round
+  already went upstream and drops that round (the tool_use blocks of the last assistant
+  turn and the tool_results answering them) before the exchange: the retried turn's
+  obligations are lost, its tool_results never reach the provider. Each lossy request is
+  self-consistent, but the monitor's ``Resume`` takes the obligations from the request
+  bytes as the client sent them (read at :meth:`tpx.gateway.core.Gateway.handle`), so the
+  exchange's ``CallerSend`` without their tool_results is an illegal step (``Next``: it
+  changes ``pending``, its ``reqIds`` do not answer it); the HTTP conformance replay
+  (:mod:`conformance.gateway_http`) stops it at the ``Retry`` step (PairingInv).
 
 ``replay`` names the property the HTTP replay reports for each
 (``conformance/test_gateway_http_bugs.py``).
@@ -131,12 +133,12 @@ def _retry_loses_obligation(mp: pytest.MonkeyPatch) -> None:
     real = tpx.gateway.core.Gateway._messages
     seen: set[bytes] = set()
 
-    def lossy(self: Any, request: Any, request_id: str) -> Any:
+    def lossy(self: Any, request: Any, request_id: str, *rest: Any) -> Any:
         digest = hashlib.sha256(request.body).digest()
         if digest in seen:  # "a retry: its tool round already went upstream"
             request = attrs.evolve(request, body=_drop_tool_round(request.body))
         seen.add(digest)
-        return real(self, request, request_id)
+        return real(self, request, request_id, *rest)
 
     mp.setattr(tpx.gateway.core.Gateway, "_messages", lossy)
 
@@ -146,5 +148,5 @@ GATEWAY_BUGS: tuple[GatewayBug, ...] = (
     GatewayBug("unissued_id", "PairingInv", _unissued_id, replay="PairingInv"),
     GatewayBug("selection_drift", "SelectionStable", _selection_drift, replay="SelectionInv"),
     GatewayBug("retry_dup", "", _retry_dup, replay="Refinement"),
-    GatewayBug("retry_loses_obligation", "", _retry_loses_obligation, replay="PairingInv"),
+    GatewayBug("retry_loses_obligation", "Next", _retry_loses_obligation, replay="PairingInv"),
 )

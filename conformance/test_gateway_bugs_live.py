@@ -232,3 +232,55 @@ def test_a_retry_duplicating_a_tool_result_is_refused_by_the_exchange(tmp_path: 
     assert "nothing was sent" in error["message"]
     assert app.gateway.monitor is not None
     assert app.gateway.monitor.monitor.violations == 0
+
+
+@pytest.mark.parametrize("provider", ["TPX", "ANTHROPIC"])
+def test_a_retry_losing_its_obligations(
+    provider: str,
+    mirror: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The byte-identical re-send reaches the exchange without its tool round; the monitor
+    resumes it with the obligations read from the bytes the client sent, so the exchange's
+    CallerSend (no tool_results for them on the wire) is stopped."""
+    with (
+        caplog.at_level(logging.WARNING, logger="tpx.gateway"),
+        BUG["retry_loses_obligation"].active(),
+        live(provider, tmp_path) as (client, fake, _, app),
+    ):
+        uses(app, mirror)
+        history, ids = tool_turn(client, "retried")
+        assert ids
+        resend = body([*history, results(ids)])
+        first = client.post("/v1/messages", headers=AUTH, json=resend)
+        assert first.status_code == 200, first.text  # the first send is untouched
+        seen = len(fake.seen)
+        reply = client.post("/v1/messages", headers=AUTH, json=resend)  # the retry
+        assert len(fake.seen) == seen  # the lossy request never reached the upstream
+        metrics = client.get("/metrics").text
+    (log,) = [r.getMessage() for r in caplog.records if "monitor_violation" in r.getMessage()]
+    prop = orjson.loads(log)["monitor_violation"]
+    stopped(reply, prop, metrics, log)
+    record = orjson.loads(log)
+    assert (prop, record["action"]) == (BUG["retry_loses_obligation"].property, "CallerSend")
+    resumed = record["trace"][-2]
+    assert resumed["#action"] == "Resume"
+    assert len(resumed["pending"]) == len(ids)  # the client's obligations
+    assert record["trace"][-1]["reqIds"] == []  # the exchange answers none of them
+    trace = tmp_path / f"{reply.headers['request-id']}.jsonl"
+    capsys.readouterr()
+    assert main(["check-trace", "--spec", str(SPEC), str(trace)]) == 1
+
+
+def test_a_correct_retry_passes_the_monitor(tmp_path: Path) -> None:
+    """Without the bug the same re-send is a fresh turn the monitor allows."""
+    with live("TPX", tmp_path) as (client, fake, _, app):
+        history, ids = tool_turn(client, "retried")
+        resend = body([*history, results(ids)])
+        replies = [client.post("/v1/messages", headers=AUTH, json=resend) for _ in range(2)]
+        assert len(fake.seen) == 3
+    assert [r.status_code for r in replies] == [200, 200]
+    assert app.gateway.monitor is not None
+    assert app.gateway.monitor.monitor.violations == 0

@@ -26,16 +26,19 @@ deliberate difference from the seed spec, whose ProviderFail discards ``pending`
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import attrs
 import orjson
 
 from tpx.errors import PairingError, ProtocolError, UnsupportedError
 from tpx.exchange import ExchangeSnapshot, Provider
+from tpx.gateway import history
 from tpx.gateway.history import (
     Refusal,
     pairing_problem,
@@ -172,7 +175,8 @@ class Gateway:
                 )
             if path == COUNT:
                 return self._count(request, request_id)
-            return self._messages(request, request_id)
+            sent = _Sent.read(request.body) if self.monitor is not None else None
+            return self._messages(request, request_id, sent)
         except Refusal as refusal:
             self.metrics.errors.labels(f"GATEWAY_{refusal.status}").inc()
             return error_response(refusal.status, refusal.error_type, refusal.message, request_id)
@@ -197,11 +201,16 @@ class Gateway:
 
     # -- /v1/messages ------------------------------------------------------------------------
 
-    def _decode(self, request: Request, *, count_tokens: bool = False) -> dict[str, Any]:
-        try:
-            body = orjson.loads(request.body)
-        except orjson.JSONDecodeError as exc:
-            raise Refusal(f"The request body is not valid JSON: {exc}") from None
+    def _decode(
+        self, request: Request, *, count_tokens: bool = False, sent: _Sent | None = None
+    ) -> dict[str, Any]:
+        if sent is not None and sent.body is request.body:  # parsed once, at the boundary
+            body = sent.decoded
+        else:
+            try:
+                body = orjson.loads(request.body)
+            except orjson.JSONDecodeError as exc:
+                raise Refusal(f"The request body is not valid JSON: {exc}") from None
         validate_request(body, count_tokens=count_tokens)
         assert isinstance(body, dict)
         return body
@@ -220,14 +229,16 @@ class Gateway:
             body["model"] = target
         return None
 
-    def _messages(self, request: Request, request_id: str) -> Response | Turn:
+    def _messages(
+        self, request: Request, request_id: str, sent: _Sent | None = None
+    ) -> Response | Turn:
         settings = self.settings
         log: dict[str, Any] = {"request_id": request_id, "endpoint": "messages", "pid": _PID}
         session = request.headers.get("x-claude-code-session-id")
         if session:
             log["session"] = session[:128]
         try:
-            body = self._decode(request)
+            body = self._decode(request, sent=sent)
             log["model"] = body["model"]
             log["stream"] = body.get("stream") is True
             if settings.log_bodies:  # redacted with the whole record (Gateway.log)
@@ -266,7 +277,9 @@ class Gateway:
             log["#trace"] = trace
         try:
             if monitor is not None:
-                monitor.start(request_id, exchange.snapshot())
+                # Resume: the obligations of the history AS THE CLIENT SENT IT (the spec's
+                # pending), not what the core derived from it
+                monitor.start(request_id, exchange.snapshot(), sent.obligations if sent else None)
             if settings.provider is Provider.NONE:
                 error = exchange.no_provider()
                 log["error"] = error.code
@@ -383,6 +396,31 @@ class Gateway:
             self.metrics.errors.labels(code).inc()
         if logger.isEnabledFor(logging.INFO):
             logger.info("%s", orjson.dumps(_redacted(record, self.secrets.redact)).decode())
+
+
+@attrs.frozen
+class _Sent:
+    """A ``/v1/messages`` body as the client sent it, read once at the boundary
+    (:meth:`Gateway.handle`, ``--monitor``): its parse (the core reuses it while the body
+    it handles is these very bytes) and its history's obligations (the tool_use ids of the
+    last assistant turn), which the monitor's ``Resume`` takes."""
+
+    body: bytes
+    decoded: Any
+    obligations: frozenset[str]
+
+    @classmethod
+    def read(cls, body: bytes) -> _Sent:
+        try:
+            decoded = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return cls(b"", None, frozenset())  # not reused: the core refuses it
+        messages = decoded.get("messages") if isinstance(decoded, dict) else None
+        obligations: frozenset[str] = frozenset()
+        if isinstance(messages, list):
+            with contextlib.suppress(KeyError, TypeError):  # ill-formed: the core refuses it
+                obligations = frozenset(history.pending_ids(messages))
+        return cls(body, decoded, obligations)
 
 
 def _redacted(value: Any, redact: Callable[[str], str]) -> Any:

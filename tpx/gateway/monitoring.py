@@ -26,6 +26,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+import attrs
 import orjson
 from prometheus_client import Counter
 from prometheus_client.metrics_core import CounterMetricFamily, Metric
@@ -85,6 +86,7 @@ class LiveMonitor:
             def to_wire(i: str) -> str:
                 return wire_id(verify_signed_id(i, secret) or i)
 
+        self._to_wire = to_wire
         self.monitor = GatewayMonitor(
             provider=settings.provider.name, gateway_retry=True, to_wire=to_wire
         )
@@ -127,9 +129,22 @@ class LiveMonitor:
             write_trace(self.trace_dir / trace_file_name(key), violation.trace)
         raise SpecViolationError(violation)
 
-    def start(self, key: str, snapshot: ExchangeSnapshot) -> None:
-        """``Resume``: the conversation starts idle with its history's obligations."""
+    def start(
+        self, key: str, snapshot: ExchangeSnapshot, obligations: frozenset[str] | None = None
+    ) -> None:
+        """``Resume``: the conversation starts idle with its history's obligations.
+
+        *obligations* are those of the request as the client sent it, read at the
+        gateway's boundary (``None``: take the exchange's ``pending``). The exchange's own
+        state is checked first; when its ``pending`` is not the client's (compared on the
+        wire side), the conversation resumes with the client's, the spec's ``pending``, so
+        an exchange that lost some is stopped at its next step (a ``CallerSend`` without
+        their tool_results)."""
         self._check(key, "Resume", snapshot)
+        if obligations is not None and obligations != snapshot.pending:
+            wire = self._to_wire
+            if wire is None or {*map(wire, obligations)} != {*map(wire, snapshot.pending)}:
+                self._check(key, "Resume", attrs.evolve(snapshot, pending=obligations))
 
     def observer(
         self,
