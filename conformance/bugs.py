@@ -103,7 +103,7 @@ def _swap_ids(mp: pytest.MonkeyPatch) -> None:
             )
         return tr
 
-    mp.setattr(tpx.exchange, "request_to_openai", request_to_openai)
+    mp.setattr(tpx.exchange, "translate_checked", request_to_openai)
 
 
 def _openai_body_to_caller(mp: pytest.MonkeyPatch) -> None:

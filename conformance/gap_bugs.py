@@ -134,7 +134,7 @@ def _results_reversed(mp: pytest.MonkeyPatch) -> None:
         messages[last + 1 : end] = messages[last + 1 : end][::-1]
         return tr
 
-    mp.setattr(tpx.exchange, "request_to_openai", request_to_openai)
+    mp.setattr(tpx.exchange, "translate_checked", request_to_openai)
 
 
 def _length_is_end_turn(mp: pytest.MonkeyPatch) -> None:

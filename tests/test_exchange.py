@@ -738,7 +738,7 @@ def test_tpx_translation_dropping_a_tool_result_is_caught(
     ex.send(request())
     ex.receive(200, {}, openai_reply("c1"))
     ids = [b["id"] for b in ex.deliver()["content"] if b["type"] == "tool_use"]
-    monkeypatch.setattr("tpx.exchange.request_to_openai", lossy)
+    monkeypatch.setattr("tpx.exchange.translate_checked", lossy)
     before = ex.snapshot()
     with pytest.raises(errors.ProtocolError, match="carries 0 tool results on the wire for 1"):
         ex.send(answer(ids, ids))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+import types
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -79,6 +81,61 @@ def test_loads_depth_verdict_is_exact(value: Any, limit: int, pad: int) -> None:
         else:
             assert _safe.loads(text, limit) == value
     assert _safe.parsed_too_deep(value, limit) is expected
+
+
+def _depth(value: Any) -> int:
+    """The reference: nesting depth by plain recursion (test values are shallow)."""
+    if isinstance(value, Mapping):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list | tuple):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
+
+
+def _foreign(value: Any) -> Any:
+    """*value* with some containers in types orjson does not write (a read-only Mapping,
+    int keys, a big int), some in types it writes (tuples, a dict subclass)."""
+    if isinstance(value, dict):
+        kind = len(value) % 4
+        inner = {k: _foreign(v) for k, v in value.items()}
+        if kind == 1:
+            return types.MappingProxyType(inner)
+        if kind == 2:
+            return _Sub(inner)
+        if kind == 3:
+            return {**{i: v for i, v in enumerate(inner.values())}, "big": 2**70}
+        return inner
+    if isinstance(value, list):
+        items = [_foreign(v) for v in value]
+        return tuple(items) if len(items) % 2 else items
+    return value
+
+
+class _Sub(dict[Any, Any]):
+    pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_documents(12), limit=st.integers(min_value=1, max_value=12), foreign=st.booleans())
+def test_too_deep_agrees_with_the_recursive_depth(value: Any, limit: int, foreign: bool) -> None:
+    """The C-speed path (orjson writes the value inside a nest) and the walk give the
+    reference's verdict, for JSON values and for containers orjson cannot write."""
+    if foreign:
+        value = _foreign(value)
+    assert _safe.too_deep(value, limit) is (_depth(value) > limit)
+
+
+@pytest.mark.parametrize("depth", [_safe.MAX_DEPTH, _safe.MAX_DEPTH + 1])
+def test_too_deep_at_the_bound_for_every_container_type(depth: int) -> None:
+    for wrap in (list, tuple, types.MappingProxyType, _Sub, lambda v: {1: v}):
+        value: Any = 0
+        for _ in range(depth):
+            value = wrap([value]) if wrap in (list, tuple) else wrap({"k": value})  # type: ignore[operator]
+        if wrap not in (list, tuple, types.MappingProxyType, _Sub):
+            value = 0
+            for _ in range(depth):
+                value = {1: value}
+        assert _safe.too_deep(value) is (depth > _safe.MAX_DEPTH), wrap
 
 
 @pytest.mark.parametrize("padding", [0, 100, 20_000])

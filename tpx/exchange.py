@@ -128,8 +128,9 @@ from tpx.errors import (
     secret_forms,
 )
 from tpx.shape import check_event, check_message
-from tpx.translate import request_to_openai, response_to_messages, tool_result_ids
+from tpx.translate import response_to_messages, tool_result_ids
 from tpx.translate.profiles import Profile, get_profile
+from tpx.translate.request import translate_checked
 from tpx.translate.response import is_first_choice
 from tpx.translate.signing import signer_for
 from tpx.translate.stream import (
@@ -588,11 +589,14 @@ class Exchange:
 
     # -- CallerSend / CallerAbort / NoProvider ----------------------------------
 
-    def send(self, request: Mapping[str, Any]) -> OutboundRequest:
+    def send(self, request: Mapping[str, Any], *, shallow: bool = False) -> OutboundRequest:
         """``CallerSend``: frame (ANTHROPIC) or translate (TPX) the caller's Messages body.
 
         Raises :class:`PairingError` after ``CallerAbort`` when the last user
         message's tool_results do not answer exactly the pending tool_uses.
+        *shallow*: the caller has already held *request* to the depth rule (e.g.
+        :func:`tpx._safe.parsed_too_deep` on the value ``orjson`` parsed), so the walk
+        is not done again.
         """
         self._require(
             "CallerSend",
@@ -600,7 +604,7 @@ class Exchange:
         )
         if not isinstance(request, Mapping):
             raise TypeError(f"request must be a mapping, got {type(request).__name__}")
-        if _safe.too_deep(request):
+        if not shallow and _safe.too_deep(request):
             raise _caller_error(
                 f"the request nests deeper than {_safe.MAX_DEPTH} levels; nothing was sent"
             )
@@ -658,7 +662,7 @@ class Exchange:
             raise UnsupportedError(f"request body is not JSON: {failure}")
         if not isinstance(decoded, dict):
             raise UnsupportedError("request body is not a JSON object")
-        return self.send(decoded)
+        return self.send(decoded, shallow=True)  # _safe.loads held it to the depth rule
 
     def _frame(
         self, request: Mapping[str, Any], streaming: bool = False
@@ -673,7 +677,7 @@ class Exchange:
             headers.append(("anthropic-version", ANTHROPIC_VERSION))
             wire_ids = _tool_result_ids(request)
         else:
-            body = request_to_openai(
+            body = translate_checked(  # send() held the request to the depth rule
                 request, model=self._model, profile=self._profile, secret=self._signer
             ).body
             path = "/v1/chat/completions"

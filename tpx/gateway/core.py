@@ -36,6 +36,7 @@ from typing import Any
 import attrs
 import orjson
 
+from tpx._safe import parsed_too_deep
 from tpx.errors import PairingError, ProtocolError, UnsupportedError
 from tpx.exchange import ExchangeSnapshot, Provider
 from tpx.gateway import history
@@ -285,7 +286,8 @@ class Gateway:
                 log["error"] = error.code
                 self.log(log, failed=True)
                 return model_error_response(error, request_id)
-            outbound = exchange.send(body)
+            # orjson parsed the body: its depth is checked at C speed, once
+            outbound = exchange.send(body, shallow=not parsed_too_deep(body))
         except SpecViolationError as stop:  # --monitor: fail closed
             log["error"] = stop.code
             self.log(log, failed=True)

@@ -433,6 +433,10 @@ async def _read(response: httpx2.Response, queue: asyncio.Queue[bytes | Exceptio
     try:
         async for chunk in response.aiter_bytes():
             await queue.put(chunk)
+            # let the consumer translate and send this chunk before the next is read: the
+            # chunks an upstream wrote at once are all buffered, and reading on would hold
+            # the client's first byte back until the last of them is read (~0.2 ms)
+            await asyncio.sleep(0)
     except Exception as exc:  # handed to the consumer, which maps or raises it
         await queue.put(exc)
         return

@@ -35,6 +35,7 @@ __all__ = [
     "REASONING_SIGNATURE",
     "TOOL_ERROR_PREFIX",
     "request_to_openai",
+    "translate_checked",
     "translate_request",
 ]
 
@@ -833,6 +834,19 @@ def request_to_openai(
     """
     if _safe.too_deep(request):
         _bad(f"the request nests deeper than {_safe.MAX_DEPTH} levels")
+    return translate_checked(request, model=model, profile=profile, secret=secret)
+
+
+def translate_checked(
+    request: Mapping[str, Any],
+    *,
+    model: str | None = None,
+    profile: str | Profile | None = None,
+    secret: str | bytes | ThinkingSigner | None = None,
+) -> Translation:
+    """:func:`request_to_openai` for a request its caller has already held to the depth
+    rule (:func:`tpx._safe.too_deep`): the exchange checks every request at
+    ``CallerSend`` and translates it at once, so the walk is not done twice."""
     st = _State(get_profile(profile), signer_for(secret))
     body = translate_request(request, model, st)
     _refuse_non_finite_inputs(request)
