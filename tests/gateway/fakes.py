@@ -14,6 +14,7 @@ signed thinking block.
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from typing import Any
 
@@ -53,6 +54,8 @@ class FakeUpstream:
         self.failures = 0
         self._failed: set[bytes] = set()
         self.emitted: dict[str, list[str]] = {}  # conversation tag -> wire ids emitted
+        #: a stream tagged TAIL ends its body (after its last event) only once this is set
+        self.tail = threading.Event()
 
     def transport(self) -> httpx2.MockTransport:
         return httpx2.MockTransport(self.handle)
@@ -199,6 +202,7 @@ class FakeUpstream:
 
     def _sse(self, parts: list[bytes], tag: str) -> httpx2.Response:
         pause = self.pause if "SILENT" in tag else 0.0
+        tail = self.tail if "TAIL" in tag else None
 
         class Body(httpx2.SyncByteStream, httpx2.AsyncByteStream):
             def __iter__(self) -> Any:
@@ -214,5 +218,9 @@ class FakeUpstream:
                     if n == 1 and pause:
                         await asyncio.sleep(pause)
                     yield part
+                for _ in range(1000):  # TAIL: the body's end held back (at most 10 s)
+                    if tail is None or tail.is_set():
+                        break
+                    await asyncio.sleep(0.01)
 
         return httpx2.Response(200, headers={"content-type": "text/event-stream"}, stream=Body())

@@ -161,3 +161,22 @@ def test_a_stopped_step_never_reaches_the_caller(
     assert 'tpx_gateway_monitor_violations_total{property="PairingInv"} 2.0' in metrics
     assert app.gateway.monitor is not None
     assert app.gateway.monitor.monitor.conversations() == 0
+
+
+@pytest.mark.parametrize("provider", ["TPX", "ANTHROPIC"])
+def test_the_next_turn_may_come_before_the_upstream_body_ends(provider: str) -> None:
+    """A client that got ``message_stop`` sends its next turn (carrying the ids) while the
+    upstream's body has not ended yet (its last bytes still on the way): the finished
+    exchange's conversation is over already, so the monitor sees no cross-pairing."""
+    with monitored(provider) as (client, fake, app):
+        history: list[Any] = [{"role": "user", "content": f"TAIL {provider}"}]
+        first = post(client, history, stream=True)  # message_stop in hand, tail held back
+        ids = tool_ids(first)
+        assert len(ids) == 2
+        history += [{"role": "assistant", "content": first["content"]}, results(ids)]
+        last = post(client, history, stream=False)
+        fake.tail.set()
+        assert tool_ids(last) == []
+        monitor = app.gateway.monitor
+        assert monitor is not None
+        assert monitor.monitor.violations == 0

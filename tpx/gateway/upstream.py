@@ -27,6 +27,7 @@ from tpx._http import error_from_httpx
 from tpx.errors import ModelError
 from tpx.exchange import Provider
 from tpx.gateway.core import PING, Forward, Response, Turn, UpstreamCall
+from tpx.gateway.h1 import H1Transport, fast_transport_allowed
 from tpx.gateway.netio import install
 from tpx.gateway.redaction import prepared
 from tpx.gateway.settings import Settings
@@ -167,8 +168,10 @@ class _Base(Generic[_Client, _Transport]):
 class AsyncUpstream(_Base[httpx2.AsyncClient, httpx2.AsyncBaseTransport]):
     """The upstream for one process: a pooled ``httpx2.AsyncClient`` (made here unless given)."""
 
-    #: the connections run on tpx.gateway.netio's backend (one write per request, no anyio)
-    fast_io = False
+    #: what carries the owned client's requests: ``h1`` (tpx.gateway.h1, the default),
+    #: ``httpcore+asyncio`` (httpx2's transport on tpx.gateway.netio's backend, when a proxy
+    #: is configured), ``httpcore`` (its default backend), ``injected`` (a given transport)
+    io = "injected"
     _slots: asyncio.Semaphore | None = None
 
     def _new_client(self, transport: httpx2.AsyncBaseTransport | None) -> httpx2.AsyncClient:
@@ -179,9 +182,13 @@ class AsyncUpstream(_Base[httpx2.AsyncClient, httpx2.AsyncBaseTransport]):
             keepalive_expiry=self.settings.limits.keepalive_expiry,
         )
         if transport is None:
-            own = httpx2.AsyncHTTPTransport(limits=limits)
-            self.fast_io = install(own)
-            transport = own
+            if fast_transport_allowed():
+                transport = H1Transport(limits=limits)
+                self.io = "h1"
+            else:  # a proxy is configured: httpx2's own transport speaks to it
+                own = httpx2.AsyncHTTPTransport(limits=limits)
+                self.io = "httpcore+asyncio" if install(own) else "httpcore"
+                transport = own
         return httpx2.AsyncClient(
             transport=transport, timeout=_timeout(self.settings), limits=limits
         )
@@ -388,6 +395,11 @@ async def _stream(
                 break
         if turn.complete:
             yield turn.finish()
+            # the exchange is over once the client took its last byte: its log line, its
+            # count and (--monitor) the end of its conversation come now, not after the
+            # drain (the client may already be sending its next turn, which carries this
+            # exchange's ids)
+            turn.close()
             await _drain(queue)
     finally:
         if not reader.done():
