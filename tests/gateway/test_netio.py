@@ -187,10 +187,14 @@ def test_a_request_leaves_in_one_write_when_the_response_is_read() -> None:
     assert data == b"HTTP/1.1 200 OK\r\n"
 
 
-def test_the_gateway_upstream_runs_on_the_backend() -> None:
+def test_the_gateway_upstream_runs_on_the_backend_behind_a_proxy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With a proxy configured the upstream is httpx2's own transport (tpx.gateway.h1 does
+    not speak to proxies), its connections on this backend."""
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
     upstream = AsyncUpstream(make_settings("TPX"))
-    assert upstream.fast_io
-    pool = upstream.client._transport._pool  # type: ignore[attr-defined]
-    assert isinstance(pool._network_backend, AsyncioBackend)
-    injected = AsyncUpstream(make_settings("TPX"), transport=httpx2.MockTransport(lambda r: None))  # type: ignore[arg-type]
-    assert not injected.fast_io
+    assert upstream.io == "httpcore+asyncio"
+    transport = upstream.client._transport
+    assert isinstance(transport, httpx2.AsyncHTTPTransport)
+    assert isinstance(transport._pool._network_backend, AsyncioBackend)
