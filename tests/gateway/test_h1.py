@@ -92,9 +92,9 @@ def test_round_trips_reuse_one_connection(loop: str) -> None:
     async def main() -> list[str]:
         async with await server.start(), _client() as client:
             sizes = [0, 10, 300_000, 5_000_000]  # the last one pauses writing (drain)
-            return [(await client.post(server.url, content=b"x" * n)).text for n in sizes] + [
-                (await client.get(server.url)).text
-            ]
+            replies = [await client.post(server.url, content=b"x" * n) for n in sizes]
+            assert {r.reason_phrase for r in replies} == {"OK"}
+            return [r.text for r in replies] + [(await client.get(server.url)).text]
 
     assert RUNNERS[loop](main()) == ["0", "10", "300000", "5000000", "0"]
     assert len(set(server.peers)) == 1

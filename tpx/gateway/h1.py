@@ -82,6 +82,7 @@ class _Connection(asyncio.Protocol):
         self.until_eof = False
         self.released = False
         self.keep_alive = False
+        self.reason = b""
 
     # -- asyncio
     def connection_made(self, transport: Any) -> None:
@@ -131,6 +132,9 @@ class _Connection(asyncio.Protocol):
             drained.set_result(None)
 
     # -- httptools
+    def on_status(self, reason: bytes) -> None:
+        self.reason = reason
+
     def on_header(self, name: bytes, value: bytes | None) -> None:
         self.headers.append((name, value or b""))
 
@@ -507,7 +511,7 @@ class H1Transport(httpx2.AsyncBaseTransport):
             status,
             headers=conn.headers,
             stream=_Body(self, conn, request, timeout),
-            extensions={"http_version": b"HTTP/1.1"},
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": conn.reason},
             request=request,
         )
 
