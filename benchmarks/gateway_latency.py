@@ -1,6 +1,7 @@
 """Added latency of ``tpx serve`` (and of LiteLLM's proxy) over calling the upstream directly.
 
-    python -m benchmarks.gateway_latency [--rounds 300] [--no-litellm]     (make bench-gateway)
+    python -m benchmarks.gateway_latency [--rounds 300] [--no-litellm] [--no-floor]
+                                                                       (make bench-gateway)
 
 One run, side by side, all on loopback, against the same scripted fake OpenAI upstream
 (tests/e2e/fake_openai.py):
@@ -8,6 +9,9 @@ One run, side by side, all on loopback, against the same scripted fake OpenAI up
 - ``direct``: the Chat Completions request (tpx's own translation of the body below) posted to
   the fake upstream;
 - ``tpx``: the Messages request posted to ``tpx serve`` (1 worker) in front of it;
+- ``floor``: the same Messages request posted to a pass-through on ``tpx serve``'s own HTTP
+  stack that does no work (benchmarks/passthrough.py): the part of the added latency that
+  the two HTTP hops cost by themselves, whatever the gateway does;
 - ``litellm``: the same Messages request posted to LiteLLM's proxy ``/v1/messages`` (its
   ``openai/`` provider pointed at the same upstream), installed by this script into its own
   venv (.cache/litellm-venv, pinned) so none of its dependencies touch tpx's.
@@ -48,6 +52,8 @@ from tests.e2e.procs import (
     UPSTREAM_TOKEN,
     HarnessError,
     Proc,
+    _spawn,
+    _wait,
     base_env,
     cpu_seconds,
     fake_upstream,
@@ -84,6 +90,33 @@ def litellm_python() -> Path:
             check=True,
         )
     return python
+
+
+@contextmanager
+def passthrough(logdir: Path, upstream: Proc) -> Iterator[Proc]:
+    """The floor (benchmarks/passthrough.py): the same HTTP stack as ``tpx serve``, no work."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "benchmarks.passthrough", str(port)]
+    cmd.append(upstream.url + "/v1/chat/completions")
+    for stream in (False, True):
+        path = logdir / f"chat-{'stream' if stream else 'plain'}.json"
+        path.write_bytes(orjson.dumps(chat_body(stream)))
+        cmd.append(str(path))
+    popen, log = _spawn("passthrough", cmd, base_env(), logdir)
+    proc = Proc("passthrough", popen, log, port)
+    probe = orjson.dumps(messages_body(False))
+
+    def ready() -> bool:
+        try:
+            return httpx2.post(proc.url, content=probe, timeout=1).status_code == 200
+        except httpx2.TransportError:
+            return False
+
+    try:
+        _wait(proc, ready, 60)
+        yield proc
+    finally:
+        proc.stop()
 
 
 @contextmanager
@@ -311,6 +344,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--no-litellm", action="store_true")
+    parser.add_argument("--no-floor", action="store_true", help="skip the pass-through floor")
     parser.add_argument("--throughput-seconds", type=float, default=5.0)
     args = parser.parse_args()
     bodies = {
@@ -338,6 +372,11 @@ def main() -> None:
                     bodies["messages"].__getitem__,
                 ),
             ]
+            if not args.no_floor:
+                floor = stack.enter_context(passthrough(logdir, up))
+                targets.append(
+                    ("floor", floor.url + "/", json_headers, bodies["messages"].__getitem__)
+                )
             if not args.no_litellm:
                 lite = stack.enter_context(litellm_proxy(logdir, up, model))
                 targets.append(
@@ -354,7 +393,11 @@ def main() -> None:
                 )
             size = len(bodies["messages"][False])
             print(f"request: {size / 1024:.1f} KB Messages body, {args.rounds} rounds", flush=True)
-            procs = {"direct": up, "tpx": gw, **({"litellm": lite} if not args.no_litellm else {})}
+            procs = {"direct": up, "tpx": gw}
+            if not args.no_floor:
+                procs["floor"] = floor
+            if not args.no_litellm:
+                procs["litellm"] = lite
             before = {name: cpu_seconds(p.popen.pid) for name, p in procs.items()}
             results = measure(targets, args.rounds, args.warmup)
             requests = {name: 2 * (args.rounds + args.warmup) for name in procs}
@@ -389,6 +432,13 @@ def report(results: dict[str, dict[str, list[float]]], rps: float) -> None:
             b50, b99 = _pct(base[kind], 0.5) * 1e3, _pct(base[kind], 0.99) * 1e3
             added[(name, kind)] = p50 - b50
             print(f"{name:<9} {kind:<6} {p50:8.2f} {p99:8.2f} {p50 - b50:8.2f} {p99 - b99:8.2f}")
+    if "floor" in results:
+        for kind in ("plain", "ttfb"):
+            own = added[("tpx", kind)] - added[("floor", kind)]
+            print(
+                f"tpx's own work ({kind}): {own:.2f} ms of its {added[('tpx', kind)]:.2f} ms "
+                f"(the HTTP stack alone, floor: {added[('floor', kind)]:.2f} ms)"
+            )
     if "litellm" in results:
         for kind in ("plain", "ttfb"):
             ratio = added[("litellm", kind)] / max(added[("tpx", kind)], 1e-6)
