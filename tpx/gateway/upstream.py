@@ -442,8 +442,16 @@ _QUEUE = 64
 
 async def _read(response: httpx2.Response, queue: asyncio.Queue[bytes | Exception | None]) -> None:
     """Put every chunk of *response*'s body on *queue*, then ``None`` (or the exception)."""
+    first = True
     try:
         async for chunk in response.aiter_bytes():
+            if first:  # the first event alone first: the client's first byte need not wait
+                first = False  # for the translation of everything that came with it
+                cut = chunk.find(b"\n\n") + 2
+                if 1 < cut < len(chunk):
+                    await queue.put(chunk[:cut])
+                    await asyncio.sleep(0)
+                    chunk = chunk[cut:]
             await queue.put(chunk)
             # let the consumer translate and send this chunk before the next is read: the
             # chunks an upstream wrote at once are all buffered, and reading on would hold
