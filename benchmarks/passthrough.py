@@ -29,7 +29,13 @@ from tpx.gateway.protocol import HeaderTimeoutProtocol
 
 def app_for(upstream: str, bodies: dict[bool, bytes]) -> Any:
     client = httpx2.AsyncClient(transport=H1Transport(), timeout=60)
-    headers = {"authorization": f"Bearer {UPSTREAM_TOKEN}", "content-type": "application/json"}
+    headers = {
+        **client.headers,
+        "authorization": f"Bearer {UPSTREAM_TOKEN}",
+        "content-type": "application/json",
+    }
+    url = httpx2.URL(upstream)
+    extensions = {"timeout": httpx2.Timeout(60).as_dict()}
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -41,7 +47,10 @@ def app_for(upstream: str, bodies: dict[bool, bytes]) -> Any:
             body += message.get("body", b"")
             more = message.get("more_body", False)
         stream = b'"stream":true' in body
-        request = client.build_request("POST", upstream, content=bodies[stream], headers=headers)
+        # built as tpx.gateway.upstream builds its requests (the URL parsed once)
+        request = httpx2.Request(
+            "POST", url, headers=headers, content=bodies[stream], extensions=extensions
+        )
         response = await client.send(request, stream=True)
         try:
             kind = b"text/event-stream" if stream else b"application/json"
