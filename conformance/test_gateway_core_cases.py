@@ -557,3 +557,17 @@ def test_a_request_the_exchange_cannot_frame(provider: Provider) -> None:
         assert line["error"] == "MODEL_PROTOCOL"
         assert rig.error_counts() - before == {"MODEL_PROTOCOL": 1}
         assert rig.fake.received == []
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize("provider", PROVIDERS, ids=lambda p: p.name)
+def test_each_exchange_is_counted_once_by_status(provider: Provider, streaming: bool) -> None:
+    """``tpx_gateway_requests_total``: every ``/v1/messages`` exchange counts once under the
+    status the client got (200 for a delivered turn, 400 for a refused CallerAbort)."""
+    with GatewayRig(provider, streaming=streaming) as rig:
+        _ok(rig.turn("reply", ids=("t1", "t2")))
+        _ok(rig.turn("reply", ids=("t2",)))
+        _ok(rig.turn("abort", style="unknown"))
+        text = rig.gateway.metrics.render().decode()
+        assert 'tpx_gateway_requests_total{endpoint="messages",status="200"} 2.0' in text
+        assert 'tpx_gateway_requests_total{endpoint="messages",status="400"} 1.0' in text
