@@ -471,6 +471,9 @@ def _failing_turn_keeps_its_number(mp: pytest.MonkeyPatch) -> None:
         (True, "http529"),
         (True, "connect"),
         (True, "malformed"),
+        (True, "non_json"),
+        (True, "shape"),
+        (True, "bad_tool_call"),
         (True, "drop"),
         (True, "no_done"),
         (True, "error_event"),
@@ -479,9 +482,11 @@ def _failing_turn_keeps_its_number(mp: pytest.MonkeyPatch) -> None:
 def test_an_illegal_provider_fail_is_stopped_closed(streaming: bool, kind: FailureKind) -> None:
     """A ProviderFail the gateway spec forbids, wherever the failure surfaces in the turn
     (the reply's status, the connection, a chunk fed, the connection dropped mid-stream,
-    the body ending early, an error event): ``--monitor`` stops it; the caller gets a 500
-    ``api_error`` naming the step (streamed, once bytes went out: the stream's last event),
-    the exchange is logged failed with MODEL_SPEC_VIOLATION and counted."""
+    the body ending early, an error event; streamed, a body refused before any byte went
+    out: the stop, not the provider's error, is the caller's response): ``--monitor``
+    stops it; the caller gets a 500 ``api_error`` naming the step (streamed, once bytes
+    went out: the stream's last event), the exchange is logged failed with
+    MODEL_SPEC_VIOLATION and counted."""
     with GatewayRig(Provider.TPX, seed=2, streaming=streaming) as rig:
         _ok(rig.turn("reply", ids=("t1",)))
         before = rig.error_counts()
