@@ -21,6 +21,7 @@ from tpx.cli import main
 from tpx.errors import redact, secret_forms
 from tpx.exchange import Exchange, Provider
 from tpx.gateway.settings import ModelRoute
+from tpx.gateway.tokens import count_openai_request
 from tpx.gateway.upstream import SyncUpstream
 from tpx.sdk import GatewayTransport
 from tpx.translate.ids import sign_caller_id, verify_signed_id
@@ -576,3 +577,40 @@ def test_each_exchange_is_counted_once_by_status(provider: Provider, streaming: 
         text = rig.gateway.metrics.render().decode()
         assert 'tpx_gateway_requests_total{endpoint="messages",status="200"} 2.0' in text
         assert 'tpx_gateway_requests_total{endpoint="messages",status="400"} 1.0' in text
+
+
+def test_count_tokens_over_a_history_with_signed_ids() -> None:
+    """TPX: ``count_tokens`` reads the history as ``/v1/messages`` does: the signed ids this
+    gateway issued count as the request the upstream gets (its translated body, counted
+    locally), and an id in the tpx encoding it did not issue is refused (400) with the error
+    body /v1/messages gives for that history."""
+    with GatewayRig(Provider.TPX, seed=0) as rig:
+        _ok(rig.turn("reply", ids=("t1", "t2")))
+        history = [*rig.caller.history]
+        good = [b["id"] for b in rig.caller.obligations]
+        answered = [{"type": "tool_result", "tool_use_id": i, "content": "x"} for i in good]
+        body = {**BASE, "messages": [*history, {"role": "user", "content": answered}]}
+        count = rig.client.post(
+            "/v1/messages/count_tokens", headers=AUTH, content=orjson.dumps(body)
+        )
+        assert count.status_code == 200, count.text
+        rig.fake.plan_reply(())
+        assert _post(rig, body).status_code == 200
+        sent = orjson.loads(rig.fake.received[-1])
+        assert count.json() == {"input_tokens": count_openai_request(sent)}
+        unsigned = verify_signed_id(good[0], SECRET)
+        assert unsigned is not None
+        forged = sign_caller_id(unsigned, b"another gateway's secret")
+        results = [
+            {"type": "tool_result", "tool_use_id": i, "content": "x"} for i in (forged, *good[1:])
+        ]
+        bad = {**BASE, "messages": [*history, {"role": "user", "content": results}]}
+        refused = rig.client.post(
+            "/v1/messages/count_tokens", headers=AUTH, content=orjson.dumps(bad)
+        )
+        assert refused.status_code == 400
+        message = refused.json()["error"]["message"]
+        assert "is not a tool_use id this gateway issued" in message
+        same = _post(rig, bad)  # /v1/messages refuses the same body with the same answer
+        assert same.status_code == 400
+        assert same.json()["error"] == refused.json()["error"]
