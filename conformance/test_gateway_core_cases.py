@@ -6,6 +6,7 @@ the gateway core's mutants (:mod:`conformance.mutate.judge`)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -614,3 +615,30 @@ def test_count_tokens_over_a_history_with_signed_ids() -> None:
         same = _post(rig, bad)  # /v1/messages refuses the same body with the same answer
         assert same.status_code == 400
         assert same.json()["error"] == refused.json()["error"]
+
+
+def test_a_forked_worker_logs_its_own_pid() -> None:
+    """The log line's ``pid`` is the worker that served the exchange: a gateway built before
+    a fork (a preloading server's workers) logs the child's pid, not its parent's."""
+    with GatewayRig(Provider.TPX, seed=0) as rig:
+        read_end, write_end = os.pipe()
+        child = os.fork()
+        if child == 0:  # the worker: one exchange, then its log line's pid to the parent
+            code = 1
+            try:
+                os.close(read_end)
+                with log_records() as lines:
+                    _ok(rig.turn("reply", ids=("t1",)))
+                os.write(write_end, orjson.dumps([line["pid"] for line in lines]))
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as pipe:
+            got = pipe.read()
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert orjson.loads(got) == [child]
+        with log_records() as lines:  # and the parent still logs its own
+            _ok(rig.turn("reply", ids=("t1",)))
+        assert [line["pid"] for line in lines] == [os.getpid()]
