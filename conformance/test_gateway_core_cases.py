@@ -21,6 +21,7 @@ from conformance.gateway_core import AUTH, GATEWAY_KEY, SECRET, GatewayRig, log_
 from tpx.cli import main
 from tpx.errors import redact, secret_forms
 from tpx.exchange import Exchange, Provider
+from tpx.gateway import core
 from tpx.gateway.settings import ModelRoute
 from tpx.gateway.tokens import count_openai_request
 from tpx.gateway.upstream import SyncUpstream
@@ -463,6 +464,36 @@ def _failing_turn_keeps_its_number(mp: pytest.MonkeyPatch) -> None:
             self._turn = turn
 
     mp.setattr(Exchange, "_end_turn", end_turn)
+
+
+def test_an_illegal_refusal_is_stopped_closed() -> None:
+    """A seeded bug: the core reads no obligations from the history, so a request answering
+    the last turn's tool_use is refused for pairing with nothing pending. In the gateway
+    spec that CallerAbort discards the client's obligations, a step it does not allow:
+    ``--monitor`` stops it before the 400 goes out; the caller gets a 500 ``api_error``
+    naming the step, the exchange is logged failed with MODEL_SPEC_VIOLATION and counted,
+    and (the bug gone) the same request is served again."""
+    with GatewayRig(Provider.TPX, seed=3) as rig:
+        _ok(rig.turn("reply", ids=("t1",)))
+        before = rig.error_counts()
+        req = rig.caller.request()
+        upstream = len(rig.fake.received)
+        with pytest.MonkeyPatch.context() as mp, log_records() as lines:
+            mp.setattr(core, "pending_ids", lambda messages: [])
+            status, _, data = rig.post(req)
+        assert len(rig.fake.received) == upstream  # refused before the wire
+        assert rig.violations() == 1
+        assert status == 500, (status, data)
+        error = orjson.loads(data)["error"]
+        assert error["type"] == "api_error"
+        assert "CallerAbort)" in error["message"], error
+        (line,) = lines
+        assert line["error"] == "MODEL_SPEC_VIOLATION"
+        assert line["actions"] == []
+        assert rig.error_counts() - before == {"MODEL_SPEC_VIOLATION": 1}
+        rig.fake.plan_reply(())
+        status, _, _ = rig.post(req)
+        assert status == 200
 
 
 @pytest.mark.parametrize(
