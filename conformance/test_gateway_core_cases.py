@@ -22,7 +22,7 @@ from tpx.cli import main
 from tpx.errors import redact, secret_forms
 from tpx.exchange import Exchange, Provider
 from tpx.gateway import core
-from tpx.gateway.settings import ModelRoute
+from tpx.gateway.settings import Credential, ModelRoute
 from tpx.gateway.tokens import count_openai_request
 from tpx.gateway.upstream import SyncUpstream
 from tpx.sdk import GatewayTransport
@@ -673,3 +673,23 @@ def test_a_forked_worker_logs_its_own_pid() -> None:
         with log_records() as lines:  # and the parent still logs its own
             _ok(rig.turn("reply", ids=("t1",)))
         assert [line["pid"] for line in lines] == [os.getpid()]
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["plain", "streamed"])
+def test_no_log_value_shows_a_credential_even_a_word_the_log_uses(streaming: bool) -> None:
+    """Secrecy holds whatever the credential is: one that reads like a spec action's name
+    (``ProviderReply``) is redacted out of the log line's ``actions`` list like out of
+    every other value, so no line holds it, nor any form or fragment of it."""
+    credential = "ProviderReply"
+    with GatewayRig(Provider.TPX, seed=0, credential=Credential(credential)) as rig:
+        req = {**rig.caller.request(), "stream": True} if streaming else rig.caller.request()
+        rig.fake.plan_reply(("t1",))
+        with log_records() as lines:
+            status, _, _ = rig.post(req)
+        assert status == 200
+        (line,) = lines
+        forms = secret_forms(rig.settings.secret_values())
+        text = orjson.dumps(line).decode()
+        assert credential not in text
+        assert redact(text, forms) == text
+        assert line["actions"] == ["CallerSend", redact(credential, forms), "Deliver"]
