@@ -16,7 +16,14 @@ import pytest
 
 from conformance.abstraction import sse_events
 from conformance.bugs import BUGS
-from conformance.fakes import FAILURE_KINDS, MID_STREAM_FAILURE_KINDS, FailureKind
+from conformance.fakes import (
+    FAILURE_KINDS,
+    KEY,
+    MID_STREAM_FAILURE_KINDS,
+    TOKEN,
+    FailureKind,
+    FakeProvider,
+)
 from conformance.gateway_core import AUTH, GATEWAY_KEY, SECRET, GatewayRig, log_records
 from tpx.cli import main
 from tpx.errors import redact, secret_forms
@@ -693,3 +700,35 @@ def test_no_log_value_shows_a_credential_even_a_word_the_log_uses(streaming: boo
         assert credential not in text
         assert redact(text, forms) == text
         assert line["actions"] == ["CallerSend", redact(credential, forms), "Deliver"]
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize("provider", PROVIDERS, ids=lambda p: p.name)
+def test_an_upstream_error_echoing_the_credential_reaches_the_caller_redacted(
+    provider: Provider, streaming: bool
+) -> None:
+    """An upstream error whose message echoes the gateway's upstream credential (a 429
+    quoting the token it throttles): the caller gets the error with the credential
+    redacted, in every form; its log line holds none either."""
+    credential = TOKEN if provider is Provider.TPX else KEY
+    real = FakeProvider.error_body
+
+    def echoing(fake: FakeProvider, status: int) -> bytes:
+        return real(fake, status).replace(b"fake says no", f"slow down, {credential}".encode())
+
+    with GatewayRig(provider, seed=0, streaming=streaming) as rig:
+        _ok(rig.turn("reply", ids=("t1",)))
+        req = {**rig.caller.request(), "stream": True} if streaming else rig.caller.request()
+        rig.fake.plan_fail("http429")
+        with pytest.MonkeyPatch.context() as mp, log_records() as lines:
+            mp.setattr(FakeProvider, "error_body", echoing)
+            status, _, data = rig.post(req)
+        assert status == 429
+        message = orjson.loads(data)["error"]["message"]
+        forms = secret_forms(rig.settings.secret_values())
+        assert "slow down, " in message
+        assert credential not in message
+        assert redact(message, forms) == message
+        (line,) = lines
+        text = orjson.dumps(line).decode()
+        assert redact(text, forms) == text
