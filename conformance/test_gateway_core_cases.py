@@ -31,7 +31,9 @@ from tpx.exchange import Exchange, Provider
 from tpx.gateway import core
 from tpx.gateway.settings import Credential, ModelRoute
 from tpx.gateway.tokens import count_openai_request
-from tpx.gateway.upstream import SyncUpstream
+from tpx.gateway.turn import Turn
+from tpx.gateway.upstream import SyncUpstream, run_turn_sync
+from tpx.gateway.wire import Request, Response
 from tpx.sdk import GatewayTransport
 from tpx.translate.ids import sign_caller_id, verify_signed_id
 
@@ -732,3 +734,30 @@ def test_an_upstream_error_echoing_the_credential_reaches_the_caller_redacted(
         (line,) = lines
         text = orjson.dumps(line).decode()
         assert redact(text, forms) == text
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["plain", "streamed"])
+def test_a_turn_closed_twice_logs_and_counts_once(streaming: bool) -> None:
+    """``Turn.close`` writes the exchange's log line once: a shell on the sans-I/O core
+    that closes a turn again (a cleanup path after the normal end) adds no second log line
+    and no second count to ``tpx_gateway_requests_total``."""
+    with GatewayRig(Provider.TPX, seed=0, streaming=streaming) as rig:
+        body = {**rig.caller.request(), "stream": True} if streaming else rig.caller.request()
+        rig.fake.plan_reply(())
+        headers = {**AUTH, "content-type": "application/json"}
+        turn = rig.gateway.handle(Request("POST", "/v1/messages", "", headers, orjson.dumps(body)))
+        assert isinstance(turn, Turn)
+        out = list(run_turn_sync(turn, rig.upstream))
+        if streaming:  # the whole stream went out
+            assert all(isinstance(item, bytes) for item in out)
+            assert b"event: message_stop" in b"".join(x for x in out if isinstance(x, bytes))
+        else:
+            (reply,) = out
+            assert isinstance(reply, Response)
+            assert reply.status == 200
+        with log_records() as lines:
+            turn.close()
+            turn.close()
+        assert [line["status"] for line in lines] == [200]
+        text = rig.gateway.metrics.render().decode()
+        assert 'tpx_gateway_requests_total{endpoint="messages",status="200"} 1.0' in text
