@@ -761,3 +761,30 @@ def test_a_turn_closed_twice_logs_and_counts_once(streaming: bool) -> None:
         assert [line["status"] for line in lines] == [200]
         text = rig.gateway.metrics.render().decode()
         assert 'tpx_gateway_requests_total{endpoint="messages",status="200"} 1.0' in text
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["delivered", "failed"])
+def test_a_streamed_turn_is_over_with_its_last_byte(fail: bool) -> None:
+    """``Turn.over`` (what a shell reads to end the client's response at once, without
+    waiting for the upstream connection to drain): false while the exchange is in flight,
+    true from the item carrying the stream's last event (``message_stop``, or the error
+    event of a stream that failed mid-way) on."""
+    with GatewayRig(Provider.TPX, seed=0, streaming=True) as rig:
+        body = {**rig.caller.request(), "stream": True}
+        if fail:
+            rig.fake.plan_fail("error_event")
+        else:
+            rig.fake.plan_reply(("t1",))
+        headers = {**AUTH, "content-type": "application/json"}
+        turn = rig.gateway.handle(Request("POST", "/v1/messages", "", headers, orjson.dumps(body)))
+        assert isinstance(turn, Turn)
+        assert not turn.over
+        seen: list[tuple[bytes, bool]] = []
+        for item in run_turn_sync(turn, rig.upstream):
+            assert isinstance(item, bytes)
+            seen.append((item, turn.over))
+        turn.close()
+        last = b"event: error" if fail else b"event: message_stop"
+        assert [over for _, over in seen] == [False] * (len(seen) - 1) + [True]
+        assert last in seen[-1][0]
+        assert all(last not in data for data, _ in seen[:-1])
