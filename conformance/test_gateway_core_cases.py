@@ -788,3 +788,37 @@ def test_a_streamed_turn_is_over_with_its_last_byte(fail: bool) -> None:
         assert [over for _, over in seen] == [False] * (len(seen) - 1) + [True]
         assert last in seen[-1][0]
         assert all(last not in data for data, _ in seen[:-1])
+
+
+def test_anthropic_beta_and_a_count_tokens_stream_flag_upstream() -> None:
+    """ANTHROPIC: the caller's ``anthropic-beta`` header goes upstream with its
+    ``/v1/messages`` and its ``count_tokens`` requests; ``count_tokens`` takes no ``stream``
+    field, so a caller's ``"stream": true`` is dropped from the counted body."""
+    beta = "interleaved-thinking-2025-05-14"
+    with GatewayRig(Provider.ANTHROPIC) as rig:
+        rig.fake.plan_reply(())
+        reply = _post(rig, BASE, {**AUTH, "anthropic-beta": beta})
+        assert reply.status_code == 200
+        assert rig.fake.received_headers[-1].get("anthropic-beta") == beta
+        rig.fake.plan_reply(())
+        count = rig.client.post(
+            "/v1/messages/count_tokens",
+            headers={**AUTH, "anthropic-beta": beta},
+            content=orjson.dumps({**BASE, "stream": True}),
+        )
+        assert count.status_code == 200
+        assert rig.fake.received_headers[-1].get("anthropic-beta") == beta
+        assert orjson.loads(rig.fake.received[-1]) == {**BASE}
+
+
+def test_count_tokens_ignores_a_stream_flag() -> None:
+    """TPX: whether the counted request would stream changes nothing in its count."""
+    with GatewayRig(Provider.TPX) as rig:
+        counts = [
+            rig.client.post(
+                "/v1/messages/count_tokens", headers=AUTH, content=orjson.dumps(body)
+            ).json()
+            for body in (BASE, {**BASE, "stream": True})
+        ]
+        assert counts[0] == counts[1]
+        assert counts[0]["input_tokens"] > 0
