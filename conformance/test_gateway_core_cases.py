@@ -6,6 +6,7 @@ the gateway core's mutants (:mod:`conformance.mutate.judge`)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +16,24 @@ import pytest
 
 from conformance.abstraction import sse_events
 from conformance.bugs import BUGS
-from conformance.fakes import FAILURE_KINDS, MID_STREAM_FAILURE_KINDS, FailureKind
+from conformance.fakes import (
+    FAILURE_KINDS,
+    KEY,
+    MID_STREAM_FAILURE_KINDS,
+    TOKEN,
+    FailureKind,
+    FakeProvider,
+)
 from conformance.gateway_core import AUTH, GATEWAY_KEY, SECRET, GatewayRig, log_records
 from tpx.cli import main
 from tpx.errors import redact, secret_forms
 from tpx.exchange import Exchange, Provider
-from tpx.gateway.settings import ModelRoute
-from tpx.gateway.upstream import SyncUpstream
+from tpx.gateway import core
+from tpx.gateway.settings import Credential, ModelRoute
+from tpx.gateway.tokens import count_openai_request
+from tpx.gateway.turn import Turn
+from tpx.gateway.upstream import SyncUpstream, run_turn_sync
+from tpx.gateway.wire import Request, Response
 from tpx.sdk import GatewayTransport
 from tpx.translate.ids import sign_caller_id, verify_signed_id
 
@@ -463,6 +475,36 @@ def _failing_turn_keeps_its_number(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(Exchange, "_end_turn", end_turn)
 
 
+def test_an_illegal_refusal_is_stopped_closed() -> None:
+    """A seeded bug: the core reads no obligations from the history, so a request answering
+    the last turn's tool_use is refused for pairing with nothing pending. In the gateway
+    spec that CallerAbort discards the client's obligations, a step it does not allow:
+    ``--monitor`` stops it before the 400 goes out; the caller gets a 500 ``api_error``
+    naming the step, the exchange is logged failed with MODEL_SPEC_VIOLATION and counted,
+    and (the bug gone) the same request is served again."""
+    with GatewayRig(Provider.TPX, seed=3) as rig:
+        _ok(rig.turn("reply", ids=("t1",)))
+        before = rig.error_counts()
+        req = rig.caller.request()
+        upstream = len(rig.fake.received)
+        with pytest.MonkeyPatch.context() as mp, log_records() as lines:
+            mp.setattr(core, "pending_ids", lambda messages: [])
+            status, _, data = rig.post(req)
+        assert len(rig.fake.received) == upstream  # refused before the wire
+        assert rig.violations() == 1
+        assert status == 500, (status, data)
+        error = orjson.loads(data)["error"]
+        assert error["type"] == "api_error"
+        assert "CallerAbort)" in error["message"], error
+        (line,) = lines
+        assert line["error"] == "MODEL_SPEC_VIOLATION"
+        assert line["actions"] == []
+        assert rig.error_counts() - before == {"MODEL_SPEC_VIOLATION": 1}
+        rig.fake.plan_reply(())
+        status, _, _ = rig.post(req)
+        assert status == 200
+
+
 @pytest.mark.parametrize(
     ("streaming", "kind"),
     [
@@ -471,6 +513,9 @@ def _failing_turn_keeps_its_number(mp: pytest.MonkeyPatch) -> None:
         (True, "http529"),
         (True, "connect"),
         (True, "malformed"),
+        (True, "non_json"),
+        (True, "shape"),
+        (True, "bad_tool_call"),
         (True, "drop"),
         (True, "no_done"),
         (True, "error_event"),
@@ -479,9 +524,11 @@ def _failing_turn_keeps_its_number(mp: pytest.MonkeyPatch) -> None:
 def test_an_illegal_provider_fail_is_stopped_closed(streaming: bool, kind: FailureKind) -> None:
     """A ProviderFail the gateway spec forbids, wherever the failure surfaces in the turn
     (the reply's status, the connection, a chunk fed, the connection dropped mid-stream,
-    the body ending early, an error event): ``--monitor`` stops it; the caller gets a 500
-    ``api_error`` naming the step (streamed, once bytes went out: the stream's last event),
-    the exchange is logged failed with MODEL_SPEC_VIOLATION and counted."""
+    the body ending early, an error event; streamed, a body refused before any byte went
+    out: the stop, not the provider's error, is the caller's response): ``--monitor``
+    stops it; the caller gets a 500 ``api_error`` naming the step (streamed, once bytes
+    went out: the stream's last event), the exchange is logged failed with
+    MODEL_SPEC_VIOLATION and counted."""
     with GatewayRig(Provider.TPX, seed=2, streaming=streaming) as rig:
         _ok(rig.turn("reply", ids=("t1",)))
         before = rig.error_counts()
@@ -557,3 +604,221 @@ def test_a_request_the_exchange_cannot_frame(provider: Provider) -> None:
         assert line["error"] == "MODEL_PROTOCOL"
         assert rig.error_counts() - before == {"MODEL_PROTOCOL": 1}
         assert rig.fake.received == []
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize("provider", PROVIDERS, ids=lambda p: p.name)
+def test_each_exchange_is_counted_once_by_status(provider: Provider, streaming: bool) -> None:
+    """``tpx_gateway_requests_total``: every ``/v1/messages`` exchange counts once under the
+    status the client got (200 for a delivered turn, 400 for a refused CallerAbort)."""
+    with GatewayRig(provider, streaming=streaming) as rig:
+        _ok(rig.turn("reply", ids=("t1", "t2")))
+        _ok(rig.turn("reply", ids=("t2",)))
+        _ok(rig.turn("abort", style="unknown"))
+        text = rig.gateway.metrics.render().decode()
+        assert 'tpx_gateway_requests_total{endpoint="messages",status="200"} 2.0' in text
+        assert 'tpx_gateway_requests_total{endpoint="messages",status="400"} 1.0' in text
+
+
+def test_count_tokens_over_a_history_with_signed_ids() -> None:
+    """TPX: ``count_tokens`` reads the history as ``/v1/messages`` does: the signed ids this
+    gateway issued count as the request the upstream gets (its translated body, counted
+    locally), and an id in the tpx encoding it did not issue is refused (400) with the error
+    body /v1/messages gives for that history."""
+    with GatewayRig(Provider.TPX, seed=0) as rig:
+        _ok(rig.turn("reply", ids=("t1", "t2")))
+        history = [*rig.caller.history]
+        good = [b["id"] for b in rig.caller.obligations]
+        answered = [{"type": "tool_result", "tool_use_id": i, "content": "x"} for i in good]
+        body = {**BASE, "messages": [*history, {"role": "user", "content": answered}]}
+        count = rig.client.post(
+            "/v1/messages/count_tokens", headers=AUTH, content=orjson.dumps(body)
+        )
+        assert count.status_code == 200, count.text
+        rig.fake.plan_reply(())
+        assert _post(rig, body).status_code == 200
+        sent = orjson.loads(rig.fake.received[-1])
+        assert count.json() == {"input_tokens": count_openai_request(sent)}
+        unsigned = verify_signed_id(good[0], SECRET)
+        assert unsigned is not None
+        forged = sign_caller_id(unsigned, b"another gateway's secret")
+        results = [
+            {"type": "tool_result", "tool_use_id": i, "content": "x"} for i in (forged, *good[1:])
+        ]
+        bad = {**BASE, "messages": [*history, {"role": "user", "content": results}]}
+        refused = rig.client.post(
+            "/v1/messages/count_tokens", headers=AUTH, content=orjson.dumps(bad)
+        )
+        assert refused.status_code == 400
+        message = refused.json()["error"]["message"]
+        assert "is not a tool_use id this gateway issued" in message
+        same = _post(rig, bad)  # /v1/messages refuses the same body with the same answer
+        assert same.status_code == 400
+        assert same.json()["error"] == refused.json()["error"]
+
+
+def test_a_forked_worker_logs_its_own_pid() -> None:
+    """The log line's ``pid`` is the worker that served the exchange: a gateway built before
+    a fork (a preloading server's workers) logs the child's pid, not its parent's."""
+    with GatewayRig(Provider.TPX, seed=0) as rig:
+        read_end, write_end = os.pipe()
+        child = os.fork()
+        if child == 0:  # the worker: one exchange, then its log line's pid to the parent
+            code = 1
+            try:
+                os.close(read_end)
+                with log_records() as lines:
+                    _ok(rig.turn("reply", ids=("t1",)))
+                os.write(write_end, orjson.dumps([line["pid"] for line in lines]))
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as pipe:
+            got = pipe.read()
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert orjson.loads(got) == [child]
+        with log_records() as lines:  # and the parent still logs its own
+            _ok(rig.turn("reply", ids=("t1",)))
+        assert [line["pid"] for line in lines] == [os.getpid()]
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["plain", "streamed"])
+def test_no_log_value_shows_a_credential_even_a_word_the_log_uses(streaming: bool) -> None:
+    """Secrecy holds whatever the credential is: one that reads like a spec action's name
+    (``ProviderReply``) is redacted out of the log line's ``actions`` list like out of
+    every other value, so no line holds it, nor any form or fragment of it."""
+    credential = "ProviderReply"
+    with GatewayRig(Provider.TPX, seed=0, credential=Credential(credential)) as rig:
+        req = {**rig.caller.request(), "stream": True} if streaming else rig.caller.request()
+        rig.fake.plan_reply(("t1",))
+        with log_records() as lines:
+            status, _, _ = rig.post(req)
+        assert status == 200
+        (line,) = lines
+        forms = secret_forms(rig.settings.secret_values())
+        text = orjson.dumps(line).decode()
+        assert credential not in text
+        assert redact(text, forms) == text
+        assert line["actions"] == ["CallerSend", redact(credential, forms), "Deliver"]
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize("provider", PROVIDERS, ids=lambda p: p.name)
+def test_an_upstream_error_echoing_the_credential_reaches_the_caller_redacted(
+    provider: Provider, streaming: bool
+) -> None:
+    """An upstream error whose message echoes the gateway's upstream credential (a 429
+    quoting the token it throttles): the caller gets the error with the credential
+    redacted, in every form; its log line holds none either."""
+    credential = TOKEN if provider is Provider.TPX else KEY
+    real = FakeProvider.error_body
+
+    def echoing(fake: FakeProvider, status: int) -> bytes:
+        return real(fake, status).replace(b"fake says no", f"slow down, {credential}".encode())
+
+    with GatewayRig(provider, seed=0, streaming=streaming) as rig:
+        _ok(rig.turn("reply", ids=("t1",)))
+        req = {**rig.caller.request(), "stream": True} if streaming else rig.caller.request()
+        rig.fake.plan_fail("http429")
+        with pytest.MonkeyPatch.context() as mp, log_records() as lines:
+            mp.setattr(FakeProvider, "error_body", echoing)
+            status, _, data = rig.post(req)
+        assert status == 429
+        message = orjson.loads(data)["error"]["message"]
+        forms = secret_forms(rig.settings.secret_values())
+        assert "slow down, " in message
+        assert credential not in message
+        assert redact(message, forms) == message
+        (line,) = lines
+        text = orjson.dumps(line).decode()
+        assert redact(text, forms) == text
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["plain", "streamed"])
+def test_a_turn_closed_twice_logs_and_counts_once(streaming: bool) -> None:
+    """``Turn.close`` writes the exchange's log line once: a shell on the sans-I/O core
+    that closes a turn again (a cleanup path after the normal end) adds no second log line
+    and no second count to ``tpx_gateway_requests_total``."""
+    with GatewayRig(Provider.TPX, seed=0, streaming=streaming) as rig:
+        body = {**rig.caller.request(), "stream": True} if streaming else rig.caller.request()
+        rig.fake.plan_reply(())
+        headers = {**AUTH, "content-type": "application/json"}
+        turn = rig.gateway.handle(Request("POST", "/v1/messages", "", headers, orjson.dumps(body)))
+        assert isinstance(turn, Turn)
+        out = list(run_turn_sync(turn, rig.upstream))
+        if streaming:  # the whole stream went out
+            assert all(isinstance(item, bytes) for item in out)
+            assert b"event: message_stop" in b"".join(x for x in out if isinstance(x, bytes))
+        else:
+            (reply,) = out
+            assert isinstance(reply, Response)
+            assert reply.status == 200
+        with log_records() as lines:
+            turn.close()
+            turn.close()
+        assert [line["status"] for line in lines] == [200]
+        text = rig.gateway.metrics.render().decode()
+        assert 'tpx_gateway_requests_total{endpoint="messages",status="200"} 1.0' in text
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["delivered", "failed"])
+def test_a_streamed_turn_is_over_with_its_last_byte(fail: bool) -> None:
+    """``Turn.over`` (what a shell reads to end the client's response at once, without
+    waiting for the upstream connection to drain): false while the exchange is in flight,
+    true from the item carrying the stream's last event (``message_stop``, or the error
+    event of a stream that failed mid-way) on."""
+    with GatewayRig(Provider.TPX, seed=0, streaming=True) as rig:
+        body = {**rig.caller.request(), "stream": True}
+        if fail:
+            rig.fake.plan_fail("error_event")
+        else:
+            rig.fake.plan_reply(("t1",))
+        headers = {**AUTH, "content-type": "application/json"}
+        turn = rig.gateway.handle(Request("POST", "/v1/messages", "", headers, orjson.dumps(body)))
+        assert isinstance(turn, Turn)
+        assert not turn.over
+        seen: list[tuple[bytes, bool]] = []
+        for item in run_turn_sync(turn, rig.upstream):
+            assert isinstance(item, bytes)
+            seen.append((item, turn.over))
+        turn.close()
+        last = b"event: error" if fail else b"event: message_stop"
+        assert [over for _, over in seen] == [False] * (len(seen) - 1) + [True]
+        assert last in seen[-1][0]
+        assert all(last not in data for data, _ in seen[:-1])
+
+
+def test_anthropic_beta_and_a_count_tokens_stream_flag_upstream() -> None:
+    """ANTHROPIC: the caller's ``anthropic-beta`` header goes upstream with its
+    ``/v1/messages`` and its ``count_tokens`` requests; ``count_tokens`` takes no ``stream``
+    field, so a caller's ``"stream": true`` is dropped from the counted body."""
+    beta = "interleaved-thinking-2025-05-14"
+    with GatewayRig(Provider.ANTHROPIC) as rig:
+        rig.fake.plan_reply(())
+        reply = _post(rig, BASE, {**AUTH, "anthropic-beta": beta})
+        assert reply.status_code == 200
+        assert rig.fake.received_headers[-1].get("anthropic-beta") == beta
+        rig.fake.plan_reply(())
+        count = rig.client.post(
+            "/v1/messages/count_tokens",
+            headers={**AUTH, "anthropic-beta": beta},
+            content=orjson.dumps({**BASE, "stream": True}),
+        )
+        assert count.status_code == 200
+        assert rig.fake.received_headers[-1].get("anthropic-beta") == beta
+        assert orjson.loads(rig.fake.received[-1]) == {**BASE}
+
+
+def test_count_tokens_ignores_a_stream_flag() -> None:
+    """TPX: whether the counted request would stream changes nothing in its count."""
+    with GatewayRig(Provider.TPX) as rig:
+        counts = [
+            rig.client.post(
+                "/v1/messages/count_tokens", headers=AUTH, content=orjson.dumps(body)
+            ).json()
+            for body in (BASE, {**BASE, "stream": True})
+        ]
+        assert counts[0] == counts[1]
+        assert counts[0]["input_tokens"] > 0
