@@ -86,7 +86,6 @@ class LiveMonitor:
             def to_wire(i: str) -> str:
                 return wire_id(verify_signed_id(i, secret) or i)
 
-        self._to_wire = to_wire
         self.monitor = GatewayMonitor(
             provider=settings.provider.name, gateway_retry=True, to_wire=to_wire
         )
@@ -141,10 +140,12 @@ class LiveMonitor:
         an exchange that lost some is stopped at its next step (a ``CallerSend`` without
         their tool_results)."""
         self._check(key, "Resume", snapshot)
-        if obligations is not None and obligations != snapshot.pending:
-            wire = self._to_wire
-            if wire is None or {*map(wire, obligations)} != {*map(wire, snapshot.pending)}:
-                self._check(key, "Resume", attrs.evolve(snapshot, pending=obligations))
+        if (
+            obligations is not None
+            and obligations != snapshot.pending
+            and not self.monitor.same_ids(obligations, snapshot.pending)
+        ):
+            self._check(key, "Resume", attrs.evolve(snapshot, pending=obligations))
 
     def observer(
         self,
@@ -154,10 +155,14 @@ class LiveMonitor:
     ) -> Callable[[str, ExchangeSnapshot], None]:
         """The exchange observer: *inner* (actions, metrics, raw trace), then the check."""
         held = frozenset(obligations)
+        check, lock = self.monitor.observe_exchange, self._lock
 
         def observe(action: str, snapshot: ExchangeSnapshot) -> None:
             inner(action, snapshot)
-            self._check(key, action, snapshot, held)
+            with lock:
+                violation = check(key, action, snapshot, obligations=held)
+            if violation is not None:
+                self._stopped(key, violation)
 
         return observe
 

@@ -51,6 +51,7 @@ verdicts as the whole-gateway mirror (:mod:`~tpx.model.gateway.actions`,
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
@@ -62,6 +63,7 @@ from tpx.model.gateway.conversation import (
     ACTIONS,
     INVARIANTS,
     LOCAL,
+    BoundedInv,
     Context,
     ConvState,
     Ids,
@@ -72,11 +74,9 @@ from tpx.model.gateway.conversation import (
     step,
 )
 from tpx.model.gateway.events import (
-    COLLECTIONS,
     KEEPS_OBLIGATIONS,
     BadSnapshot,
     Event,
-    Seen,
     ids,
     rendered,
     snapshot_of_exchange,
@@ -109,6 +109,7 @@ _ACTION_NAMES = frozenset({*ACTIONS, "ProviderReply"})
 #: The invariants evaluated on a state that is the spec's successor of a checked one.
 _NOT_LOCAL = tuple((name, inv) for name, inv in INVARIANTS if name not in LOCAL)
 _BIG = 2**62
+_new = tuple.__new__
 #: Credentials (hasKey, hasToken) that select each provider.
 _SELECTING = {"ANTHROPIC": (True, False), "TPX": (False, True), "NONE": (False, False)}
 #: How many caller ids -> wire ids the monitor remembers (``to_wire`` is pure).
@@ -144,12 +145,23 @@ class Violation:
 _Parse = Callable[[ConvState], tuple[ConvState, AbstractSet[str] | None, bool]]
 
 
-@attrs.define
+#: Id collections of exchange snapshots already read, by value (see :meth:`_read`): the
+#: value read and the caller-side ids it holds.
+_Reads = dict[Any, tuple[Ids, frozenset[str]]]
+#: How many id collections of each kind the monitor remembers.
+_READS = 2048
+
+
 class _Live:
-    state: ConvState
-    trace: list[Event]
-    owned: set[str]
-    """ids this conversation holds as its own (emitted by its provider, or its history's)"""
+    """A live conversation: its state, its trace, the ids it holds as its own (emitted by
+    its provider, or its history's)."""
+
+    __slots__ = ("owned", "state", "trace")
+
+    def __init__(self, state: ConvState, trace: list[Event], owned: set[str]) -> None:
+        self.state = state
+        self.trace = trace
+        self.owned = owned
 
 
 def _names(state: ConvState) -> set[str]:
@@ -199,8 +211,11 @@ class GatewayMonitor:
         self._live: dict[Hashable, _Live] = {}
         self._owner: dict[str, Hashable] = {}
         self._contexts: dict[int, Context] = {}  # by the other conversations in flight
-        #: per conversation, its last exchange snapshot's id values (observe_exchange)
-        self._memo: dict[Hashable, dict[str, tuple[Any, Ids, frozenset[str]]]] = {}
+        #: the exchange's providers by their names (an enum's ``name`` is a property)
+        self._provider_names: dict[Any, str] = {}
+        #: id collections read, caller-side (mapped ``to_wire``) and wire-side
+        self._caller_reads: _Reads = {}
+        self._wire_reads: _Reads = {}
         self._in_flight = 0
         self.steps = 0
         """Events checked."""
@@ -234,13 +249,20 @@ class GatewayMonitor:
         live = self._live.pop(conversation, None)
         if live is None:
             return
-        self._memo.pop(conversation, None)
         if live.state.phase != "idle":
             self._in_flight -= 1
         owner = self._owner
         for name in live.owned:
             if owner.get(name) == conversation:
                 del owner[name]
+
+    def same_ids(self, a: Iterable[str], b: Iterable[str]) -> bool:
+        """Whether two collections of caller-side tool ids name the same ids on the wire
+        (mapped ``to_wire``; as they are without it), as sets."""
+        to_wire = self._to_wire
+        if to_wire is None:
+            return {*a} == {*b}
+        return {*map(to_wire, a)} == {*map(to_wire, b)}
 
     def observe(
         self, conversation: Hashable, action: str, snapshot: Mapping[str, Any]
@@ -277,19 +299,21 @@ class GatewayMonitor:
         live = self._live.get(conversation)
         start = live is None or action in _STARTS
         base = self._init if live is None or start else live.state
-        memo = {} if start else self._memo.setdefault(conversation, {})
         try:
-            state, held = self._of_exchange(base, snapshot, action, obligations, memo)
+            state, held = self._of_exchange(base, snapshot, action, obligations)
         except BadSnapshot:  # the mapping's way: the same verdict, the same trace
             record = snapshot_of_exchange(snapshot, action=action, obligations=obligations)
             return self.observe(conversation, action, record)
         self.steps += 1
+        if live is None:
+            if self._resumes(conversation, action, state, held):
+                return None
+        elif not start and self._accepts(conversation, live, action, state, held):
+            live.trace.append((action, state))
+            return None
         trace = live.trace if live is not None else []
-        trace.append(Seen(action, state))
-        verdict = self._event(conversation, live, action, trace, lambda _: (state, held, False))
-        if start and verdict is None:
-            self._memo[conversation] = memo
-        return verdict
+        trace.append((action, state))
+        return self._event(conversation, live, action, trace, lambda _: (state, held, False))
 
     # -- checking --------------------------------------------------------------------------
 
@@ -370,68 +394,78 @@ class GatewayMonitor:
         snapshot: Any,
         action: str,
         obligations: Iterable[str] | None,
-        memo: dict[str, tuple[Any, Ids, frozenset[str]]],
     ) -> tuple[ConvState, AbstractSet[str] | None]:
         """:meth:`_observed` and :meth:`_normalize` of :func:`snapshot_of_exchange`'s
-        mapping, from the exchange snapshot directly: the state and the ids it holds.
-        *memo* holds the conversation's last id values by variable: an immutable value the
-        exchange passes again (the same object) is not read again."""
+        mapping, from the exchange snapshot directly: the state and the ids it holds."""
         pending = snapshot.pending
         if obligations is not None and action in KEEPS_OBLIGATIONS:
             pending = obligations
-        to_wire = self._to_wire
-        multiset = to_wire is not None  # the wire side (see _normalize)
-        pending, held_p = self._id_var(memo, "pending", pending, to_wire, False)
-        req_ids, held_r = self._id_var(memo, "reqIds", snapshot.req_ids, to_wire, False)
-        wire = getattr(snapshot, "wire_list", ()) or snapshot.wire_ids
-        wire_ids, _ = self._id_var(memo, "wireIds", wire, None, multiset)
+        req_ids = snapshot.req_ids
+        wire_ids = getattr(snapshot, "wire_list", ()) or snapshot.wire_ids
         emitted = getattr(snapshot, "emitted_list", ()) or snapshot.emitted
-        emitted, _ = self._id_var(memo, "emitted", emitted, None, multiset)
-        provider = snapshot.provider.name
+        caller, wire = self._caller_reads, self._wire_reads
+        try:  # the common case: collections read before, a lookup each
+            p = caller.get(pending) or self._read(pending, "pending", True)
+            r = caller.get(req_ids) or self._read(req_ids, "reqIds", True)
+            w = wire.get(wire_ids) or self._read(wire_ids, "wireIds", False)
+            e = wire.get(emitted) or self._read(emitted, "emitted", False)
+        except TypeError:  # unhashable: read each as given (TypeOK's to judge)
+            p = self._read(pending, "pending", True)
+            r = self._read(req_ids, "reqIds", True)
+            w = self._read(wire_ids, "wireIds", False)
+            e = self._read(emitted, "emitted", False)
+        provider = self._provider_names.get(snapshot.provider)
+        if provider is None:
+            provider = snapshot.provider.name
+            self._provider_names[snapshot.provider] = provider
         has_key, has_token = base.hasKey, base.hasToken
         if provider != self._provider:  # credentials that select it changed (see _observed)
             has_key, has_token = _SELECTING.get(provider, (has_key, has_token))
-        state = ConvState(
-            has_key,
-            has_token,
-            provider,
-            snapshot.turn,
-            snapshot.phase,
-            pending,
-            req_ids,
-            snapshot.wire_shape,
-            wire_ids,
-            emitted,
-            snapshot.got_shape,
-            snapshot.last_outcome,
-            base.retryable,
+        state = _new(
+            ConvState,
+            (
+                has_key,
+                has_token,
+                provider,
+                snapshot.turn,
+                snapshot.phase,
+                p[0],
+                r[0],
+                snapshot.wire_shape,
+                w[0],
+                e[0],
+                snapshot.got_shape,
+                snapshot.last_outcome,
+                base.retryable,
+            ),
         )
-        return state, None if to_wire is None else held_p | held_r
+        if self._to_wire is None:
+            return state, None
+        return state, p[1] | r[1] if r[1] else p[1]
 
-    def _id_var(
-        self,
-        memo: dict[str, tuple[Any, Ids, frozenset[str]]],
-        name: str,
-        raw: Any,
-        to_wire: Callable[[str], str] | None,
-        repeats: bool,
-    ) -> tuple[Ids, frozenset[str]]:
+    def _read(self, raw: Any, name: str, caller_side: bool) -> tuple[Ids, frozenset[str]]:
         """An id variable of an exchange snapshot: its value (caller-side ids mapped
-        ``to_wire``: a set of unique ids; a multiset if *repeats*, as :meth:`_normalize`)
-        and the caller-side ids it holds."""
-        if not raw and type(raw) in COLLECTIONS:
-            return _NONE, _NONE
-        last = memo.get(name)
-        if last is not None and last[0] is raw:
-            return last[1], last[2]
-        value = ids(raw, name, repeats=repeats)
-        caller: frozenset[str] = _NONE
-        if to_wire is not None:
-            caller = frozenset(value)
+        ``to_wire``: a set of unique ids; wire-side ids a multiset with ``to_wire``, as
+        :meth:`_normalize`) and the caller-side ids it holds. A frozenset or tuple read is
+        remembered by value (``to_wire`` is pure): an equal one is not read again."""
+        reads = self._caller_reads if caller_side else self._wire_reads
+        immutable = type(raw) is frozenset or type(raw) is tuple
+        if immutable:
+            with contextlib.suppress(TypeError):  # unhashable: ids() refuses it
+                hit = reads.get(raw)
+                if hit is not None:
+                    return hit
+        to_wire = self._to_wire
+        value = ids(raw, name, repeats=to_wire is not None and not caller_side)
+        held: frozenset[str] = _NONE
+        if to_wire is not None and caller_side:
+            held = frozenset(value)
             value = idset([to_wire(i) for i in value])
-        if type(raw) is frozenset or type(raw) is tuple:  # immutable: the same next time
-            memo[name] = (raw, value, caller)
-        return value, caller
+        if immutable:  # every id a string, or none: hashable
+            if len(reads) >= _READS:
+                del reads[next(iter(reads))]  # the oldest
+            reads[raw] = (value, held)
+        return value, held
 
     def _normalize(self, event: dict[str, Any]) -> set[str] | None:
         """With ``to_wire``: the caller-side ids the *event* holds (its identities, for
@@ -459,6 +493,84 @@ class GatewayMonitor:
         """The ids whose owner NoCrossPairing checks: the caller-side ids with ``to_wire``
         (wire ids are per upstream response, not global), every id otherwise."""
         return _names(state) if held is None else held
+
+    def _resumes(
+        self, conversation: Hashable, action: str, t: ConvState, held: AbstractSet[str] | None
+    ) -> bool:
+        """A conversation's first event proved legal the short way, and taken: *t* is Init
+        (``Resume``: Init but for ``pending``, any ids), where every LOCAL invariant holds
+        whatever ``pending`` is (see :data:`~tpx.model.gateway.conversation.LOCAL`),
+        BoundedInv and SelectionStable hold on it, and no id it holds is another live
+        conversation's (NoCrossPairing). ``False``: not proved; nothing changed,
+        :meth:`_start` decides."""
+        init = self._init
+        if (
+            t[6:] != init[6:]
+            or t[:5] != init[:5]
+            or type(t.turn) is not int  # Same: the other numbers are Init's
+            or (action != "Resume" and (action != "Init" or t.pending != init.pending))
+        ):
+            return False
+        g = self._contexts.get(self._in_flight) or self._context(
+            conversation, self._in_flight, _NONE
+        )
+        if not BoundedInv(t, g) or not SelectionStable(t, g):
+            return False
+        names = _names(t) if held is None else held
+        owner = self._owner
+        if names and owner:
+            for i in names:
+                if i in owner:  # another's: a closed conversation's ids are forgotten
+                    return False
+        self._live[conversation] = _Live(t, [(action, t)], set(names))
+        for i in names:
+            owner[i] = conversation
+        return True
+
+    def _accepts(
+        self,
+        conversation: Hashable,
+        live: _Live,
+        action: str,
+        t: ConvState,
+        held: AbstractSet[str] | None,
+    ) -> bool:
+        """The step of a live conversation to *t* (``retryable`` not reported) proved
+        legal the short way, and taken: *t* is the well-typed successor of the named
+        action (so the LOCAL invariants hold, see :meth:`_verdict`), BoundedInv and
+        SelectionStable hold on it, and no id it holds is another live conversation's
+        (NoCrossPairing). ``False``: not proved; nothing changed, :meth:`_step` decides
+        (and finds the violation, if any)."""
+        s = live.state
+        was_in_flight = s.phase != "idle"
+        others = self._in_flight - was_in_flight
+        g = self._contexts.get(others) or self._context(conversation, others, _NONE)
+        names = _names(t) if held is None else held
+        owned = live.owned
+        fresh = None
+        if names and not names <= owned:
+            fresh = names - owned
+            owner = self._owner
+            for i in fresh:
+                if owner.get(i, conversation) != conversation:
+                    return False
+        expected = step(action, s, g, t.emitted)
+        if (
+            expected is None
+            # equal but for retryable, which the step gives (t has s's)
+            or not (t == expected if t.retryable is expected.retryable else t[:12] == expected[:12])
+            or type(t.turn) is not int  # Same: the other numbers are s's or _SELECTING's
+            or not BoundedInv(expected, g)
+            or not SelectionStable(expected, g)
+        ):
+            return False
+        live.state = expected
+        self._in_flight += (expected.phase != "idle") - was_in_flight
+        if fresh:
+            for i in fresh:
+                self._owner[i] = conversation
+            owned |= fresh
+        return True
 
     def _verdict(
         self, s: ConvState | None, action: str, t: ConvState, g: Context, retryable: bool
