@@ -68,6 +68,7 @@ from tpx.model.gateway.conversation import (
     ConvState,
     Ids,
     Init,
+    ProviderReply,
     Same,
     SelectionStable,
     idset,
@@ -207,12 +208,14 @@ class GatewayMonitor:
             None if to_wire is None else functools.lru_cache(maxsize=_TO_WIRE_CACHE)(to_wire)
         )
         #: the spec's Init at one conversation (it depends on the boot selection only)
-        self._init = Init(Context(self._boot, gateway_retry, _BIG, self._max_in_flight, 0))
+        alone = Context(self._boot, gateway_retry, _BIG, self._max_in_flight, 0)
+        self._init = Init(alone)
+        self._init_stable = SelectionStable(self._init, alone)
         self._live: dict[Hashable, _Live] = {}
         self._owner: dict[str, Hashable] = {}
         self._contexts: dict[int, Context] = {}  # by the other conversations in flight
-        #: the exchange's providers by their names (an enum's ``name`` is a property)
-        self._provider_names: dict[Any, str] = {}
+        #: the exchange's provider last seen and its name (an enum's ``name`` is a property)
+        self._provider_seen: tuple[Any, str] = (None, "")
         #: id collections read, caller-side (mapped ``to_wire``) and wire-side
         self._caller_reads: _Reads = {}
         self._wire_reads: _Reads = {}
@@ -414,10 +417,10 @@ class GatewayMonitor:
             r = self._read(req_ids, "reqIds", True)
             w = self._read(wire_ids, "wireIds", False)
             e = self._read(emitted, "emitted", False)
-        provider = self._provider_names.get(snapshot.provider)
-        if provider is None:
+        seen, provider = self._provider_seen
+        if snapshot.provider is not seen:
             provider = snapshot.provider.name
-            self._provider_names[snapshot.provider] = provider
+            self._provider_seen = (snapshot.provider, provider)
         has_key, has_token = base.hasKey, base.hasToken
         if provider != self._provider:  # credentials that select it changed (see _observed)
             has_key, has_token = _SELECTING.get(provider, (has_key, has_token))
@@ -509,12 +512,9 @@ class GatewayMonitor:
             or t[:5] != init[:5]
             or type(t.turn) is not int  # Same: the other numbers are Init's
             or (action != "Resume" and (action != "Init" or t.pending != init.pending))
+            or not self._init_stable  # SelectionStable: Init's selection is the boot's
+            or self._in_flight > self._max_in_flight  # BoundedInv: turn 0, t idle
         ):
-            return False
-        g = self._contexts.get(self._in_flight) or self._context(
-            conversation, self._in_flight, _NONE
-        )
-        if not BoundedInv(t, g) or not SelectionStable(t, g):
             return False
         names = _names(t) if held is None else held
         owner = self._owner
@@ -537,39 +537,42 @@ class GatewayMonitor:
     ) -> bool:
         """The step of a live conversation to *t* (``retryable`` not reported) proved
         legal the short way, and taken: *t* is the well-typed successor of the named
-        action (so the LOCAL invariants hold, see :meth:`_verdict`), BoundedInv and
-        SelectionStable hold on it, and no id it holds is another live conversation's
-        (NoCrossPairing). ``False``: not proved; nothing changed, :meth:`_step` decides
-        (and finds the violation, if any)."""
+        action (``Next``), so the LOCAL invariants hold on it (see :meth:`_verdict`) and so
+        does SelectionStable (no action changes the selection: the successor keeps the
+        state's, which is the boot's); BoundedInv holds on it, and no id it holds is
+        another live conversation's (NoCrossPairing). ``False``: not proved; nothing
+        changed, :meth:`_step` decides (and finds the violation, if any)."""
         s = live.state
         was_in_flight = s.phase != "idle"
         others = self._in_flight - was_in_flight
         g = self._contexts.get(others) or self._context(conversation, others, _NONE)
-        names = _names(t) if held is None else held
-        owned = live.owned
-        fresh = None
-        if names and not names <= owned:
-            fresh = names - owned
-            owner = self._owner
-            for i in fresh:
-                if owner.get(i, conversation) != conversation:
-                    return False
-        expected = step(action, s, g, t.emitted)
+        if action == "ProviderReply":  # the step's successor (None: not enabled)
+            expected = ProviderReply(s, g, t.emitted)
+        else:
+            act = ACTIONS.get(action)
+            expected = None if act is None else act(s, g)
         if (
             expected is None
             # equal but for retryable, which the step gives (t has s's)
             or not (t == expected if t.retryable is expected.retryable else t[:12] == expected[:12])
             or type(t.turn) is not int  # Same: the other numbers are s's or _SELECTING's
             or not BoundedInv(expected, g)
-            or not SelectionStable(expected, g)
         ):
             return False
+        names = _names(t) if held is None else held
+        owned = live.owned
+        fresh = None
+        if names and not names <= owned:  # NoCrossPairing: the ids it takes are no other's
+            fresh = names - owned
+            owner = self._owner
+            for i in fresh:
+                if owner.get(i, conversation) != conversation:
+                    return False
+            for i in fresh:
+                owner[i] = conversation
+            owned |= fresh
         live.state = expected
         self._in_flight += (expected.phase != "idle") - was_in_flight
-        if fresh:
-            for i in fresh:
-                self._owner[i] = conversation
-            owned |= fresh
         return True
 
     def _verdict(
