@@ -322,7 +322,9 @@ def holdable(s: ConvState, max_turns: int = 2) -> bool:
 def test_the_local_invariants_are_inductive() -> None:
     """Every successor of a holdable state is holdable, on a domain where the four id
     variables take every pattern of equal and different sets (so by data independence on
-    any ids: the actions and invariants only move and compare id sets)."""
+    any ids: the actions and invariants only move and compare id sets), and keeps its
+    selection (hasKey, hasToken, provider): the monitor's short path checks neither again
+    on a state equal to the successor."""
     ids = tuple(map(frozenset, ((), "a", "b", "ab")))
     held = steps = 0
     for (has_key, has_token), turn, phase, (pending, req, wire, emitted), outcome, retry in product(
@@ -343,6 +345,8 @@ def test_the_local_invariants_are_inductive() -> None:
                         if t is not None:
                             steps += 1
                             assert holdable(t), (s, name, t)
+                            # no action changes the selection: SelectionStable is inductive
+                            assert t[:3] == s[:3], (s, name, t)
     assert held > 1000
     assert steps > 10000
 
