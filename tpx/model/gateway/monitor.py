@@ -301,6 +301,9 @@ class GatewayMonitor:
         built only when the trace is read."""
         live = self._live.get(conversation)
         start = live is None or action in _STARTS
+        if not start and self._accepts(conversation, live, action, snapshot, obligations):  # type: ignore[arg-type]
+            self.steps += 1
+            return None
         base = self._init if live is None or start else live.state
         try:
             state, held = self._of_exchange(base, snapshot, action, obligations)
@@ -308,11 +311,7 @@ class GatewayMonitor:
             record = snapshot_of_exchange(snapshot, action=action, obligations=obligations)
             return self.observe(conversation, action, record)
         self.steps += 1
-        if live is None:
-            if self._resumes(conversation, action, state, held):
-                return None
-        elif not start and self._accepts(conversation, live, action, state, held):
-            live.trace.append((action, state))
+        if live is None and self._resumes(conversation, action, state, held):
             return None
         trace = live.trace if live is not None else []
         trace.append((action, state))
@@ -532,36 +531,68 @@ class GatewayMonitor:
         conversation: Hashable,
         live: _Live,
         action: str,
-        t: ConvState,
-        held: AbstractSet[str] | None,
+        snapshot: Any,
+        obligations: Iterable[str] | None,
     ) -> bool:
-        """The step of a live conversation to *t* (``retryable`` not reported) proved
-        legal the short way, and taken: *t* is the well-typed successor of the named
-        action (``Next``), so the LOCAL invariants hold on it (see :meth:`_verdict`) and so
-        does SelectionStable (no action changes the selection: the successor keeps the
-        state's, which is the boot's); BoundedInv holds on it, and no id it holds is
-        another live conversation's (NoCrossPairing). ``False``: not proved; nothing
-        changed, :meth:`_step` decides (and finds the violation, if any)."""
+        """The step of a live conversation proved legal the short way, and taken: the
+        exchange *snapshot*, read as :meth:`_of_exchange` reads it, is the well-typed
+        successor of the named action (``Next``), so the LOCAL invariants hold on it (see
+        :meth:`_verdict`) and so does SelectionStable (no action changes the selection:
+        the successor keeps the state's, the boot's); BoundedInv holds on it, and no id it
+        holds is another live conversation's (NoCrossPairing). ``False``: not proved;
+        nothing changed, :meth:`_step` decides (and finds the violation, if any)."""
         s = live.state
         was_in_flight = s.phase != "idle"
         others = self._in_flight - was_in_flight
         g = self._contexts.get(others) or self._context(conversation, others, _NONE)
-        if action == "ProviderReply":  # the step's successor (None: not enabled)
-            expected = ProviderReply(s, g, t.emitted)
-        else:
-            act = ACTIONS.get(action)
-            expected = None if act is None else act(s, g)
+        caller, wire = self._caller_reads, self._wire_reads
+        pending = snapshot.pending
+        if obligations is not None and action in KEEPS_OBLIGATIONS:
+            pending = obligations
+        try:  # each collection read once (see _read); anything odd: the full check's
+            raw = snapshot.emitted_list or snapshot.emitted
+            e = wire.get(raw) or self._read(raw, "emitted", False)
+            if action == "ProviderReply":  # the successor (None: not enabled)
+                expected = ProviderReply(s, g, e[0])
+            else:
+                act = ACTIONS.get(action)
+                expected = None if act is None else act(s, g)
+            if expected is None:
+                return False
+            p = caller.get(pending) or self._read(pending, "pending", True)
+            raw = snapshot.req_ids
+            r = caller.get(raw) or self._read(raw, "reqIds", True)
+            raw = snapshot.wire_list or snapshot.wire_ids
+            w = wire.get(raw) or self._read(raw, "wireIds", False)
+            seen, provider = self._provider_seen
+            if snapshot.provider is not seen:
+                provider = snapshot.provider.name
+                self._provider_seen = (snapshot.provider, provider)
+        except (AttributeError, TypeError, BadSnapshot):
+            return False
+        turn = snapshot.turn
         if (
-            expected is None
-            # equal but for retryable, which the step gives (t has s's)
-            or not (t == expected if t.retryable is expected.retryable else t[:12] == expected[:12])
-            or type(t.turn) is not int  # Same: the other numbers are s's or _SELECTING's
+            provider != expected.provider  # the selection: the successor's (the boot's)
+            or turn != expected.turn
+            or type(turn) is not int  # Same: the other numbers are s's
+            or snapshot.phase != expected.phase
+            or p[0] != expected.pending
+            or r[0] != expected.reqIds
+            or snapshot.wire_shape != expected.wireShape
+            or w[0] != expected.wireIds
+            or e[0] != expected.emitted
+            or snapshot.got_shape != expected.gotShape
+            or snapshot.last_outcome != expected.lastOutcome
             or not BoundedInv(expected, g)
         ):
             return False
-        names = _names(t) if held is None else held
         owned = live.owned
-        fresh = None
+        if self._to_wire is None:
+            names: AbstractSet[str] = _names(expected)
+        elif r[1] and not r[1] <= owned:
+            names = p[1] | r[1]
+        else:
+            names = p[1]
         if names and not names <= owned:  # NoCrossPairing: the ids it takes are no other's
             fresh = names - owned
             owner = self._owner
@@ -572,6 +603,7 @@ class GatewayMonitor:
                 owner[i] = conversation
             owned |= fresh
         live.state = expected
+        live.trace.append((action, expected))
         self._in_flight += (expected.phase != "idle") - was_in_flight
         return True
 
