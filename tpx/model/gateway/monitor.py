@@ -211,6 +211,7 @@ class GatewayMonitor:
         alone = Context(self._boot, gateway_retry, _BIG, self._max_in_flight, 0)
         self._init = Init(alone)
         self._init_stable = SelectionStable(self._init, alone)
+        self._init_but_pending = (self._init[:5], self._init[6:])
         self._live: dict[Hashable, _Live] = {}
         self._owner: dict[str, Hashable] = {}
         self._contexts: dict[int, Context] = {}  # by the other conversations in flight
@@ -505,12 +506,12 @@ class GatewayMonitor:
         BoundedInv and SelectionStable hold on it, and no id it holds is another live
         conversation's (NoCrossPairing). ``False``: not proved; nothing changed,
         :meth:`_start` decides."""
-        init = self._init
+        head, tail = self._init_but_pending
         if (
-            t[6:] != init[6:]
-            or t[:5] != init[:5]
+            t[6:] != tail
+            or t[:5] != head
             or type(t.turn) is not int  # Same: the other numbers are Init's
-            or (action != "Resume" and (action != "Init" or t.pending != init.pending))
+            or (action != "Resume" and (action != "Init" or t.pending != self._init.pending))
             or not self._init_stable  # SelectionStable: Init's selection is the boot's
             or self._in_flight > self._max_in_flight  # BoundedInv: turn 0, t idle
         ):
