@@ -47,6 +47,24 @@ conversation: its variables as a tuple, the named action's successor computed fr
 guard and effect, the invariants on that conversation; O(ids in the step)), the same
 verdicts as the whole-gateway mirror (:mod:`~tpx.model.gateway.actions`,
 :mod:`~tpx.model.gateway.invariants`) on a one-conversation state, which the tests check.
+:meth:`GatewayMonitor.observe_exchange` tries two short paths first, which only ever
+*accept* (anything else takes the full check above, which finds the violation):
+
+* a live conversation's step (``_accepts``): the exchange snapshot read against the named
+  action's successor, variable by variable, without building the observed state; equal
+  (and well typed), the LOCAL invariants hold by induction
+  (:data:`~tpx.model.gateway.conversation.LOCAL`), SelectionStable because no action
+  changes the selection, BoundedInv is evaluated, and NoCrossPairing is checked on the
+  ids the step takes that the conversation did not hold;
+* a first event (``_resumes``): Init, or Init but for ``pending`` (how an exchange
+  resumes), where every LOCAL invariant holds whatever is pending; BoundedInv,
+  SelectionStable and NoCrossPairing are checked.
+
+An id collection is read (validated, mapped ``to_wire``) once per value: the exchange
+passes the same ones again, and a request's obligations are the last reply's ids (a
+bounded memo; ``to_wire`` is pure). ``tests/model/gateway/test_gateway_conversation.py``
+checks the short paths against the reference monitor on every edge of the four cfgs'
+graphs (each step, each step with one variable broken, a new conversation resuming).
 """
 
 from __future__ import annotations
