@@ -4,7 +4,7 @@ conversation's monitor trace passes ``tpx check-trace --spec spec/TpxGateway.tla
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +13,7 @@ import pytest
 
 from tpx.cli import main
 from tpx.gateway.asgi import GatewayApp, create_app
-from tpx.gateway.monitoring import LiveMonitor
-from tpx.model.gateway.monitor import Violation
+from tpx.model.gateway.monitor import GatewayMonitor, Violation
 
 from .conftest import GATEWAY_KEY, make_settings, serving
 from .fakes import FakeUpstream
@@ -126,14 +125,16 @@ def test_a_529_then_the_same_turn_again(provider: str, tmp_path: Path) -> None:
 def stop_at(monkeypatch: pytest.MonkeyPatch, stopped_action: str) -> None:
     """Make the live monitor report a violation at *stopped_action* (the fail-closed
     plumbing on every path, whatever the bug behind it)."""
-    real = LiveMonitor._check
+    real = GatewayMonitor.observe_exchange
 
-    def strict(self: LiveMonitor, key: str, action: str, snapshot: Any, *held: Any) -> None:
+    def strict(
+        self: GatewayMonitor, key: Hashable, action: str, snapshot: Any, **held: Any
+    ) -> Violation | None:
         if action == stopped_action:
-            self._stopped(key, Violation(key, 9, action, "PairingInv", "seeded", trace=()))
-        real(self, key, action, snapshot, *held)
+            return Violation(key, 9, action, "PairingInv", "seeded", trace=())
+        return real(self, key, action, snapshot, **held)
 
-    monkeypatch.setattr(LiveMonitor, "_check", strict)
+    monkeypatch.setattr(GatewayMonitor, "observe_exchange", strict)
 
 
 @pytest.mark.parametrize("action", ["ProviderReply", "Deliver"])

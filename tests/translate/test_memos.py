@@ -7,10 +7,11 @@ from typing import Any
 import orjson
 import pytest
 
+from tpx.translate import ids as ids_module
 from tpx.translate import request as request_module
 from tpx.translate import request_bytes_to_openai, request_to_openai
 from tpx.translate import tools as tools_module
-from tpx.translate.ids import to_caller_id, wire_id
+from tpx.translate.ids import sign_caller_id, to_caller_id, verify_signed_id, wire_id
 from tpx.translate.profiles import get_profile
 
 
@@ -88,3 +89,30 @@ def test_recent_tools_are_told_apart_by_content_and_profile() -> None:
     assert 0 < len(tools_module._RECENT) <= tools_module._RECENT_SIZE
     # 1 and true are different schemas, never served one for the other
     assert seen[("generic", "one")] != seen[("generic", "true")]
+
+
+def test_verified_ids_are_the_same_memoized_or_not() -> None:
+    """A signed id verified once is verified from the memo after: the same unsigned id for
+    its key; another key, a forged MAC or an unsigned id are never taken from it."""
+    ids_module._VERIFIED.clear()
+    key = b"k" * 32
+    unsigned = to_caller_id("call_abc", 0, "0123456789ab")
+    signed = sign_caller_id(unsigned, key)
+    assert verify_signed_id(signed, key) == unsigned
+    assert {(signed, key): unsigned} == ids_module._VERIFIED
+    assert verify_signed_id(signed, key) == unsigned  # from the memo
+    assert verify_signed_id(signed, b"x" * 32) is None
+    mac_end = signed.index("_")
+    forged = signed[: mac_end - 1] + ("0" if signed[mac_end - 1] != "0" else "1") + signed[mac_end:]
+    assert verify_signed_id(forged, key) is None
+    assert verify_signed_id(unsigned, key) is None
+    assert set(ids_module._VERIFIED) == {(signed, key)}
+
+
+def test_verified_memo_is_bounded() -> None:
+    ids_module._VERIFIED.clear()
+    key = b"k" * 32
+    for number in range(ids_module._VERIFIED_SIZE + 10):
+        unsigned = to_caller_id(f"call_{number}", 0)
+        assert verify_signed_id(sign_caller_id(unsigned, key), key) == unsigned
+    assert 0 < len(ids_module._VERIFIED) <= ids_module._VERIFIED_SIZE

@@ -47,6 +47,8 @@ _TYPE_BY_STATUS = {
 
 
 def _role(message: Any) -> Any:
+    if type(message) is dict:  # what JSON decodes to: no ABC check
+        return message.get("role")
     return message.get("role") if isinstance(message, Mapping) else None
 
 
@@ -96,7 +98,10 @@ def validate_request(body: Any, *, count_tokens: bool = False) -> None:
 
 
 def _blocks(message: Any) -> list[Any]:
-    content = message.get("content") if isinstance(message, Mapping) else None
+    if type(message) is dict:  # what JSON decodes to: no ABC check
+        content = message.get("content")
+    else:
+        content = message.get("content") if isinstance(message, Mapping) else None
     return content if isinstance(content, list) else []
 
 
@@ -129,7 +134,7 @@ def pending_ids(messages: list[Any]) -> list[str]:
         block["id"]
         for message in messages[first : assistant + 1]
         for block in _blocks(message)
-        if isinstance(block, Mapping) and block.get("type") == "tool_use"
+        if (type(block) is dict or isinstance(block, Mapping)) and block.get("type") == "tool_use"
     ]
 
 

@@ -80,13 +80,19 @@ class LiveMonitor:
 
     def __init__(self, settings: Settings, metrics: Metrics) -> None:
         to_wire: Callable[[str], str] | None = None
+        self._unsigned: Callable[[str], str] | None = None
         if settings.provider is Provider.TPX:
             secret = settings.secret
 
-            def to_wire(i: str) -> str:
-                return wire_id(verify_signed_id(i, secret) or i)
+            def unsigned(i: str) -> str:
+                """The caller id behind a signed one (a forged or no MAC: the id itself)."""
+                return verify_signed_id(i, secret) or i
 
-        self._to_wire = to_wire
+            def to_wire(i: str) -> str:
+                return wire_id(unsigned(i))
+
+            self._unsigned = unsigned
+
         self.monitor = GatewayMonitor(
             provider=settings.provider.name, gateway_retry=True, to_wire=to_wire
         )
@@ -141,10 +147,16 @@ class LiveMonitor:
         an exchange that lost some is stopped at its next step (a ``CallerSend`` without
         their tool_results)."""
         self._check(key, "Resume", snapshot)
-        if obligations is not None and obligations != snapshot.pending:
-            wire = self._to_wire
-            if wire is None or {*map(wire, obligations)} != {*map(wire, snapshot.pending)}:
-                self._check(key, "Resume", attrs.evolve(snapshot, pending=obligations))
+        pending = snapshot.pending
+        if (
+            obligations is not None
+            and obligations != pending
+            # TPX: the same caller ids once unsigned name the same wire ids (to_wire maps
+            # a caller id through its unsigned one)
+            and (self._unsigned is None or frozenset(map(self._unsigned, obligations)) != pending)
+            and not self.monitor.same_ids(obligations, pending)
+        ):
+            self._check(key, "Resume", attrs.evolve(snapshot, pending=obligations))
 
     def observer(
         self,
@@ -154,10 +166,14 @@ class LiveMonitor:
     ) -> Callable[[str, ExchangeSnapshot], None]:
         """The exchange observer: *inner* (actions, metrics, raw trace), then the check."""
         held = frozenset(obligations)
+        check, lock = self.monitor.observe_exchange, self._lock
 
         def observe(action: str, snapshot: ExchangeSnapshot) -> None:
             inner(action, snapshot)
-            self._check(key, action, snapshot, held)
+            with lock:
+                violation = check(key, action, snapshot, obligations=held)
+            if violation is not None:
+                self._stopped(key, violation)
 
         return observe
 

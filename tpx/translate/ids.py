@@ -244,8 +244,20 @@ def sign_caller_id(caller_id: str, key: bytes) -> str:
     return f"tpx{kind}{pos}-{nonce}-{_mac(key, caller_id)}_{payload}"
 
 
+#: (signed id, key) -> the unsigned id, for ids whose MAC :func:`verify_signed_id` found
+#: right (a pure function): a gateway reads each id of a request more than once (its
+#: tool_use and tool_result, the monitor's boundary). Bounded (emptied when full; long ids
+#: are not kept); only verified ids are kept; dict reads and writes are atomic.
+_VERIFIED: dict[tuple[str, bytes], str] = {}
+_VERIFIED_SIZE = 4096
+_VERIFIED_ID_LENGTH = 256
+
+
 def verify_signed_id(signed: str, key: bytes) -> str | None:
     """The unsigned caller id behind *signed* when its MAC under *key* is right, else ``None``."""
+    known = _VERIFIED.get((signed, key))
+    if known is not None:
+        return known
     if not signed.startswith(CALLER_ID_PREFIX):
         return None
     match = _SIGNED(signed)
@@ -257,4 +269,8 @@ def verify_signed_id(signed: str, key: bytes) -> str | None:
         return None
     if not hmac.compare_digest(mac, _mac(key, unsigned)):
         return None
+    if len(signed) <= _VERIFIED_ID_LENGTH:
+        if len(_VERIFIED) >= _VERIFIED_SIZE:
+            _VERIFIED.clear()
+        _VERIFIED[signed, key] = unsigned
     return unsigned

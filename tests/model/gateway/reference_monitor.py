@@ -128,7 +128,14 @@ def reference_verdict(
 
 
 class ReferenceMonitor(GatewayMonitor):
-    """:class:`GatewayMonitor` judging every event with :func:`reference_verdict`."""
+    """:class:`GatewayMonitor` judging every event with :func:`reference_verdict` (none
+    by the monitor's short paths)."""
+
+    def _resumes(self, *args: Any) -> bool:
+        return False
+
+    def _accepts(self, *args: Any) -> bool:
+        return False
 
     def _verdict(
         self, s: ConvState | None, action: str, t: ConvState, g: Context, retryable: bool

@@ -30,6 +30,7 @@ from tpx.model.gateway.actions import ACTIONS as REFERENCE_ACTIONS
 from tpx.model.gateway.actions import ProviderReplyWith
 from tpx.model.gateway.conversation import (
     ACTIONS,
+    EXCEPT,
     INVARIANTS,
     LOCAL,
     Context,
@@ -45,7 +46,8 @@ from tpx.model.gateway.conversation import (
     idset,
     step,
 )
-from tpx.model.gateway.monitor import GatewayMonitor, snapshot_of_exchange
+from tpx.model.gateway.conversation import Init as InitAt
+from tpx.model.gateway.monitor import GatewayMonitor, _Live, snapshot_of_exchange
 from tpx.tlc.cfg import load_cfg
 from tpx.values import ModelValue, TLAValue
 
@@ -320,7 +322,9 @@ def holdable(s: ConvState, max_turns: int = 2) -> bool:
 def test_the_local_invariants_are_inductive() -> None:
     """Every successor of a holdable state is holdable, on a domain where the four id
     variables take every pattern of equal and different sets (so by data independence on
-    any ids: the actions and invariants only move and compare id sets)."""
+    any ids: the actions and invariants only move and compare id sets), and keeps its
+    selection (hasKey, hasToken, provider): the monitor's short path checks neither again
+    on a state equal to the successor."""
     ids = tuple(map(frozenset, ((), "a", "b", "ab")))
     held = steps = 0
     for (has_key, has_token), turn, phase, (pending, req, wire, emitted), outcome, retry in product(
@@ -341,8 +345,23 @@ def test_the_local_invariants_are_inductive() -> None:
                         if t is not None:
                             steps += 1
                             assert holdable(t), (s, name, t)
+                            # no action changes the selection: SelectionStable is inductive
+                            assert t[:3] == s[:3], (s, name, t)
     assert held > 1000
     assert steps > 10000
+
+
+def test_init_holds_the_local_invariants_whatever_it_has_pending() -> None:
+    """The monitor's short path for a first event (``GatewayMonitor._resumes``) takes Init
+    but for ``pending`` without evaluating the LOCAL invariants: they (and Sent) hold there,
+    whatever ids are pending, a multiset of them included."""
+    checked = 0
+    for (has_key, has_token), retry in product(CREDS, (True, False)):
+        g = Context((has_key, has_token, Select(has_key, has_token)), retry, 2, 1, 0)
+        for pending in (*map(frozenset, ((), "a", "ab")), ("a", "a")):
+            assert holdable(EXCEPT(InitAt(g), pending=pending))
+            checked += 1
+    assert checked == 24
 
 
 def test_every_small_event_gets_the_reference_verdict() -> None:
@@ -525,3 +544,150 @@ def test_observe_exchange_is_observe_of_the_mapping(to_wire: Callable[[str], str
         assert (typed.steps, typed.violations) == (mapped.steps, mapped.violations)
         assert [typed.close(c.name) for c in cfg.Convs] == [mapped.close(c.name) for c in cfg.Convs]
     assert {"TypeOK", "SelectionStable"} <= properties
+
+
+# ----------------------------------- the monitor's short paths on every edge of the graphs
+
+
+class Counting(GatewayMonitor):
+    """The shipped monitor, counting the events its short paths took."""
+
+    short = 0
+
+    def _resumes(self, *args: Any) -> bool:
+        taken = super()._resumes(*args)
+        self.short += taken
+        return taken
+
+    def _accepts(self, *args: Any) -> bool:
+        taken = super()._accepts(*args)
+        self.short += taken
+        return taken
+
+
+def holding(s: State, cfg: Config) -> tuple[Counting, ReferenceMonitor]:
+    """The shipped monitor and the reference monitor, each holding every conversation of
+    *s* live (its projection, its ids its own) with *s*'s exchanges in flight."""
+    first = project(s, min(cfg.Convs, key=str), cfg)
+    kw: dict[str, Any] = dict(
+        provider=first.provider,
+        has_key=first.hasKey,
+        has_token=first.hasToken,
+        max_in_flight=cfg.MaxInFlight,
+        gateway_retry=cfg.GatewayRetry,
+    )
+    fast, ref = Counting(**kw), ReferenceMonitor(**kw)
+    for m in (fast, ref):
+        for c in cfg.Convs:
+            local = project(s, c, cfg)
+            owned = {*local.pending, *local.reqIds, *local.wireIds, *local.emitted}
+            m._live[c.name] = _Live(local, [], owned)
+            m._owner.update(dict.fromkeys(owned, c.name))
+        m._in_flight = InFlight(s)
+    return fast, ref
+
+
+def exchange_of(s: State, c: ModelValue, cfg: Config) -> ExchangeSnapshot:
+    """Conversation *c* of *s* as an exchange reports it."""
+    local = project(s, c, cfg)
+    return ExchangeSnapshot(
+        provider=Provider[local.provider],
+        turn=local.turn,
+        phase=local.phase,
+        pending=frozenset(local.pending),
+        last_outcome=local.lastOutcome,
+        max_turns=None,
+        req_ids=frozenset(local.reqIds),
+        wire_shape=local.wireShape,
+        wire_ids=frozenset(local.wireIds),
+        emitted=frozenset(local.emitted),
+        got_shape=local.gotShape,
+        wire_list=tuple(sorted(local.wireIds)),
+        emitted_list=tuple(sorted(local.emitted)),
+    )
+
+
+def broken(snap: ExchangeSnapshot, kind: int, other: str) -> ExchangeSnapshot:
+    """*snap* with one variable as a broken gateway could report it (*other*: an id of
+    another conversation)."""
+    wire = (*snap.wire_list, other)
+    changes: list[dict[str, Any]] = [
+        {"turn": snap.turn + 1},
+        {"turn": float(snap.turn)},
+        {"phase": {"idle": "req", "req": "resp", "resp": "idle"}[snap.phase]},
+        {"pending": snap.pending | {other}},
+        {"pending": frozenset(sorted(snap.pending)[1:])},
+        {"req_ids": snap.req_ids ^ {other}},
+        {"wire_ids": frozenset(wire), "wire_list": wire},
+        {"wire_list": (*snap.wire_list, *snap.wire_list[:1]) or ("x", "x")},
+        {
+            "emitted": snap.emitted ^ {"fresh"},
+            "emitted_list": tuple(sorted(snap.emitted ^ {"fresh"})),
+        },
+        {"wire_shape": "openai" if snap.wire_shape == "messages" else "messages"},
+        {"got_shape": "openai"},
+        {"last_outcome": "ok" if snap.last_outcome != "ok" else "err"},
+        {
+            "provider": Provider.ANTHROPIC
+            if snap.provider is not Provider.ANTHROPIC
+            else Provider.TPX
+        },
+    ]
+    return attrs.evolve(snap, **changes[kind % len(changes)])
+
+
+def same_verdict(
+    fast: Counting, ref: ReferenceMonitor, key: str, action: str, snap: Any
+) -> str | None:
+    got = fast.observe_exchange(key, action, snap)
+    want = ref.observe_exchange(key, action, snap)
+    assert (got and got.property) == (want and want.property), (key, action, snap, got, want)
+    assert fast.trace(key) == ref.trace(key)
+    live, expected = fast._live.get(key), ref._live.get(key)
+    assert (live and live.state) == (expected and expected.state), (key, action, snap)
+    assert (fast.in_flight, fast._owner) == (ref.in_flight, ref._owner)
+    return None if got is None else got.property
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_short_paths_agree_with_the_reference_on_every_edge(case: str) -> None:
+    """On every edge of the cfg's graph, from a monitor holding every conversation of the
+    edge's source: the event of the step, and the event with one variable broken, and a
+    new conversation resuming with each conversation's pending (its own ids, and another
+    live conversation's): the shipped monitor (its short paths first) and the reference
+    monitor give the same verdicts and hold the same states, owners and in-flight count;
+    the short paths took every legal event."""
+    base, constants = CASES[case]
+    cfg = Config.from_constants({**load_cfg(base).constants, **constants})
+    legal = short = 0
+    found: set[str | None] = set()
+    first, last = min(cfg.Convs, key=str), max(cfg.Convs, key=str)
+    states = reachable(cfg)
+    for n, s in enumerate(states):
+        init = next(i for i in Init(cfg) if (i.hasKey, i.hasToken) == (s.hasKey, s.hasToken))
+        for name, c, t in Steps(s, cfg):
+            if c is None:
+                continue
+            fast, ref = holding(s, cfg)
+            assert same_verdict(fast, ref, c.name, name, exchange_of(t, c, cfg)) is None
+            legal += 1
+            short += fast.short
+            fast, ref = holding(s, cfg)
+            other = f"{last if c != last else first}:x"
+            found.add(
+                same_verdict(fast, ref, c.name, name, broken(exchange_of(t, c, cfg), n, other))
+            )
+        for c in cfg.Convs:
+            if s.phase[c] == "idle":
+                pending = exchange_of(s, c, cfg).pending  # an exchange resumes at Init's
+                resumed = attrs.evolve(exchange_of(init, c, cfg), pending=pending)
+                fast, ref = holding(s, cfg)
+                found.add(same_verdict(fast, ref, "new", "Resume", resumed))
+                fast, ref = holding(s, cfg)
+                fast.forget(c.name)
+                ref.forget(c.name)
+                assert same_verdict(fast, ref, "new", "Resume", resumed) is None
+                short += fast.short
+                legal += 1
+    assert short == legal > 500
+    assert {None, "Next", "TypeOK", "NoCrossPairing", "SelectionStable"} <= found

@@ -1,7 +1,7 @@
 """What the gateway monitor reads and records (:mod:`tpx.model.gateway.monitor`): an
 exchange's snapshot as the monitor's mapping (:func:`snapshot_of_exchange`), an id
 variable's value read from an event (:func:`ids`), and trace events built when read
-(:class:`Seen`, :func:`rendered`)."""
+(:data:`Seen`, :func:`rendered`)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ __all__ = [
     "Event",
     "Seen",
     "ids",
+    "render",
     "rendered",
     "snapshot_of_exchange",
 ]
@@ -101,35 +102,31 @@ def ids(value: Any, name: str, *, repeats: bool = False) -> Ids:
     return tuple(sorted(value))
 
 
-class Seen:
-    """A trace event of :meth:`GatewayMonitor.observe_exchange`: the mapping
-    :func:`snapshot_of_exchange` makes (ids mapped ``to_wire``), built when read."""
+#: A trace event of :meth:`GatewayMonitor.observe_exchange`: ``(action, state)``, the mapping
+#: :func:`snapshot_of_exchange` makes (ids mapped ``to_wire``) built when read (:func:`render`).
+Seen = tuple[str, ConvState]
 
-    __slots__ = ("action", "state")
 
-    def __init__(self, action: str, state: ConvState) -> None:
-        self.action = action
-        self.state = state
-
-    def render(self) -> dict[str, Any]:
-        s = self.state
-        return {
-            "#action": self.action,
-            "provider": s.provider,
-            "turn": s.turn,
-            "phase": s.phase,
-            "pending": sorted(s.pending),
-            "reqIds": sorted(s.reqIds),
-            "wireShape": s.wireShape,
-            "wireIds": sorted(s.wireIds),
-            "emitted": sorted(s.emitted),
-            "gotShape": s.gotShape,
-            "lastOutcome": s.lastOutcome,
-        }
+def render(seen: Seen) -> dict[str, Any]:
+    """A :data:`Seen` event as its trace mapping."""
+    action, s = seen
+    return {
+        "#action": action,
+        "provider": s.provider,
+        "turn": s.turn,
+        "phase": s.phase,
+        "pending": sorted(s.pending),
+        "reqIds": sorted(s.reqIds),
+        "wireShape": s.wireShape,
+        "wireIds": sorted(s.wireIds),
+        "emitted": sorted(s.emitted),
+        "gotShape": s.gotShape,
+        "lastOutcome": s.lastOutcome,
+    }
 
 
 Event = dict[str, Any] | Seen
 
 
 def rendered(trace: list[Event]) -> tuple[Mapping[str, Any], ...]:
-    return tuple(e.render() if isinstance(e, Seen) else e for e in trace)
+    return tuple(render(e) if isinstance(e, tuple) else e for e in trace)

@@ -47,10 +47,29 @@ conversation: its variables as a tuple, the named action's successor computed fr
 guard and effect, the invariants on that conversation; O(ids in the step)), the same
 verdicts as the whole-gateway mirror (:mod:`~tpx.model.gateway.actions`,
 :mod:`~tpx.model.gateway.invariants`) on a one-conversation state, which the tests check.
+:meth:`GatewayMonitor.observe_exchange` tries two short paths first, which only ever
+*accept* (anything else takes the full check above, which finds the violation):
+
+* a live conversation's step (``_accepts``): the exchange snapshot read against the named
+  action's successor, variable by variable, without building the observed state; equal
+  (and well typed), the LOCAL invariants hold by induction
+  (:data:`~tpx.model.gateway.conversation.LOCAL`), SelectionStable because no action
+  changes the selection, BoundedInv is evaluated, and NoCrossPairing is checked on the
+  ids the step takes that the conversation did not hold;
+* a first event (``_resumes``): Init, or Init but for ``pending`` (how an exchange
+  resumes), where every LOCAL invariant holds whatever is pending; BoundedInv,
+  SelectionStable and NoCrossPairing are checked.
+
+An id collection is read (validated, mapped ``to_wire``) once per value: the exchange
+passes the same ones again, and a request's obligations are the last reply's ids (a
+bounded memo; ``to_wire`` is pure). ``tests/model/gateway/test_gateway_conversation.py``
+checks the short paths against the reference monitor on every edge of the four cfgs'
+graphs (each step, each step with one variable broken, a new conversation resuming).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
@@ -62,21 +81,21 @@ from tpx.model.gateway.conversation import (
     ACTIONS,
     INVARIANTS,
     LOCAL,
+    BoundedInv,
     Context,
     ConvState,
     Ids,
     Init,
+    ProviderReply,
     Same,
     SelectionStable,
     idset,
     step,
 )
 from tpx.model.gateway.events import (
-    COLLECTIONS,
     KEEPS_OBLIGATIONS,
     BadSnapshot,
     Event,
-    Seen,
     ids,
     rendered,
     snapshot_of_exchange,
@@ -109,6 +128,7 @@ _ACTION_NAMES = frozenset({*ACTIONS, "ProviderReply"})
 #: The invariants evaluated on a state that is the spec's successor of a checked one.
 _NOT_LOCAL = tuple((name, inv) for name, inv in INVARIANTS if name not in LOCAL)
 _BIG = 2**62
+_new = tuple.__new__
 #: Credentials (hasKey, hasToken) that select each provider.
 _SELECTING = {"ANTHROPIC": (True, False), "TPX": (False, True), "NONE": (False, False)}
 #: How many caller ids -> wire ids the monitor remembers (``to_wire`` is pure).
@@ -144,12 +164,23 @@ class Violation:
 _Parse = Callable[[ConvState], tuple[ConvState, AbstractSet[str] | None, bool]]
 
 
-@attrs.define
+#: Id collections of exchange snapshots already read, by value (see :meth:`_read`): the
+#: value read and the caller-side ids it holds.
+_Reads = dict[Any, tuple[Ids, frozenset[str]]]
+#: How many id collections of each kind the monitor remembers.
+_READS = 2048
+
+
 class _Live:
-    state: ConvState
-    trace: list[Event]
-    owned: set[str]
-    """ids this conversation holds as its own (emitted by its provider, or its history's)"""
+    """A live conversation: its state, its trace, the ids it holds as its own (emitted by
+    its provider, or its history's)."""
+
+    __slots__ = ("owned", "state", "trace")
+
+    def __init__(self, state: ConvState, trace: list[Event], owned: set[str]) -> None:
+        self.state = state
+        self.trace = trace
+        self.owned = owned
 
 
 def _names(state: ConvState) -> set[str]:
@@ -195,12 +226,18 @@ class GatewayMonitor:
             None if to_wire is None else functools.lru_cache(maxsize=_TO_WIRE_CACHE)(to_wire)
         )
         #: the spec's Init at one conversation (it depends on the boot selection only)
-        self._init = Init(Context(self._boot, gateway_retry, _BIG, self._max_in_flight, 0))
+        alone = Context(self._boot, gateway_retry, _BIG, self._max_in_flight, 0)
+        self._init = Init(alone)
+        self._init_stable = SelectionStable(self._init, alone)
+        self._init_but_pending = (self._init[:5], self._init[6:])
         self._live: dict[Hashable, _Live] = {}
         self._owner: dict[str, Hashable] = {}
         self._contexts: dict[int, Context] = {}  # by the other conversations in flight
-        #: per conversation, its last exchange snapshot's id values (observe_exchange)
-        self._memo: dict[Hashable, dict[str, tuple[Any, Ids, frozenset[str]]]] = {}
+        #: the exchange's provider last seen and its name (an enum's ``name`` is a property)
+        self._provider_seen: tuple[Any, str] = (None, "")
+        #: id collections read, caller-side (mapped ``to_wire``) and wire-side
+        self._caller_reads: _Reads = {}
+        self._wire_reads: _Reads = {}
         self._in_flight = 0
         self.steps = 0
         """Events checked."""
@@ -234,13 +271,20 @@ class GatewayMonitor:
         live = self._live.pop(conversation, None)
         if live is None:
             return
-        self._memo.pop(conversation, None)
         if live.state.phase != "idle":
             self._in_flight -= 1
         owner = self._owner
         for name in live.owned:
             if owner.get(name) == conversation:
                 del owner[name]
+
+    def same_ids(self, a: Iterable[str], b: Iterable[str]) -> bool:
+        """Whether two collections of caller-side tool ids name the same ids on the wire
+        (mapped ``to_wire``; as they are without it), as sets."""
+        to_wire = self._to_wire
+        if to_wire is None:
+            return {*a} == {*b}
+        return {*map(to_wire, a)} == {*map(to_wire, b)}
 
     def observe(
         self, conversation: Hashable, action: str, snapshot: Mapping[str, Any]
@@ -276,20 +320,21 @@ class GatewayMonitor:
         built only when the trace is read."""
         live = self._live.get(conversation)
         start = live is None or action in _STARTS
+        if not start and self._accepts(conversation, live, action, snapshot, obligations):  # type: ignore[arg-type]
+            self.steps += 1
+            return None
         base = self._init if live is None or start else live.state
-        memo = {} if start else self._memo.setdefault(conversation, {})
         try:
-            state, held = self._of_exchange(base, snapshot, action, obligations, memo)
+            state, held = self._of_exchange(base, snapshot, action, obligations)
         except BadSnapshot:  # the mapping's way: the same verdict, the same trace
             record = snapshot_of_exchange(snapshot, action=action, obligations=obligations)
             return self.observe(conversation, action, record)
         self.steps += 1
+        if live is None and self._resumes(conversation, action, state, held):
+            return None
         trace = live.trace if live is not None else []
-        trace.append(Seen(action, state))
-        verdict = self._event(conversation, live, action, trace, lambda _: (state, held, False))
-        if start and verdict is None:
-            self._memo[conversation] = memo
-        return verdict
+        trace.append((action, state))
+        return self._event(conversation, live, action, trace, lambda _: (state, held, False))
 
     # -- checking --------------------------------------------------------------------------
 
@@ -370,68 +415,78 @@ class GatewayMonitor:
         snapshot: Any,
         action: str,
         obligations: Iterable[str] | None,
-        memo: dict[str, tuple[Any, Ids, frozenset[str]]],
     ) -> tuple[ConvState, AbstractSet[str] | None]:
         """:meth:`_observed` and :meth:`_normalize` of :func:`snapshot_of_exchange`'s
-        mapping, from the exchange snapshot directly: the state and the ids it holds.
-        *memo* holds the conversation's last id values by variable: an immutable value the
-        exchange passes again (the same object) is not read again."""
+        mapping, from the exchange snapshot directly: the state and the ids it holds."""
         pending = snapshot.pending
         if obligations is not None and action in KEEPS_OBLIGATIONS:
             pending = obligations
-        to_wire = self._to_wire
-        multiset = to_wire is not None  # the wire side (see _normalize)
-        pending, held_p = self._id_var(memo, "pending", pending, to_wire, False)
-        req_ids, held_r = self._id_var(memo, "reqIds", snapshot.req_ids, to_wire, False)
-        wire = getattr(snapshot, "wire_list", ()) or snapshot.wire_ids
-        wire_ids, _ = self._id_var(memo, "wireIds", wire, None, multiset)
+        req_ids = snapshot.req_ids
+        wire_ids = getattr(snapshot, "wire_list", ()) or snapshot.wire_ids
         emitted = getattr(snapshot, "emitted_list", ()) or snapshot.emitted
-        emitted, _ = self._id_var(memo, "emitted", emitted, None, multiset)
-        provider = snapshot.provider.name
+        caller, wire = self._caller_reads, self._wire_reads
+        try:  # the common case: collections read before, a lookup each
+            p = caller.get(pending) or self._read(pending, "pending", True)
+            r = caller.get(req_ids) or self._read(req_ids, "reqIds", True)
+            w = wire.get(wire_ids) or self._read(wire_ids, "wireIds", False)
+            e = wire.get(emitted) or self._read(emitted, "emitted", False)
+        except TypeError:  # unhashable: read each as given (TypeOK's to judge)
+            p = self._read(pending, "pending", True)
+            r = self._read(req_ids, "reqIds", True)
+            w = self._read(wire_ids, "wireIds", False)
+            e = self._read(emitted, "emitted", False)
+        seen, provider = self._provider_seen
+        if snapshot.provider is not seen:
+            provider = snapshot.provider.name
+            self._provider_seen = (snapshot.provider, provider)
         has_key, has_token = base.hasKey, base.hasToken
         if provider != self._provider:  # credentials that select it changed (see _observed)
             has_key, has_token = _SELECTING.get(provider, (has_key, has_token))
-        state = ConvState(
-            has_key,
-            has_token,
-            provider,
-            snapshot.turn,
-            snapshot.phase,
-            pending,
-            req_ids,
-            snapshot.wire_shape,
-            wire_ids,
-            emitted,
-            snapshot.got_shape,
-            snapshot.last_outcome,
-            base.retryable,
+        state = _new(
+            ConvState,
+            (
+                has_key,
+                has_token,
+                provider,
+                snapshot.turn,
+                snapshot.phase,
+                p[0],
+                r[0],
+                snapshot.wire_shape,
+                w[0],
+                e[0],
+                snapshot.got_shape,
+                snapshot.last_outcome,
+                base.retryable,
+            ),
         )
-        return state, None if to_wire is None else held_p | held_r
+        if self._to_wire is None:
+            return state, None
+        return state, p[1] | r[1] if r[1] else p[1]
 
-    def _id_var(
-        self,
-        memo: dict[str, tuple[Any, Ids, frozenset[str]]],
-        name: str,
-        raw: Any,
-        to_wire: Callable[[str], str] | None,
-        repeats: bool,
-    ) -> tuple[Ids, frozenset[str]]:
+    def _read(self, raw: Any, name: str, caller_side: bool) -> tuple[Ids, frozenset[str]]:
         """An id variable of an exchange snapshot: its value (caller-side ids mapped
-        ``to_wire``: a set of unique ids; a multiset if *repeats*, as :meth:`_normalize`)
-        and the caller-side ids it holds."""
-        if not raw and type(raw) in COLLECTIONS:
-            return _NONE, _NONE
-        last = memo.get(name)
-        if last is not None and last[0] is raw:
-            return last[1], last[2]
-        value = ids(raw, name, repeats=repeats)
-        caller: frozenset[str] = _NONE
-        if to_wire is not None:
-            caller = frozenset(value)
+        ``to_wire``: a set of unique ids; wire-side ids a multiset with ``to_wire``, as
+        :meth:`_normalize`) and the caller-side ids it holds. A frozenset or tuple read is
+        remembered by value (``to_wire`` is pure): an equal one is not read again."""
+        reads = self._caller_reads if caller_side else self._wire_reads
+        immutable = type(raw) is frozenset or type(raw) is tuple
+        if immutable:
+            with contextlib.suppress(TypeError):  # unhashable: ids() refuses it
+                hit = reads.get(raw)
+                if hit is not None:
+                    return hit
+        to_wire = self._to_wire
+        value = ids(raw, name, repeats=to_wire is not None and not caller_side)
+        held: frozenset[str] = _NONE
+        if to_wire is not None and caller_side:
+            held = frozenset(value)
             value = idset([to_wire(i) for i in value])
-        if type(raw) is frozenset or type(raw) is tuple:  # immutable: the same next time
-            memo[name] = (raw, value, caller)
-        return value, caller
+        if immutable:  # every id a string, or none: hashable
+            if len(reads) >= _READS:
+                del reads[next(iter(reads))]  # the oldest
+            reads[raw] = (value, held)
+        return value, held
 
     def _normalize(self, event: dict[str, Any]) -> set[str] | None:
         """With ``to_wire``: the caller-side ids the *event* holds (its identities, for
@@ -459,6 +514,117 @@ class GatewayMonitor:
         """The ids whose owner NoCrossPairing checks: the caller-side ids with ``to_wire``
         (wire ids are per upstream response, not global), every id otherwise."""
         return _names(state) if held is None else held
+
+    def _resumes(
+        self, conversation: Hashable, action: str, t: ConvState, held: AbstractSet[str] | None
+    ) -> bool:
+        """A conversation's first event proved legal the short way, and taken: *t* is Init
+        (``Resume``: Init but for ``pending``, any ids), where every LOCAL invariant holds
+        whatever ``pending`` is (see :data:`~tpx.model.gateway.conversation.LOCAL`),
+        BoundedInv and SelectionStable hold on it, and no id it holds is another live
+        conversation's (NoCrossPairing). ``False``: not proved; nothing changed,
+        :meth:`_start` decides."""
+        head, tail = self._init_but_pending
+        if (
+            t[6:] != tail
+            or t[:5] != head
+            or type(t.turn) is not int  # Same: the other numbers are Init's
+            or (action != "Resume" and (action != "Init" or t.pending != self._init.pending))
+            or not self._init_stable  # SelectionStable: Init's selection is the boot's
+            or self._in_flight > self._max_in_flight  # BoundedInv: turn 0, t idle
+        ):
+            return False
+        names = _names(t) if held is None else held
+        owner = self._owner
+        if names and owner:
+            for i in names:
+                if i in owner:  # another's: a closed conversation's ids are forgotten
+                    return False
+        self._live[conversation] = _Live(t, [(action, t)], set(names))
+        for i in names:
+            owner[i] = conversation
+        return True
+
+    def _accepts(
+        self,
+        conversation: Hashable,
+        live: _Live,
+        action: str,
+        snapshot: Any,
+        obligations: Iterable[str] | None,
+    ) -> bool:
+        """The step of a live conversation proved legal the short way, and taken: the
+        exchange *snapshot*, read as :meth:`_of_exchange` reads it, is the well-typed
+        successor of the named action (``Next``), so the LOCAL invariants hold on it (see
+        :meth:`_verdict`) and so does SelectionStable (no action changes the selection:
+        the successor keeps the state's, the boot's); BoundedInv holds on it, and no id it
+        holds is another live conversation's (NoCrossPairing). ``False``: not proved;
+        nothing changed, :meth:`_step` decides (and finds the violation, if any)."""
+        s = live.state
+        was_in_flight = s.phase != "idle"
+        others = self._in_flight - was_in_flight
+        g = self._contexts.get(others) or self._context(conversation, others, _NONE)
+        caller, wire = self._caller_reads, self._wire_reads
+        pending = snapshot.pending
+        if obligations is not None and action in KEEPS_OBLIGATIONS:
+            pending = obligations
+        try:  # each collection read once (see _read); anything odd: the full check's
+            raw = snapshot.emitted_list or snapshot.emitted
+            e = wire.get(raw) or self._read(raw, "emitted", False)
+            if action == "ProviderReply":  # the successor (None: not enabled)
+                expected = ProviderReply(s, g, e[0])
+            else:
+                act = ACTIONS.get(action)
+                expected = None if act is None else act(s, g)
+            if expected is None:
+                return False
+            p = caller.get(pending) or self._read(pending, "pending", True)
+            raw = snapshot.req_ids
+            r = caller.get(raw) or self._read(raw, "reqIds", True)
+            raw = snapshot.wire_list or snapshot.wire_ids
+            w = wire.get(raw) or self._read(raw, "wireIds", False)
+            seen, provider = self._provider_seen
+            if snapshot.provider is not seen:
+                provider = snapshot.provider.name
+                self._provider_seen = (snapshot.provider, provider)
+        except (AttributeError, TypeError, BadSnapshot):
+            return False
+        turn = snapshot.turn
+        if (
+            provider != expected.provider  # the selection: the successor's (the boot's)
+            or turn != expected.turn
+            or type(turn) is not int  # Same: the other numbers are s's
+            or snapshot.phase != expected.phase
+            or p[0] != expected.pending
+            or r[0] != expected.reqIds
+            or snapshot.wire_shape != expected.wireShape
+            or w[0] != expected.wireIds
+            or e[0] != expected.emitted
+            or snapshot.got_shape != expected.gotShape
+            or snapshot.last_outcome != expected.lastOutcome
+            or not BoundedInv(expected, g)
+        ):
+            return False
+        owned = live.owned
+        if self._to_wire is None:
+            names: AbstractSet[str] = _names(expected)
+        elif r[1] and not r[1] <= owned:
+            names = p[1] | r[1]
+        else:
+            names = p[1]
+        if names and not names <= owned:  # NoCrossPairing: the ids it takes are no other's
+            fresh = names - owned
+            owner = self._owner
+            for i in fresh:
+                if owner.get(i, conversation) != conversation:
+                    return False
+            for i in fresh:
+                owner[i] = conversation
+            owned |= fresh
+        live.state = expected
+        live.trace.append((action, expected))
+        self._in_flight += (expected.phase != "idle") - was_in_flight
+        return True
 
     def _verdict(
         self, s: ConvState | None, action: str, t: ConvState, g: Context, retryable: bool
