@@ -822,3 +822,19 @@ def test_count_tokens_ignores_a_stream_flag() -> None:
         ]
         assert counts[0] == counts[1]
         assert counts[0]["input_tokens"] > 0
+
+
+def test_count_tokens_needs_no_max_tokens() -> None:
+    """``max_tokens`` is required by ``/v1/messages`` and not by ``count_tokens`` (the
+    Messages API's own shapes): the same body without it is counted, and refused as a turn."""
+    with GatewayRig(Provider.TPX, seed=0) as rig:
+        body = {k: v for k, v in BASE.items() if k != "max_tokens"}
+        count = rig.client.post(
+            "/v1/messages/count_tokens", headers=AUTH, content=orjson.dumps(body)
+        )
+        assert count.status_code == 200, count.text
+        assert count.json()["input_tokens"] > 0
+        refused = _post(rig, body)
+        assert refused.status_code == 400
+        assert "max_tokens: Field required" in refused.json()["error"]["message"]
+        assert rig.fake.received == []
