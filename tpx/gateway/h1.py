@@ -37,6 +37,8 @@ from typing import Any
 import httptools
 import httpx2
 
+from tpx.gateway.netio import FlowControl
+
 __all__ = ["H1Transport", "fast_transport_allowed"]
 
 #: Reading pauses while this much of a response arrived unread (a fast upstream, slow client).
@@ -51,24 +53,17 @@ def fast_transport_allowed(env: Any = None) -> bool:
     return not any(environ.get(name) for name in _PROXY_VARS)
 
 
-def _expire(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_exception(TimeoutError())
-
-
-class _Connection(asyncio.Protocol):
+class _Connection(FlowControl):
     """One connection: its socket, its parser, the response being read."""
 
     def __init__(self, origin: tuple[bytes, str, int]) -> None:
+        super().__init__()
         self.origin = origin
         self.transport: Any = None
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
         self.error: BaseException | None = None
         self.idle_since = 0.0
-        self._waiter: asyncio.Future[None] | None = None
-        self._drained: asyncio.Future[None] | None = None
-        self._write_paused = False
         self._read_paused = False
         self._reset()
 
@@ -122,15 +117,6 @@ class _Connection(asyncio.Protocol):
         self._wake()
         self.resume_writing()
 
-    def pause_writing(self) -> None:
-        self._write_paused = True
-
-    def resume_writing(self) -> None:
-        self._write_paused = False
-        drained, self._drained = self._drained, None
-        if drained is not None and not drained.done():
-            drained.set_result(None)
-
     # -- httptools
     def on_status(self, reason: bytes) -> None:
         self.reason = reason
@@ -159,36 +145,6 @@ class _Connection(asyncio.Protocol):
         self.keep_alive = self.parser.should_keep_alive()
 
     # -- for the transport
-    def _wake(self) -> None:
-        waiter, self._waiter = self._waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def wait(self, timeout: float | None) -> None:
-        """Until more arrives or the connection ends (``TimeoutError`` after *timeout*)."""
-        loop = asyncio.get_running_loop()
-        waiter = self._waiter = loop.create_future()
-        timer = None if timeout is None else loop.call_later(timeout, _expire, waiter)
-        try:
-            await waiter
-        finally:
-            if timer is not None:
-                timer.cancel()
-            if self._waiter is waiter:
-                self._waiter = None
-
-    async def drain(self, timeout: float | None) -> None:
-        if not self._write_paused:
-            return
-        loop = asyncio.get_running_loop()
-        drained = self._drained = loop.create_future()
-        timer = None if timeout is None else loop.call_later(timeout, _expire, drained)
-        try:
-            await drained
-        finally:
-            if timer is not None:
-                timer.cancel()
-
     def take(self) -> bytes:
         chunks = self.chunks
         data = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)

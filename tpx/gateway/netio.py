@@ -28,7 +28,7 @@ from typing import Any
 import httpcore2
 import httpx2
 
-__all__ = ["HOLD_BYTES", "AsyncioBackend", "install"]
+__all__ = ["HOLD_BYTES", "AsyncioBackend", "FlowControl", "install"]
 
 #: A request held for one write is sent at once past this size.
 HOLD_BYTES = 1 << 20
@@ -36,25 +36,74 @@ HOLD_BYTES = 1 << 20
 _READ_HIGH = 4 << 20
 
 
-class _Protocol(asyncio.Protocol):
+class FlowControl(asyncio.Protocol):
+    """What a client protocol on an asyncio transport needs to wait for: the next read event
+    (:meth:`wait`, woken by :meth:`_wake`) and the write buffer draining (:meth:`drain`,
+    after ``pause_writing``); each wait's timeout is one loop timer. Shared by this backend's
+    protocol and :mod:`tpx.gateway.h1`'s connections."""
+
+    __slots__ = ("_drained", "_paused", "_waiter")
+
+    def __init__(self) -> None:
+        self._waiter: asyncio.Future[None] | None = None
+        self._drained: asyncio.Future[None] | None = None
+        self._paused = False  # writing
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        drained, self._drained = self._drained, None
+        if drained is not None and not drained.done():
+            drained.set_result(None)
+
+    def _wake(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self, timeout: float | None) -> None:
+        """Until the next read event (data, EOF, an error): ``TimeoutError`` after *timeout*."""
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = None if timeout is None else loop.call_later(timeout, _expire, waiter)
+        try:
+            await waiter
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if self._waiter is waiter:
+                self._waiter = None
+
+    async def drain(self, timeout: float | None) -> None:
+        """Until the transport's write buffer is below its high-water mark."""
+        if not self._paused:
+            return
+        loop = asyncio.get_running_loop()
+        drained = self._drained = loop.create_future()
+        timer = None if timeout is None else loop.call_later(timeout, _expire, drained)
+        try:
+            await drained
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+
+class _Protocol(FlowControl):
     __slots__ = (
         "_data",
-        "_drained",
         "_eof",
         "_error",
-        "_paused",
         "_reading_paused",
-        "_waiter",
         "transport",
     )
 
     def __init__(self) -> None:
+        super().__init__()
         self._data = bytearray()
-        self._waiter: asyncio.Future[None] | None = None
-        self._drained: asyncio.Future[None] | None = None
         self._eof = False
         self._error: BaseException | None = None
-        self._paused = False  # writing
         self._reading_paused = False
         self.transport: Any = None
 
@@ -80,37 +129,10 @@ class _Protocol(asyncio.Protocol):
         self._wake()
         self.resume_writing()
 
-    def pause_writing(self) -> None:
-        self._paused = True
-
-    def resume_writing(self) -> None:
-        self._paused = False
-        drained, self._drained = self._drained, None
-        if drained is not None and not drained.done():
-            drained.set_result(None)
-
-    def _wake(self) -> None:
-        waiter, self._waiter = self._waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
     # -- for the stream
     @property
     def readable(self) -> bool:
         return bool(self._data) or self._eof
-
-    async def wait(self, timeout: float | None) -> None:
-        """Until data, EOF or an error arrives (``TimeoutError`` after *timeout*)."""
-        loop = asyncio.get_running_loop()
-        waiter = self._waiter = loop.create_future()
-        timer = None if timeout is None else loop.call_later(timeout, _expire, waiter)
-        try:
-            await waiter
-        finally:
-            if timer is not None:
-                timer.cancel()
-            if self._waiter is waiter:
-                self._waiter = None
 
     def take(self, max_bytes: int) -> bytes:
         data = self._data
@@ -124,18 +146,6 @@ class _Protocol(asyncio.Protocol):
             self._reading_paused = False
             self.transport.resume_reading()
         return chunk
-
-    async def drain(self, timeout: float | None) -> None:
-        if not self._paused:
-            return
-        loop = asyncio.get_running_loop()
-        drained = self._drained = loop.create_future()
-        timer = None if timeout is None else loop.call_later(timeout, _expire, drained)
-        try:
-            await drained
-        finally:
-            if timer is not None:
-                timer.cancel()
 
 
 def _expire(future: asyncio.Future[None]) -> None:
