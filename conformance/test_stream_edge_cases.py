@@ -8,6 +8,7 @@ stream reader or the exchange that the seed edge cover survives."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -259,3 +260,124 @@ def test_receive_takes_no_headers_and_refuses_a_bad_status(provider: Provider) -
     assert raised.value.retry_after is None
     assert ex.phase == "idle"
     assert ex.last_outcome == "err"
+
+
+def _answer(status: int, headers: dict[str, str], body: bytes, _: bytes) -> httpx2.Response:
+    return httpx2.Response(status, headers=headers, content=body)
+
+
+def _reply_body(provider: Provider, *, tool: bool = False) -> bytes:
+    """A well-formed native reply (one ``probe`` tool call when *tool*, else text)."""
+    if provider is Provider.ANTHROPIC:
+        block: dict[str, Any] = (
+            {"type": "tool_use", "id": "toolu_edge", "name": "probe", "input": {}}
+            if tool
+            else {"type": "text", "text": "hello"}
+        )
+        return orjson.dumps(
+            {
+                "id": "msg_edge",
+                "type": "message",
+                "role": "assistant",
+                "model": "m",
+                "content": [block],
+                "stop_reason": "tool_use" if tool else "end_turn",
+                "stop_sequence": None,
+                "usage": {"input_tokens": 1, "output_tokens": 1},
+            }
+        )
+    message: dict[str, Any] = {"role": "assistant", "content": None if tool else "hello"}
+    if tool:
+        call = {"id": "call_edge", "type": "function"}
+        message["tool_calls"] = [{**call, "function": {"name": "probe", "arguments": "{}"}}]
+    choice = {"index": 0, "message": message, "finish_reason": "tool_calls" if tool else "stop"}
+    return orjson.dumps(
+        {"id": "chatcmpl-edge", "object": "chat.completion", "model": "m", "choices": [choice]}
+    )
+
+
+@pytest.mark.parametrize("provider", [Provider.ANTHROPIC, Provider.TPX], ids=lambda p: p.name)
+def test_a_3xx_reply_is_a_provider_failure(provider: Provider) -> None:
+    """Only a 2xx is ProviderReply: a 300 carrying a well-formed reply is ProviderFail with
+    the error contract's HTTPStatusError, its status kept (redirects are not followed)."""
+    body = _reply_body(provider)
+    headers = {"content-type": "application/json", "location": f"{URL}/elsewhere"}
+    for status in (200, 300):
+        t = _transport(provider, functools.partial(_answer, status, headers, body))
+        if status == 200:  # the same body as a 2xx is delivered
+            assert t.create(REQUEST)["content"] == [{"type": "text", "text": "hello"}]
+            assert t.exchange.last_outcome == "ok"
+            continue
+        with pytest.raises(errors.HTTPStatusError) as raised:
+            t.create(REQUEST)
+        assert raised.value.status == 300
+        assert (t.exchange.phase, t.exchange.turn, t.exchange.last_outcome) == ("idle", 1, "err")
+
+
+@pytest.mark.parametrize("provider", [Provider.ANTHROPIC, Provider.TPX], ids=lambda p: p.name)
+def test_abort_only_with_tool_uses_pending(provider: Provider) -> None:
+    """``CallerAbort``'s guard: idle, below the bound, a provider and a non-empty
+    ``pending``. Out of it, ``abort()`` raises ExchangeStateError and changes nothing; in
+    it, the turn ends ``err`` with ``pending`` cleared and a PairingError returned."""
+    ex = Exchange(provider)
+    for step in ("fresh", "in flight", "delivered without tool_uses"):
+        before = ex.snapshot()
+        with pytest.raises(errors.ExchangeStateError):
+            ex.abort()
+        assert ex.snapshot() == before, step
+        if step == "fresh":
+            ex.send(REQUEST)
+        elif step == "in flight":
+            ex.receive(200, None, _reply_body(provider))
+            ex.deliver()
+    assert (ex.phase, ex.pending) == ("idle", frozenset())
+    ex.send(REQUEST)
+    ex.receive(200, None, _reply_body(provider, tool=True))
+    ex.deliver()
+    assert (ex.turn, len(ex.pending)) == (2, 1)
+    error = ex.abort()
+    assert isinstance(error, errors.PairingError)
+    assert (ex.phase, ex.turn, ex.pending, ex.last_outcome) == ("idle", 3, frozenset(), "err")
+
+
+@pytest.mark.parametrize("provider", [Provider.ANTHROPIC, Provider.TPX], ids=lambda p: p.name)
+def test_stream_steps_before_the_stream_started(provider: Provider) -> None:
+    """``feed``, ``flush`` and ``end_stream`` take a body that has begun: sent but before
+    ``receive_stream_start`` (and for a plain exchange) they raise ExchangeStateError and
+    change nothing (the exchange stays in ``req``)."""
+    for streamed in (True, False):
+        ex = Exchange(provider)
+        ex.send({**REQUEST, "stream": True} if streamed else REQUEST)
+        before = ex.snapshot()
+        with pytest.raises(errors.ExchangeStateError):
+            ex.feed(b"data: [DONE]\n\n")
+        for step in (ex.flush, ex.end_stream):
+            with pytest.raises(errors.ExchangeStateError):
+                step()
+        assert ex.snapshot() == before
+    ex = Exchange(provider)
+    ex.send({**REQUEST, "stream": True})
+    ex.receive_stream_start(200, {"content-type": "text/event-stream"})
+    assert ex.feed(b": a comment\n\n") == []  # now enabled
+    assert ex.phase == "req"
+
+
+@pytest.mark.parametrize("provider", [Provider.ANTHROPIC, Provider.TPX], ids=lambda p: p.name)
+def test_a_stream_ending_before_its_terminal_event_says_so(provider: Provider) -> None:
+    """A body that ends before ``[DONE]`` (TPX) / ``message_stop`` (ANTHROPIC) is a
+    ProtocolError telling the caller the stream ended before that event (not the message
+    of a reply tpx could not read), in the raised error and the caller's error event."""
+    if provider is Provider.TPX:
+        body = _chunk({"content": "cut"}, model="m") + _chunk({}, "stop")
+        marker = "[DONE]"
+    else:
+        stop = _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
+        body = _messages_stream(*_block(0, "cut"), stop).rsplit(b"event: message_stop", 1)[0]
+        marker = "message_stop"
+    data, error, t = _streamed(provider, body)
+    assert isinstance(error, errors.ProtocolError), error
+    assert f"the stream ended before {marker}" in error.message
+    assert t.exchange.last_outcome == "err"
+    name, payload = sse_events(data)[-1]
+    assert name == "error"
+    assert f"the stream ended before {marker}" in orjson.loads(payload)["error"]["message"]
