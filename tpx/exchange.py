@@ -133,6 +133,7 @@ from tpx.translate.profiles import Profile, get_profile
 from tpx.translate.request import translate_checked
 from tpx.translate.response import is_first_choice
 from tpx.translate.signing import signer_for
+from tpx.translate.tools import FrozenJSONList
 from tpx.translate.stream import (
     AnthropicStreamReader,
     MessageAccumulator,
@@ -235,6 +236,21 @@ ExchangeObserver = Callable[[str, ExchangeSnapshot], None]
 # --------------------------------------------------------------------------
 # Tool ids in Messages and Chat Completions bodies.
 # --------------------------------------------------------------------------
+
+
+def _serialize(body: Mapping[str, Any]) -> bytes:
+    """``orjson.dumps(body)``; a member that carries its own JSON text (a
+    :class:`~tpx.translate.tools.FrozenJSONList`: tools the gateway parsed once, or their
+    translation) is written as that text, not serialized again."""
+    for value in body.values():
+        if value.__class__ is FrozenJSONList:
+            return orjson.dumps(
+                {
+                    k: orjson.Fragment(v.json) if v.__class__ is FrozenJSONList else v
+                    for k, v in body.items()
+                }
+            )
+    return orjson.dumps(body)
 
 
 def _tool_result_ids(request: Mapping[str, Any]) -> list[str]:
@@ -684,7 +700,7 @@ class Exchange:
             wire_ids = _openai_request_tool_ids(body)
         problem: str | None = None
         try:
-            data = orjson.dumps(body)
+            data = _serialize(body)
         except TypeError as exc:
             problem = str(exc)
         if problem is not None:
