@@ -133,7 +133,6 @@ from tpx.translate.profiles import Profile, get_profile
 from tpx.translate.request import translate_checked
 from tpx.translate.response import is_first_choice
 from tpx.translate.signing import signer_for
-from tpx.translate.tools import FrozenJSONList
 from tpx.translate.stream import (
     AnthropicStreamReader,
     MessageAccumulator,
@@ -141,6 +140,7 @@ from tpx.translate.stream import (
     SSEEvent,
     SSEParser,
 )
+from tpx.translate.tools import FrozenJSONList
 
 __all__ = [
     "ANTHROPIC_VERSION",

@@ -47,6 +47,7 @@ class FrozenJSONList(list[Any]):
     def __reduce__(self) -> Any:  # copies (copy, pickle) are plain lists
         return (list, (list(self),))
 
+
 _dumps = orjson.dumps
 
 
