@@ -55,7 +55,7 @@ MIN_BODY = 4096
 MIN_TAIL = 2048
 #: The bytes that index the kept tails (the end of a body).
 _PROBE = 32
-#: Tails seen once, remembered to be kept the second time they come.
+#: Tails seen once, remembered so as to be kept the second time they come.
 _SEEN = 8
 
 
@@ -92,8 +92,12 @@ class BodyReader:
     """``BodyReader(capacity).read(body)``: ``orjson.loads(body)`` (raising as it does),
     with a repeated tail after ``messages`` parsed once (see the module docstring)."""
 
-    def __init__(self, capacity: int = 16) -> None:
+    def __init__(
+        self, capacity: int = 16, *, min_body: int = MIN_BODY, min_tail: int = MIN_TAIL
+    ) -> None:
         self.capacity = capacity
+        self.min_body = min_body
+        self.min_tail = min_tail
         self._tails: OrderedDict[bytes, tuple[_Tail, ...]] = OrderedDict()
         self._count = 0
         self._seen: tuple[bytes, ...] = ()
@@ -103,18 +107,22 @@ class BodyReader:
         self.kept = 0
 
     def read(self, body: bytes) -> Decoded:
-        if self.capacity <= 0 or len(body) < MIN_BODY:
+        if self.capacity <= 0 or len(body) < self.min_body:
             return Decoded(orjson.loads(body))
         probe = body[-_PROBE:]
         for tail in self._tails.get(probe, ()):
-            decoded = self._reuse(body, tail)
+            decoded = self._reuse(body, tail, probe)
             if decoded is not None:
                 return decoded
         value = orjson.loads(body)
         self._learn(body, value)
         return Decoded(value)
 
-    def _reuse(self, body: bytes, tail: _Tail) -> Decoded | None:
+    def __len__(self) -> int:
+        """The tails kept."""
+        return self._count
+
+    def _reuse(self, body: bytes, tail: _Tail, probe: bytes) -> Decoded | None:
         size = len(tail.text)
         if len(body) <= size or not body.endswith(tail.text):
             return None
@@ -125,6 +133,9 @@ class BodyReader:
         if head.__class__ is not dict or not head or not tail.keys.isdisjoint(head):
             return None
         self.hits += 1
+        with self._lock:  # least recently used goes first
+            if probe in self._tails:
+                self._tails.move_to_end(probe)
         return Decoded({**head, **tail.members}, tail)
 
     def _learn(self, body: bytes, value: Any) -> None:
@@ -137,7 +148,7 @@ class BodyReader:
         except (ValueError, IndexError):
             return  # no members after the messages
         start = _tail_start(body, after)
-        if start is None or len(body) - start < MIN_TAIL:
+        if start is None or len(body) - start < max(self.min_tail, _PROBE):
             return
         text = body[start:]
         seen = self._seen
