@@ -217,7 +217,8 @@ def test_frozen_tools_translate_as_plain_ones_do(name: str) -> None:
 
 def _upstream_bytes(provider: str, cache: int, bodies: list[bytes]) -> tuple[list[bytes], Any]:
     """What the upstream received for *bodies* sent through an in-process gateway (each
-    body three times: the tail is kept from the second), and the gateway's reader."""
+    body three times: the tail is kept from the second; then to count_tokens, whose answer
+    is added), and the gateway's reader."""
     import httpx2
 
     import tpx.sdk
@@ -243,6 +244,13 @@ def _upstream_bytes(provider: str, cache: int, bodies: list[bytes]) -> tuple[lis
                 headers={"content-type": "application/json", "anthropic-version": "2023-06-01"},
             )
             assert response.status_code == 200, response.text[:300]
+        counted = http.post(
+            "http://tpx.in-process/v1/messages/count_tokens",
+            content=body,
+            headers={"content-type": "application/json", "anthropic-version": "2023-06-01"},
+        )
+        assert counted.status_code == 200, counted.text[:300]
+        received.append(counted.content)  # what the client got (TPX: counted locally)
     reader = client._client._transport.gateway.bodies  # type: ignore[attr-defined]
     return received, reader
 
