@@ -128,10 +128,10 @@ from tpx.errors import (
     secret_forms,
 )
 from tpx.shape import check_event, check_message
-from tpx.translate import response_to_messages, tool_result_ids
+from tpx.translate import tool_result_ids
 from tpx.translate.profiles import Profile, get_profile
 from tpx.translate.request import translate_checked
-from tpx.translate.response import is_first_choice
+from tpx.translate.response import is_first_choice, response_checked
 from tpx.translate.signing import signer_for
 from tpx.translate.stream import (
     AnthropicStreamReader,
@@ -811,7 +811,8 @@ class Exchange:
         try:
             # Report the provider's model; if it named none, the model the request named.
             fallback = None if isinstance(decoded.get("model"), str) else self._wire_model
-            translated = response_to_messages(decoded, model=fallback, secret=self._signer).body
+            # _safe.loads held it to the depth rule (the scrubber only replaces strings)
+            translated = response_checked(decoded, model=fallback, secret=self._signer).body
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             raise ProtocolError(f"cannot translate the response: {type(exc).__name__}") from None
         delivered = dict(translated)
