@@ -265,10 +265,11 @@ def _limits(table: Mapping[str, Any]) -> Limits:
         kind: type | tuple[type, ...] = int if field.type in (int, "int") else (int, float)
         value = _typed(table, field.name, kind, "limits")
         if value is not None:
-            least = 0 if field.name == "tail_cache" else 1  # tail_cache = 0: none kept
-            if value < least:
-                bound = ">= 0" if least == 0 else "> 0"
-                raise ConfigurationError(f"config file: limits.{field.name} must be {bound}")
+            if field.name == "tail_cache":  # 0: no tail kept
+                if value < 0:
+                    raise ConfigurationError("config file: limits.tail_cache must be >= 0")
+            elif value <= 0:
+                raise ConfigurationError(f"config file: limits.{field.name} must be > 0")
             values[field.name] = value
     return attrs.evolve(defaults, **values)
 
