@@ -57,8 +57,8 @@ conformance-http: $(STAMP)
 conformance-deep: $(STAMP) graphviz
 	TPX_HYPOTHESIS_PROFILE=deep $(PY) -m pytest conformance -n 2 -q
 
-## Hostile-input fuzzing of both transports (tests/fuzz): 8 x FUZZ_EXAMPLES cases (>= 100,000
-## by default), niced; prints the cases run and cases/s. Takes a while on a shared machine.
+## Hostile-input fuzzing of both transports and of the gateway's tail cache (tests/fuzz): 9 x FUZZ_EXAMPLES
+## examples (>= 100,000 cases by default), niced; prints the cases run and cases/s. Takes a while.
 FUZZ_EXAMPLES ?= 12500
 fuzz: $(STAMP)
 	TPX_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) nice -n 10 $(PY) -m pytest tests/fuzz -n 2 -p no:logging -q

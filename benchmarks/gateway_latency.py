@@ -16,14 +16,20 @@ One run, side by side, all on loopback, against the same scripted fake OpenAI up
   ``openai/`` provider pointed at the same upstream), installed by this script into its own
   venv (.cache/litellm-venv, pinned) so none of its dependencies touch tpx's.
 
+- ``tpx-cold``: ``tpx serve`` with ``[limits] tail_cache = 0``: every body parsed in full, as
+  on a session's first turns (tpx.gateway.bodies).
+
 The request is the first turn Claude Code 2.1.197 really sent (tests/fixtures/clients/
 claude-code/2.1.197/bash/002-post-v1-messages.json: 24 tools, about 75 KB) as it was sent
 (``context_management``, ``output_config``, ``thinking``, the ``role: "system"`` message
-included; the gateway translates it under its default ``generic`` profile); each round sends it
-once to every target in turn, so machine noise hits all three alike. Measured: total latency
-(non-streaming) and time to the first body byte
-(streaming); added latency = a target's percentile minus ``direct``'s. Then throughput: requests
-per second through one gateway worker with 32 requests in flight for a few seconds.
+included; the gateway translates it under its default ``generic`` profile), its first user
+text ending with the round's number: each round's messages differ, as a session's turns do,
+and what follows them (system, tools, settings) is the same bytes, as Claude Code sends it.
+The targets take turns in blocks of 10 requests (the first of each block untimed: the previous
+target's server finishes its own work meanwhile), so machine noise hits all alike.
+Measured: total latency (non-streaming) and time to the first body byte (streaming); added
+latency = a target's percentile minus ``direct``'s. Then throughput: requests per second
+through one gateway worker with 32 requests in flight for a few seconds.
 """
 
 from __future__ import annotations
@@ -68,14 +74,20 @@ LITELLM_VERSION = "1.108.7"  # newer proxy extras pin packages PyPI does not hav
 LITELLM_KEY = "sk-tpx-bench"
 
 
-def messages_body(stream: bool) -> dict[str, Any]:
+def messages_body(stream: bool, round_: int | None = None) -> dict[str, Any]:
+    """The recorded turn; with *round_*, its first user text ends with the round's number:
+    every round's messages differ (as a session's turns do) while the members after
+    them (system, tools, settings) stay the same bytes, as Claude Code sends them."""
     body: dict[str, Any] = json.loads(FIXTURE.read_text())["body"]
     body["stream"] = stream
+    if round_ is not None:
+        first = body["messages"][0]["content"]
+        first[-1]["text"] += f" (round {round_})"
     return body
 
 
-def chat_body(stream: bool) -> dict[str, Any]:
-    out: dict[str, Any] = dict(request_to_openai(messages_body(stream)).body)
+def chat_body(stream: bool, round_: int | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = dict(request_to_openai(messages_body(stream, round_)).body)
     return out
 
 
@@ -171,13 +183,31 @@ def litellm_proxy(logdir: Path, upstream: Proc, model: str) -> Iterator[Proc]:
         proc.stop()
 
 
-Target = tuple[str, str, dict[str, str], Callable[[bool], bytes]]
+#: (name, url, headers, the body for (stream, round))
+Target = tuple[str, str, dict[str, str], Callable[[bool, int], bytes]]
 
 
-def _timed(client: httpx2.Client, target: Target, stream: bool) -> float:
+class _Bodies:
+    """Each round's bodies (made before they are timed), for every target alike."""
+
+    def __init__(self, make: Callable[[bool, int | None], dict[str, Any]]) -> None:
+        self._make = make
+        self._made: dict[tuple[bool, int], bytes] = {}
+
+    def __call__(self, stream: bool, round_: int) -> bytes:
+        key = (stream, round_)
+        data = self._made.get(key)
+        if data is None:
+            if len(self._made) > 8:
+                self._made.clear()
+            data = self._made[key] = orjson.dumps(self._make(stream, round_))
+        return data
+
+
+def _timed(client: httpx2.Client, target: Target, stream: bool, round_: int) -> float:
     """Seconds to the full response (non-streaming) or to the first body byte (streaming)."""
     _, url, headers, body = target
-    content = body(stream)
+    content = body(stream, round_)
     start = time.perf_counter()
     with client.stream("POST", url, content=content, headers=headers) as r:
         if r.status_code != 200:
@@ -192,6 +222,11 @@ def _timed(client: httpx2.Client, target: Target, stream: bool) -> float:
     return elapsed
 
 
+#: Requests timed in a row per target (blocks alternate between the targets, so machine
+#: noise hits all alike; back to back within a block, as a busy client sends them).
+_BLOCK = 10
+
+
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -200,19 +235,24 @@ def _pct(values: list[float], q: float) -> float:
 def measure(targets: list[Target], rounds: int, warmup: int) -> dict[str, dict[str, list[float]]]:
     out: dict[str, dict[str, list[float]]] = {t[0]: {"plain": [], "ttfb": []} for t in targets}
     with httpx2.Client(timeout=60) as client:
-        for i in range(warmup + rounds):
+        for target in targets:  # warm up
+            for i in range(warmup):
+                _timed(client, target, i % 2 == 1, i)
+        for block in range(0, rounds, _BLOCK):
             for stream, kind in ((False, "plain"), (True, "ttfb")):
                 for target in targets:
-                    seconds = _timed(client, target, stream)
-                    if i >= warmup:
-                        out[target[0]][kind].append(seconds)
+                    # one untimed request first: the previous target's server finishes its
+                    # own (its log line, the upstream drain) on these 2 cores meanwhile
+                    _timed(client, target, stream, block)
+                    for i in range(block, min(block + _BLOCK, rounds)):
+                        out[target[0]][kind].append(_timed(client, target, stream, i))
     return out
 
 
 def throughput(target: Target, seconds: float, inflight: int) -> float:
     """Requests per second with ``inflight`` threads sharing one pooled client."""
     _, url, headers, body = target
-    content = body(False)
+    content = body(False, 0)
     done = 0
     lock = threading.Lock()
     ready = threading.Barrier(inflight + 1)
@@ -268,6 +308,10 @@ _TOOL_CALL_REPLY: dict[str, Any] = {
 }
 
 
+#: Distinct bodies the in-process measurements cycle through (their messages differ).
+_VARIANTS = 16
+
+
 def in_process_cpu_ms(rounds: int) -> float:
     """CPU ms per request of the gateway core run in-process (``tpx.sdk``'s httpx2 transport,
     the upstream a MockTransport answering one tool call): the translation without HTTP."""
@@ -279,10 +323,14 @@ def in_process_cpu_ms(rounds: int) -> float:
     )
     env = {"TPX_OAUTH_TOKEN": UPSTREAM_TOKEN, "TPX_BASE_URL": "http://upstream.invalid/v1"}
     http = tpx.sdk.anthropic_client(env=env, upstream=upstream)._client
-    body = orjson.dumps(messages_body(False))
+    bodies = [orjson.dumps(messages_body(False, i)) for i in range(_VARIANTS)]
     headers = {"content-type": "application/json", "anthropic-version": "2023-06-01"}
+    rounds_done = 0
 
     def once() -> None:
+        nonlocal rounds_done
+        body = bodies[rounds_done % _VARIANTS]
+        rounds_done += 1
         r = http.post("http://tpx.in-process/v1/messages?beta=true", content=body, headers=headers)
         if r.status_code != 200:
             raise HarnessError(f"in-process: {r.status_code} {r.text[:300]}")
@@ -315,12 +363,16 @@ def core_cpu_ms(rounds: int) -> float:
         "TPX_GATEWAY_KEY": GATEWAY_KEY,
     }
     gateway = Gateway(load_settings(env=env))
-    body = orjson.dumps(messages_body(False))
+    bodies = [orjson.dumps(messages_body(False, i)) for i in range(_VARIANTS)]
     headers = {"content-type": "application/json", "x-api-key": GATEWAY_KEY}
     reply = orjson.dumps(_TOOL_CALL_REPLY)
     json_headers = {"content-type": "application/json"}
+    rounds_done = 0
 
     def once() -> None:
+        nonlocal rounds_done
+        body = bodies[rounds_done % _VARIANTS]
+        rounds_done += 1
         turn = gateway.handle(Request("POST", "/v1/messages", "beta=true", headers, body))
         if not isinstance(turn, Turn):
             raise HarnessError(f"core: {turn}")
@@ -345,12 +397,11 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--no-litellm", action="store_true")
     parser.add_argument("--no-floor", action="store_true", help="skip the pass-through floor")
+    parser.add_argument("--no-cold", action="store_true", help="skip tpx-cold (the tail cache off)")
     parser.add_argument("--throughput-seconds", type=float, default=5.0)
     args = parser.parse_args()
-    bodies = {
-        "direct": {s: orjson.dumps(chat_body(s)) for s in (False, True)},
-        "messages": {s: orjson.dumps(messages_body(s)) for s in (False, True)},
-    }
+    direct_bodies = _Bodies(chat_body)
+    messages_bodies = _Bodies(messages_body)
     model = str(messages_body(False)["model"])
     json_headers = {"content-type": "application/json"}
     logdir = Path(tempfile.mkdtemp(prefix="tpx-bench-"))
@@ -358,25 +409,37 @@ def main() -> None:
         with ExitStack() as stack:
             up = stack.enter_context(fake_upstream(logdir, "bash"))
             gw = stack.enter_context(gateway(logdir, up))
+            messages_headers = {
+                **json_headers,
+                "x-api-key": GATEWAY_KEY,
+                "anthropic-version": "2023-06-01",
+            }
             targets: list[Target] = [
                 (
                     "direct",
                     up.url + "/v1/chat/completions",
                     {**json_headers, "authorization": f"Bearer {UPSTREAM_TOKEN}"},
-                    bodies["direct"].__getitem__,
+                    direct_bodies,
                 ),
-                (
-                    "tpx",
-                    gw.url + "/v1/messages?beta=true",
-                    {**json_headers, "x-api-key": GATEWAY_KEY, "anthropic-version": "2023-06-01"},
-                    bodies["messages"].__getitem__,
-                ),
+                ("tpx", gw.url + "/v1/messages?beta=true", messages_headers, messages_bodies),
             ]
+            if not args.no_cold:
+                config = logdir / "cold.toml"
+                config.write_text("[limits]\ntail_cache = 0\n")
+                cold = stack.enter_context(
+                    gateway(logdir, up, extra=["--config", str(config)], name="cold")
+                )
+                targets.append(
+                    (
+                        "tpx-cold",
+                        cold.url + "/v1/messages?beta=true",
+                        messages_headers,
+                        messages_bodies,
+                    )
+                )
             if not args.no_floor:
                 floor = stack.enter_context(passthrough(logdir, up))
-                targets.append(
-                    ("floor", floor.url + "/", json_headers, bodies["messages"].__getitem__)
-                )
+                targets.append(("floor", floor.url + "/", json_headers, messages_bodies))
             if not args.no_litellm:
                 lite = stack.enter_context(litellm_proxy(logdir, up, model))
                 targets.append(
@@ -388,12 +451,14 @@ def main() -> None:
                             "x-api-key": LITELLM_KEY,
                             "anthropic-version": "2023-06-01",
                         },
-                        bodies["messages"].__getitem__,
+                        messages_bodies,
                     )
                 )
-            size = len(bodies["messages"][False])
+            size = len(messages_bodies(False, 0))
             print(f"request: {size / 1024:.1f} KB Messages body, {args.rounds} rounds", flush=True)
             procs = {"direct": up, "tpx": gw}
+            if not args.no_cold:
+                procs["tpx-cold"] = cold
             if not args.no_floor:
                 procs["floor"] = floor
             if not args.no_litellm:

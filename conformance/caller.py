@@ -122,12 +122,12 @@ class FakeCaller:
             if self._rng.random() < 0.15
             else []
         )
-        return {
+        return {  # in Claude Code's order: what follows the messages is the same every turn
             "model": "claude-fake",
-            "max_tokens": 64,
+            "messages": [*self.history, *tail, *prefill],
             "system": SYSTEM,
             "tools": TOOLS,
-            "messages": [*self.history, *tail, *prefill],
+            "max_tokens": 64,
         }
 
     def _result(self, tool_use: dict[str, Any]) -> dict[str, Any]:

@@ -63,6 +63,7 @@ from conformance.fakes import (
     FakeProvider,
 )
 from tpx.exchange import Provider
+from tpx.gateway.bodies import BodyReader
 from tpx.gateway.core import Gateway
 from tpx.gateway.settings import Credential, Settings
 from tpx.gateway.upstream import SyncUpstream
@@ -219,6 +220,9 @@ class GatewayRig:
         if uncredentialed:
             self.settings = attrs.evolve(self.settings, provider=Provider.NONE, credential=None)
         self.gateway = Gateway(self.settings)
+        # every replayed request also goes through the tail cache (tpx.gateway.bodies), whose
+        # size floors these small bodies would stay under
+        self.gateway.bodies = BodyReader(min_body=0, min_tail=0)
         self.upstream = SyncUpstream(
             self.settings, transport=httpx2.MockTransport(self.fake.handle)
         )

@@ -64,6 +64,7 @@ def test_tool_loops_through_the_gateway(provider: Provider, streaming: bool, see
         _ok(rig.turn("reply", ids=()))
         assert rig.caller.obligations == []
         assert len(rig.caller.rounds) >= 5  # the history held five tool rounds and more
+        assert rig.gateway.bodies.hits > 0  # turns read through a kept tail (tpx.gateway.bodies)
 
 
 @pytest.mark.parametrize("streaming", [False, True], ids=["plain", "streamed"])

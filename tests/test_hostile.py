@@ -329,7 +329,7 @@ class Boom(Exception):
         "tpx.exchange.Exchange.end_stream",
         "tpx.exchange.check_message",
         "tpx.exchange.check_event",
-        "tpx.exchange.response_to_messages",
+        "tpx.exchange.response_checked",
         "tpx.translate.stream.SSEParser.feed",
         "tpx.translate.stream.serialize_event",
         "tpx.errors.error_for_status",

@@ -128,10 +128,10 @@ from tpx.errors import (
     secret_forms,
 )
 from tpx.shape import check_event, check_message
-from tpx.translate import response_to_messages, tool_result_ids
+from tpx.translate import tool_result_ids
 from tpx.translate.profiles import Profile, get_profile
 from tpx.translate.request import translate_checked
-from tpx.translate.response import is_first_choice
+from tpx.translate.response import is_first_choice, response_checked
 from tpx.translate.signing import signer_for
 from tpx.translate.stream import (
     AnthropicStreamReader,
@@ -140,6 +140,7 @@ from tpx.translate.stream import (
     SSEEvent,
     SSEParser,
 )
+from tpx.translate.tools import FrozenJSONList
 
 __all__ = [
     "ANTHROPIC_VERSION",
@@ -235,6 +236,21 @@ ExchangeObserver = Callable[[str, ExchangeSnapshot], None]
 # --------------------------------------------------------------------------
 # Tool ids in Messages and Chat Completions bodies.
 # --------------------------------------------------------------------------
+
+
+def _serialize(body: Mapping[str, Any]) -> bytes:
+    """``orjson.dumps(body)``; a member that carries its own JSON text (a
+    :class:`~tpx.translate.tools.FrozenJSONList`: tools the gateway parsed once, or their
+    translation) is written as that text, not serialized again."""
+    for value in body.values():
+        if value.__class__ is FrozenJSONList:
+            return orjson.dumps(
+                {
+                    k: orjson.Fragment(v.json) if v.__class__ is FrozenJSONList else v
+                    for k, v in body.items()
+                }
+            )
+    return orjson.dumps(body)
 
 
 def _tool_result_ids(request: Mapping[str, Any]) -> list[str]:
@@ -684,7 +700,7 @@ class Exchange:
             wire_ids = _openai_request_tool_ids(body)
         problem: str | None = None
         try:
-            data = orjson.dumps(body)
+            data = _serialize(body)
         except TypeError as exc:
             problem = str(exc)
         if problem is not None:
@@ -795,7 +811,8 @@ class Exchange:
         try:
             # Report the provider's model; if it named none, the model the request named.
             fallback = None if isinstance(decoded.get("model"), str) else self._wire_model
-            translated = response_to_messages(decoded, model=fallback, secret=self._signer).body
+            # _safe.loads held it to the depth rule (the scrubber only replaces strings)
+            translated = response_checked(decoded, model=fallback, secret=self._signer).body
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             raise ProtocolError(f"cannot translate the response: {type(exc).__name__}") from None
         delivered = dict(translated)

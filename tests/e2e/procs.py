@@ -159,10 +159,14 @@ def tpx_executable() -> Path:
 
 @contextmanager
 def gateway(
-    logdir: Path, upstream: Proc, workers: int = 1, extra: list[str] | None = None
+    logdir: Path,
+    upstream: Proc,
+    workers: int = 1,
+    extra: list[str] | None = None,
+    name: str = "gateway",
 ) -> Iterator[Proc]:
     """``tpx serve`` on a free loopback port in front of ``upstream`` (provider TPX); ready when
-    ``GET /healthz`` answers 200."""
+    ``GET /healthz`` answers 200. *name*: its log's (two gateways in one logdir)."""
     tpx = tpx_executable()
     port = free_port()
     env = base_env()
@@ -175,7 +179,7 @@ def gateway(
     )
     cmd = [str(tpx), "serve", "--host", "127.0.0.1", "--port", str(port)]
     cmd += ["--workers", str(workers), *(extra or [])]
-    popen, log = _spawn(f"gateway-w{workers}", cmd, env, logdir)
+    popen, log = _spawn(f"{name}-w{workers}", cmd, env, logdir)
     proc = Proc(f"tpx serve --workers {workers}", popen, log, port)
 
     def ready() -> bool:

@@ -23,6 +23,7 @@ __all__ = [
     "anthropic_stream",
     "caller_request",
     "canary_forms",
+    "json_member_runs",
     "openai_body",
     "openai_stream",
     "reply",
@@ -373,3 +374,87 @@ def caller_request(draw: st.DrawFn) -> dict[str, Any]:
         if isinstance(mutated, dict):  # a request that is not a mapping is a TypeError
             request = mutated
     return request
+
+
+# -- request bodies split into a head and a repeated tail (tpx.gateway.bodies) --------------
+
+_LEAF = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(st.sampled_from('ab",:{}[]\\ \u00e9\n'), max_size=12),
+)
+_VALUE = st.recursive(
+    _LEAF,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_TAIL_KEYS = ["system", "tools", "stream", "max_tokens", "metadata"]
+_KEY = st.sampled_from(["model", "messages", "x", *_TAIL_KEYS])
+
+
+def _member(draw: st.DrawFn, key: str, value: Any) -> bytes:
+    ascii_only = draw(_BOOL)
+    spaced = _int(draw, 0, 4) == 0
+    name = json.dumps(key, ensure_ascii=ascii_only)
+    text = json.dumps(value, ensure_ascii=ascii_only, separators=(",", ":"))
+    return f"{name}{' : ' if spaced else ':'}{text}".encode()
+
+
+def _hostile_head(draw: st.DrawFn, head: bytes) -> bytes:
+    choice = _int(draw, 0, 6)
+    at = _int(draw, 0, len(head))
+    if choice == 0:
+        return head[:at]
+    if choice == 1:
+        return (
+            head[:at]
+            + draw(
+                st.sampled_from(
+                    [b"{", b"}", b"[", b"]", b'"', b",", b":", b" ", b"\\", b"1", b"\xff"]
+                )
+            )
+            + head[at:]
+        )
+    if choice == 2:
+        return head[:at] + head[at + 1 :]
+    if choice == 3:
+        return draw(
+            st.sampled_from([b"", b"{", b"{ ", b"[", b'{"a":1,', b"{}", b'{"a"', b'"x"', b"1"])
+        )
+    if choice == 4:
+        return head + b","
+    if choice == 5:
+        return head + b" \n"
+    return head
+
+
+@st.composite
+def json_member_runs(draw: st.DrawFn) -> tuple[bytes, list[bytes], bytes]:
+    """``(first, heads, tail)``: a body ``first`` whose members after ``messages`` are the
+    bytes ``tail`` (``,`` members ``}``), and heads to put before the same tail: valid
+    ones (other members, keys the tail has too) and hostile ones (cut, bytes inserted or
+    removed, not objects)."""
+
+    def head_members() -> list[bytes]:
+        members = [_member(draw, "model", draw(st.text(max_size=6)))]
+        members.append(_member(draw, "messages", draw(st.lists(_VALUE, max_size=3))))
+        for _ in range(_int(draw, 0, 2)):
+            members.insert(_int(draw, 0, len(members)), _member(draw, draw(_KEY), draw(_VALUE)))
+        return members
+
+    tail_members = [
+        _member(draw, key, draw(_VALUE))
+        for key in draw(st.lists(st.sampled_from(_TAIL_KEYS), min_size=1, max_size=4))
+    ]
+    tail_members.append(_member(draw, "system", "s" * 40))  # long enough to be kept
+    tail = b"," + b",".join(tail_members) + b"}" + draw(st.sampled_from([b"", b" ", b"\n"]))
+    first = b"{" + b",".join(head_members()) + tail
+    heads = []
+    for _ in range(_int(draw, 1, 4)):
+        head = b"{" + b",".join(head_members())
+        heads.append(_hostile_head(draw, head) if draw(_BOOL) else head)
+    return first, heads, tail

@@ -5,7 +5,9 @@ returned bodies validate as ``anthropic.types.Message`` and streamed events as
 ``RawMessageStreamEvent`` (or ``ping``, or a final Messages ``error``) in the SDK's
 strict JSON mode; the turn advances by exactly one when the request reached the wire
 (else not at all); a fresh request afterwards works; the canary credential appears
-nowhere (results, errors and their chains, bodies, logs, ``last_error``).
+nowhere (results, errors and their chains, bodies, logs, ``last_error``). And the gateway's
+tail cache (``test_fuzz_kept_tail``): a body read through a kept tail is what ``orjson.loads``
+makes of it.
 
 ``make test`` runs a short derandomized slice; ``make fuzz`` sets ``TPX_FUZZ_EXAMPLES``
 (cases per test) and prints the total cases and cases/s.
@@ -30,7 +32,9 @@ from hypothesis import strategies as st
 
 import tpx.transport
 from tests.fuzz import strategies as fz
+from tpx._safe import parsed_too_deep
 from tpx.errors import ModelError
+from tpx.gateway.bodies import BodyReader
 
 EXAMPLES = int(os.environ.get("TPX_FUZZ_EXAMPLES", "25"))
 FULL = "TPX_FUZZ_EXAMPLES" in os.environ
@@ -267,3 +271,46 @@ def test_fuzz_transport(
     before = CASES["n"]
     _fuzz(anthropic, aio, stream)()
     record_property("fuzz_cases", CASES["n"] - before)  # summed by conftest (xdist too)
+
+
+# -- the gateway's tail cache (tpx.gateway.bodies) ----------------------------------------------
+
+
+def _read_as_orjson(reader: Any, body: bytes) -> None:
+    error: str | None = None
+    expected: Any = None
+    try:
+        expected = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        error = str(exc)
+    if error is not None:
+        with pytest.raises(orjson.JSONDecodeError) as got:
+            reader.read(body)
+        assert str(got.value) == error
+        return
+    decoded = reader.read(body)
+    assert decoded.value == expected
+    if isinstance(expected, dict):
+        assert list(decoded.value) == list(expected)
+    assert decoded.too_deep() == parsed_too_deep(expected)
+
+
+def test_fuzz_kept_tail(record_property: Callable[[str, object], None]) -> None:
+    """A body read through a kept tail is what ``orjson.loads`` makes of it (value, member
+    order, depth verdict) or fails with orjson's own error: valid heads, heads cut or with
+    bytes inserted or removed, heads that are not objects, keys in head and tail."""
+    before = CASES["n"]
+
+    @FUZZ
+    @given(fz.json_member_runs())
+    def run(drawn: tuple[bytes, list[bytes], bytes]) -> None:
+        first, heads, tail = drawn
+        reader = BodyReader(min_body=0, min_tail=0)
+        _read_as_orjson(reader, first)
+        _read_as_orjson(reader, first)
+        for head in heads:
+            CASES["n"] += 1
+            _read_as_orjson(reader, head + tail)
+
+    run()
+    record_property("fuzz_cases", CASES["n"] - before)

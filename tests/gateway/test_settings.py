@@ -102,6 +102,8 @@ def test_selection_is_boots() -> None:
         ("[[models]]\nmodel = 'x'\n", "needs a string 'match'"),
         ("[limits]\nbody_timeout = 'slow'\n", "wrong type"),
         ("not = [toml", "not valid TOML"),
+        ("[limits]\nping_interval = 0\n", r"limits.ping_interval must be > 0"),
+        ("[limits]\ntail_cache = -1\n", r"limits.tail_cache must be >= 0"),
     ],
 )
 def test_bad_config_files(tmp_path: Path, text: str, problem: str) -> None:
@@ -109,6 +111,14 @@ def test_bad_config_files(tmp_path: Path, text: str, problem: str) -> None:
     path.write_text(text)
     with pytest.raises(ConfigurationError, match=problem):
         load_settings(env={}, config_file=path)
+
+
+def test_limits_take_fractions_and_the_tail_cache_may_be_off(tmp_path: Path) -> None:
+    path = tmp_path / "limits.toml"
+    path.write_text("[limits]\nping_interval = 0.05\ntail_cache = 0\n")
+    limits = load_settings(env={}, config_file=path).limits
+    assert limits.ping_interval == 0.05
+    assert limits.tail_cache == 0
 
 
 def test_model_map_and_ceiling(tmp_path: Path) -> None:

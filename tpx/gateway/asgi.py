@@ -1,8 +1,8 @@
 """The ASGI shell around the sans-I/O :class:`~tpx.gateway.core.Gateway` (run by uvicorn).
 
 Reads the request body (size limit, read timeout), hands the request to the core, sends
-what comes back. A turn runs in its own task while another task watches for the client
-going away: then the turn's task is cancelled (the upstream response is closed) and the
+what comes back. A turn runs in the request's own task while a second task watches for the
+client going away: then the turn is cancelled (the upstream response is closed) and the
 exchange fails as the spec says (``ProviderFail``).
 """
 
@@ -200,38 +200,42 @@ class GatewayApp:
                     metrics.open_streams.dec()
                 await items.aclose()  # type: ignore[attr-defined]
 
+        this = asyncio.current_task()
+        assert this is not None
+        running = True  # the turn runs in this task; the watcher stops it if the client goes
+        left = False  # the client went away before it had the whole response
+
         async def gone() -> None:
+            nonlocal left
             while (await receive())["type"] != "http.disconnect":
                 pass
+            # uvicorn reports a disconnect once the response is complete too: the driver
+            # is only closing (or draining, bounded) the upstream response then, which lets
+            # the connection go back to the pool; stopping it would close the connection
+            if running and not answered:
+                left = True
+                this.cancel()
 
-        task = asyncio.ensure_future(pump())
         watcher = asyncio.ensure_future(gone())
         try:
-            done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-            if task not in done and answered:
-                # uvicorn reports a disconnect once the response is complete: the driver is
-                # only closing (or draining, bounded) the upstream response, which lets the
-                # connection go back to the pool; cancelling it would close the connection
-                done, _ = await asyncio.wait({task})
-            if task not in done:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, OSError):
-                    await task
+            try:
+                await pump()
+            except asyncio.CancelledError:
                 turn.abandon()
-            else:
-                try:
-                    task.result()
-                except OSError:  # the client went away while we wrote
-                    turn.abandon()
-                except Exception:
-                    turn.abandon()  # never leave the exchange in flight
+                if not left:  # cancelled from outside (the server stopping): passed on
                     raise
+                this.uncancel()
+            except OSError:  # the client went away while we wrote
+                turn.abandon()
+            except Exception:
+                turn.abandon()  # never leave the exchange in flight
+                raise
+            finally:
+                running = False
         finally:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await watcher
-            if not task.done():
-                task.cancel()
             turn.close()
 
 

@@ -36,10 +36,10 @@ from typing import Any
 import attrs
 import orjson
 
-from tpx._safe import parsed_too_deep
 from tpx.errors import PairingError, ProtocolError, UnsupportedError
 from tpx.exchange import ExchangeSnapshot, Provider
 from tpx.gateway import history
+from tpx.gateway.bodies import BodyReader, Decoded
 from tpx.gateway.history import (
     Refusal,
     pairing_problem,
@@ -105,6 +105,8 @@ class Gateway:
             if settings.provider is Provider.TPX
             else {}
         )
+        #: parses request bodies (a tail a client sends again is parsed once)
+        self.bodies = BodyReader(settings.limits.tail_cache)
         self._action_counters: dict[str, Any] = {}
         self._request_counters: dict[tuple[str, int], Any] = {}
         self.ready = True
@@ -176,7 +178,7 @@ class Gateway:
                 )
             if path == COUNT:
                 return self._count(request, request_id)
-            sent = _Sent.read(request.body) if self.monitor is not None else None
+            sent = _Sent.read(request.body, self.bodies) if self.monitor is not None else None
             return self._messages(request, request_id, sent)
         except Refusal as refusal:
             self.metrics.errors.labels(f"GATEWAY_{refusal.status}").inc()
@@ -204,17 +206,18 @@ class Gateway:
 
     def _decode(
         self, request: Request, *, count_tokens: bool = False, sent: _Sent | None = None
-    ) -> dict[str, Any]:
+    ) -> Decoded:
         if sent is not None and sent.body is request.body:  # parsed once, at the boundary
-            body = sent.decoded
+            assert sent.decoded is not None
+            decoded = sent.decoded
         else:
             try:
-                body = orjson.loads(request.body)
+                decoded = self.bodies.read(request.body)
             except orjson.JSONDecodeError as exc:
                 raise Refusal(f"The request body is not valid JSON: {exc}") from None
-        validate_request(body, count_tokens=count_tokens)
-        assert isinstance(body, dict)
-        return body
+        validate_request(decoded.value, count_tokens=count_tokens)
+        assert isinstance(decoded.value, dict)
+        return decoded
 
     def _route(self, body: dict[str, Any]) -> str | None:
         """Apply the model map: the upstream model for TPX (``None``: the caller's)."""
@@ -239,7 +242,8 @@ class Gateway:
         if session:
             log["session"] = session[:128]
         try:
-            body = self._decode(request, sent=sent)
+            decoded = self._decode(request, sent=sent)
+            body: dict[str, Any] = decoded.value
             log["model"] = body["model"]
             log["stream"] = body.get("stream") is True
             if settings.log_bodies:  # redacted with the whole record (Gateway.log)
@@ -286,8 +290,9 @@ class Gateway:
                 log["error"] = error.code
                 self.log(log, failed=True)
                 return model_error_response(error, request_id)
-            # orjson parsed the body: its depth is checked at C speed, once
-            outbound = exchange.send(body, shallow=not parsed_too_deep(body))
+            # orjson parsed the body: its depth is checked at C speed, once (a tail kept
+            # by the body reader: its verdict was taken when it was kept)
+            outbound = exchange.send(body, shallow=not decoded.too_deep())
         except SpecViolationError as stop:  # --monitor: fail closed
             log["error"] = stop.code
             self.log(log, failed=True)
@@ -335,7 +340,7 @@ class Gateway:
     # -- count_tokens / models -------------------------------------------------------------
 
     def _count(self, request: Request, request_id: str) -> Response | Forward:
-        body = self._decode(request, count_tokens=True)
+        body: dict[str, Any] = self._decode(request, count_tokens=True).value
         body.pop("stream", None)
         upstream_model = self._route(body)
         if self.settings.provider is Provider.ANTHROPIC:
@@ -408,16 +413,17 @@ class _Sent:
     last assistant turn), which the monitor's ``Resume`` takes."""
 
     body: bytes
-    decoded: Any
+    decoded: Decoded | None
     obligations: frozenset[str]
 
     @classmethod
-    def read(cls, body: bytes) -> _Sent:
+    def read(cls, body: bytes, reader: BodyReader) -> _Sent:
         try:
-            decoded = orjson.loads(body)
+            decoded = reader.read(body)
         except orjson.JSONDecodeError:
             return cls(b"", None, frozenset())  # not reused: the core refuses it
-        messages = decoded.get("messages") if isinstance(decoded, dict) else None
+        value = decoded.value
+        messages = value.get("messages") if isinstance(value, dict) else None
         obligations: frozenset[str] = frozenset()
         if isinstance(messages, list):
             with contextlib.suppress(KeyError, TypeError):  # ill-formed: the core refuses it

@@ -34,6 +34,7 @@ TOML file (every key optional)::
                                   # (uvicorn-based servers such as vLLM close them after 5 s)
     shutdown_grace = 30.0         # SIGTERM: seconds running streams may finish in
     ping_interval = 10.0          # SSE ping after this many seconds of upstream silence
+    tail_cache = 16               # request tails kept parsed (tpx.gateway.bodies); 0: none
 
     [[models]]                    # first match wins; glob on the caller's model name
     match = "*haiku*"
@@ -166,6 +167,9 @@ class Limits:
     keepalive_expiry: float = 4.0
     shutdown_grace: float = 30.0
     ping_interval: float = 10.0
+    #: request tails (the members after ``messages``) kept parsed (tpx.gateway.bodies);
+    #: 0: none
+    tail_cache: int = 16
 
 
 @attrs.frozen(repr=False)
@@ -261,7 +265,10 @@ def _limits(table: Mapping[str, Any]) -> Limits:
         kind: type | tuple[type, ...] = int if field.type in (int, "int") else (int, float)
         value = _typed(table, field.name, kind, "limits")
         if value is not None:
-            if value <= 0:
+            if field.name == "tail_cache":  # 0: no tail kept
+                if value < 0:
+                    raise ConfigurationError("config file: limits.tail_cache must be >= 0")
+            elif value <= 0:
                 raise ConfigurationError(f"config file: limits.{field.name} must be > 0")
             values[field.name] = value
     return attrs.evolve(defaults, **values)

@@ -564,11 +564,24 @@ def response_to_messages(
     with *secret* (:mod:`tpx.translate.signing`); *profile* is accepted for symmetry
     with :func:`~tpx.translate.request_to_openai` (replies read alike for every profile).
     """
-    warnings: list[str] = []
-    if nonce is not None:
-        check_nonce(nonce)
     get_profile(profile)
     if _safe.too_deep(response):
         _bad(f"nested deeper than {_safe.MAX_DEPTH} levels")
+    return response_checked(response, model=model, nonce=nonce, secret=secret)
+
+
+def response_checked(
+    response: Mapping[str, Any],
+    *,
+    model: str | None = None,
+    nonce: str | None = None,
+    secret: str | bytes | ThinkingSigner | None = None,
+) -> Translation:
+    """:func:`response_to_messages` for a response its caller has already held to the depth
+    rule (the exchange reads replies with :func:`tpx._safe.loads`, which checks it), so the
+    walk is not done twice."""
+    warnings: list[str] = []
+    if nonce is not None:
+        check_nonce(nonce)
     body = translate_response(response, model, warnings, nonce, signer_for(secret))
     return Translation(body, tuple(warnings))

@@ -18,7 +18,35 @@ from tpx.errors import ProtocolError, UnsupportedError
 from tpx.translate.profiles import Profile
 from tpx.translate.schema import sanitize_schema
 
-__all__ = ["tool_choice", "translate_tools"]
+__all__ = ["FrozenJSONList", "tool_choice", "translate_tools"]
+
+
+class FrozenJSONList(list[Any]):
+    """A list that never changes and carries its own JSON text (``orjson.dumps`` of it).
+
+    What the gateway shares between requests (:mod:`tpx.gateway.bodies`): a client's
+    ``tools``, parsed once, and their translation. :func:`translate_tools` takes the text
+    as its cache key (no serialization), and :meth:`tpx.exchange.Exchange.send` writes
+    the text as it is (``orjson.Fragment``). Every list method that would change it
+    raises ``TypeError`` (its items are shared read-only too: nothing in tpx writes to a
+    request's tools).
+    """
+
+    __slots__ = ("json",)
+
+    def __init__(self, items: Any, json: bytes) -> None:
+        super().__init__(items)
+        self.json = json
+
+    def _frozen(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("a FrozenJSONList cannot be changed")
+
+    append = extend = insert = pop = remove = clear = sort = reverse = _frozen
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _frozen
+
+    def __reduce__(self) -> Any:  # copies (copy, pickle) are plain lists
+        return (list, (list(self),))
+
 
 _dumps = orjson.dumps
 
@@ -44,8 +72,15 @@ def translate_tools(
     Only for profiles that rewrite schemas (for the others the walk is cheaper than the
     key): a hit costs one ``orjson.dumps`` of the list instead of a Python walk over every
     schema; the cached function objects are shared between translations (read-only).
-    *key*: ``orjson.dumps(tools)``, when the caller made it already.
+    *key*: ``orjson.dumps(tools)``, when the caller made it already. A
+    :class:`FrozenJSONList` (any profile) is looked up by its text and translated into
+    one.
     """
+    if tools.__class__ is FrozenJSONList:
+        result, warnings, text = _lookup(tools.json, profile)
+        for warning in warnings:
+            warn(warning)
+        return FrozenJSONList(result, text)
     if (
         tools.__class__ is list
         and tools
@@ -56,20 +91,24 @@ def translate_tools(
                 key = _dumps(tools)
             except TypeError:  # not JSON (the dict entry point): translated uncached
                 return _translate_tools(tools, profile, warn)
-        for recent_key, recent_profile, hit in _RECENT:  # bytes ==: no hashing of the key
-            if recent_profile is profile and recent_key == key:
-                result, warnings = hit
-                break
-        else:
-            result, warnings = hit = _cached_tools(key, profile)
-            _remember((key, profile, hit))
+        result, warnings, _ = _lookup(key, profile)
         for warning in warnings:
             warn(warning)
         return list(result)
     return _translate_tools(tools, profile, warn)
 
 
-_Translated = tuple[tuple[dict[str, Any], ...], tuple[str, ...]]
+def _lookup(key: bytes, profile: Profile) -> _Translated:
+    for recent_key, recent_profile, hit in _RECENT:  # bytes ==: no hashing of the key
+        if recent_profile is profile and recent_key == key:
+            return hit
+    hit = _cached_tools(key, profile)
+    _remember((key, profile, hit))
+    return hit
+
+
+#: the translated tools, the warnings, the translation's JSON text
+_Translated = tuple[tuple[dict[str, Any], ...], tuple[str, ...], bytes]
 #: The last few (key, profile, translation) looked up: compared by ``==`` (lengths first,
 #: then a memcmp) before the LRU, which hashes the whole key. Replaced, never mutated.
 _RECENT: tuple[tuple[bytes, Profile, _Translated], ...] = ()
@@ -85,7 +124,7 @@ def _remember(entry: tuple[bytes, Profile, _Translated]) -> None:
 def _cached_tools(key: bytes, profile: Profile) -> _Translated:
     warnings: list[str] = []
     result = _translate_tools(orjson.loads(key), profile, warnings.append)
-    return tuple(result), tuple(dict.fromkeys(warnings))
+    return tuple(result), tuple(dict.fromkeys(warnings)), orjson.dumps(result)
 
 
 def _translate_tools(
