@@ -329,9 +329,13 @@ def test_monitor_traces_pass_the_gateway_spec(
 
 
 @pytest.mark.parametrize("provider", PROVIDERS, ids=lambda p: p.name)
-def test_exchange_traces_without_the_monitor(provider: Provider, tmp_path: Path) -> None:
+def test_exchange_traces_without_the_monitor(
+    provider: Provider, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Without ``--monitor`` the raw exchange trace is written: ``Resume`` with the history's
-    obligations, then each spec action with the exchange's spec variables."""
+    obligations, then each spec action with the exchange's spec variables (the tool
+    results a ``CallerSend`` put on the wire among them); ``tpx check-trace --exchange``
+    accepts every file against spec/TpxGateway.tla."""
     with GatewayRig(provider, seed=0, trace_dir=tmp_path, monitor=False) as rig:
         _ok(rig.turn("reply", ids=("t1", "t2")))
         owed = sorted(b["id"] for b in rig.caller.obligations)
@@ -350,11 +354,15 @@ def test_exchange_traces_without_the_monitor(provider: Provider, tmp_path: Path)
         assert not any(i in owed for i in resume["pending"])
     assert steps[1]["phase"] == "req"
     assert len(steps[1]["reqIds"]) == 2
+    assert len(steps[1]["wireIds"]) == 2  # the two tool results, on the wire
     assert steps[-1]["lastOutcome"] == "ok"
     assert steps[-1]["gotShape"] == "messages"
     assert steps[-1]["pending"] == []
     assert orjson.loads(first.read_bytes().splitlines()[0])["#action"] == "Resume"
     assert SECRET not in second.read_bytes()
+    capsys.readouterr()
+    checked = main(["check-trace", "--spec", str(SPEC), "--exchange", str(first), str(second)])
+    assert checked == 0, capsys.readouterr()
 
 
 @pytest.mark.parametrize("streaming", [False, True], ids=["plain", "streamed"])

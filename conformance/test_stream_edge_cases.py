@@ -381,3 +381,45 @@ def test_a_stream_ending_before_its_terminal_event_says_so(provider: Provider) -
     name, payload = sse_events(data)[-1]
     assert name == "error"
     assert f"the stream ended before {marker}" in orjson.loads(payload)["error"]["message"]
+
+
+@pytest.mark.parametrize("provider", [Provider.ANTHROPIC, Provider.TPX], ids=lambda p: p.name)
+def test_the_exchange_reports_the_bound_it_keeps(provider: Provider) -> None:
+    """``max_turns`` is the spec's ``MaxTurns`` as the exchange keeps it: a bounded one
+    reports its bound and refuses ``CallerSend`` once it is reached; an unbounded one
+    reports ``None``."""
+    assert Exchange(provider).max_turns is None
+    ex = Exchange(provider, max_turns=2)
+    for _ in range(2):
+        ex.send(REQUEST)
+        ex.receive(200, None, _reply_body(provider))
+        ex.deliver()
+    assert ex.max_turns == ex.turn == 2
+    with pytest.raises(errors.ExchangeStateError):
+        ex.send(REQUEST)
+
+
+@pytest.mark.parametrize("provider", [Provider.ANTHROPIC, Provider.TPX], ids=lambda p: p.name)
+def test_a_fault_inside_the_stream_translation_is_a_provider_failure(
+    provider: Provider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing wedges an exchange: an exception tpx did not foresee while it reads a stream
+    is ``ProviderFail`` (the turn ends ``err``, the caller's last event is an ``error``),
+    and the next turn works."""
+    from tpx.translate import stream
+
+    def broken(self: Any, chunk: bytes) -> Any:
+        raise RuntimeError("a fault inside the translation")
+
+    ex = Exchange(provider)
+    ex.send({**REQUEST, "stream": True})
+    ex.receive_stream_start(200, {"content-type": "text/event-stream"})
+    with monkeypatch.context() as patched:
+        patched.setattr(stream.SSEParser, "feed", broken)
+        events = ex.feed(b"data: {}\n\n")
+    assert (ex.phase, ex.turn, ex.last_outcome) == ("idle", 1, "err")
+    assert events[-1]["type"] == "error"
+    assert isinstance(ex.last_error, errors.ModelError)
+    ex.send(REQUEST)
+    ex.receive(200, None, _reply_body(provider))
+    assert ex.deliver()["content"] == [{"type": "text", "text": "hello"}]

@@ -109,7 +109,6 @@ class Gateway:
         self.bodies = BodyReader(settings.limits.tail_cache)
         self._action_counters: dict[str, Any] = {}
         self._request_counters: dict[tuple[str, int], Any] = {}
-        self.ready = True
         self.monitor: LiveMonitor | None = None
         if settings.monitor:  # tpx serve --monitor
             self.monitor = LiveMonitor(settings, self.metrics)
