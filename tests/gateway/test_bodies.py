@@ -274,3 +274,20 @@ def test_the_upstream_gets_the_same_bytes_with_the_tail_kept(provider: str) -> N
     for tail in list(reader._tails.values()):
         for kept in tail:
             assert kept.members == orjson.loads(b"{" + kept.text[1:])
+
+
+def test_a_tail_written_otherwise_than_orjson_writes_it_is_kept_too() -> None:
+    """A tail that is orjson's own text is kept from the body's values; one written
+    otherwise (here: escapes orjson does not write) is parsed, with the same result."""
+    for system in ('"\\u00e9t\\u00e9 ' + "s" * 40 + '"', '"' + "s" * 40 + '"'):
+        reader = BodyReader(min_body=0, min_tail=0)
+        tail = f',"system":{system},"tools":[{{"name":"t","input_schema":{{}}}}]}}\n'
+        for head in ('{"model":"a","messages":[]', '{"model":"b","messages":[1]'):
+            _same(reader, (head + tail).encode())
+        assert reader.kept == 1
+        decoded = _same(reader, b'{"model":"c","messages":[2]' + tail.encode())
+        assert decoded is not None
+        assert decoded.tail is not None
+        tools = decoded.value["tools"]
+        assert isinstance(tools, FrozenJSONList)
+        assert tools.json == orjson.dumps(tools)

@@ -76,10 +76,15 @@ class Decoded:
 
     value: Any
     tail: _Tail | None = None
+    #: ``False``: the body was found shallow enough on the way (the tail was being kept)
+    shallow: bool = False
 
     def too_deep(self) -> bool:
         """:func:`tpx._safe.parsed_too_deep` of :attr:`value` (its members may since have
-        been replaced by shallower ones, as the gateway's model map does)."""
+        been replaced by shallower ones, as the gateway's model map does: a verdict of
+        "shallow enough" stays true)."""
+        if self.shallow:
+            return False
         tail = self.tail
         if tail is None or tail.deep:
             return parsed_too_deep(self.value)
@@ -115,8 +120,7 @@ class BodyReader:
             if decoded is not None:
                 return decoded
         value = orjson.loads(body)
-        self._learn(body, value)
-        return Decoded(value)
+        return Decoded(value, shallow=self._learn(body, value))
 
     def __len__(self) -> int:
         """The tails kept."""
@@ -138,35 +142,37 @@ class BodyReader:
                 self._tails.move_to_end(probe)
         return Decoded({**head, **tail.members}, tail)
 
-    def _learn(self, body: bytes, value: Any) -> None:
-        """Remember *body*'s tail; keep it (parsed) when it came before."""
+    def _learn(self, body: bytes, value: Any) -> bool:
+        """Remember *body*'s tail; keep it (parsed) when it came before. ``True``: *value*
+        was found shallow enough on the way."""
         if value.__class__ is not dict:
-            return
+            return False
         names = list(value)
         try:
             after = names[names.index("messages") + 1]
         except (ValueError, IndexError):
-            return  # no members after the messages
+            return False  # no members after the messages
         start = _tail_start(body, after)
         if start is None or len(body) - start < max(self.min_tail, _PROBE):
-            return
+            return False
         text = body[start:]
         seen = self._seen
         if text not in seen:  # bytes ==: lengths first, then one memcmp
             self._seen = (text, *seen[: _SEEN - 1])
-            return
-        try:
-            members = orjson.loads(b"{" + text[1:])
-        except orjson.JSONDecodeError:
-            return
-        if members.__class__ is not dict or not members:
-            return
+            return False
+        members, tools_text = _members(text, value, names[names.index(after) :])
+        if members is None:
+            return False
         tools = members.get("tools")
         if tools.__class__ is list:
-            members["tools"] = FrozenJSONList(tools, orjson.dumps(tools))
+            members["tools"] = FrozenJSONList(tools, tools_text or orjson.dumps(tools))
+        # the tail's verdict: the body's when that is "shallow enough" (the tail's members
+        # are members of this body, or equal to them), the tail's own otherwise
+        shallow = not parsed_too_deep(value)
+        deep = False if shallow else parsed_too_deep(members)
         assert text[:1] == b","  # _tail_start's needle: the exactness argument needs it
-        tail = _Tail(text, members, frozenset(members), parsed_too_deep(members))
-        self._keep(tail)
+        self._keep(_Tail(text, members, frozenset(members), deep))
+        return shallow
 
     def _keep(self, tail: _Tail) -> None:
         probe = tail.text[-_PROBE:]
@@ -183,6 +189,34 @@ class BodyReader:
                 else:
                     del self._tails[oldest]
                 self._count -= 1
+
+
+def _members(
+    text: bytes, value: dict[str, Any], names: list[str]
+) -> tuple[dict[str, Any] | None, bytes | None]:
+    """The members of the tail *text* (``,`` members ``}``) of the body *value* was parsed
+    from, whose members *names* come after ``messages``; and the text of its ``tools``.
+
+    When *text* is exactly orjson's serialization of those members of *value* (as a
+    compact client writes them: Claude Code's does), its parse is those very values (one
+    orjson round trip is the identity on what orjson parsed), taken without a second
+    parse: about a fifth of its cost. Otherwise (other spacing or escapes, a key that is
+    also in the head, a key twice) *text* is parsed. ``None``: not an object with members.
+    """
+    parts = [orjson.dumps(value[name]) for name in names]
+    compact = b",".join(
+        orjson.dumps(name) + b":" + part for name, part in zip(names, parts, strict=True)
+    )
+    if text[1:].rstrip(b" \t\r\n") == compact + b"}":
+        members = {name: value[name] for name in names}
+        return members, parts[names.index("tools")] if "tools" in members else None
+    try:
+        parsed = orjson.loads(b"{" + text[1:])
+    except orjson.JSONDecodeError:
+        return None, None
+    if parsed.__class__ is not dict or not parsed:
+        return None, None
+    return parsed, None
 
 
 def _tail_start(body: bytes, name: str) -> int | None:
