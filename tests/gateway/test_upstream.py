@@ -11,6 +11,9 @@ from tpx.gateway.upstream import AsyncUpstream, SyncUpstream
 from tpx.gateway.wire import UpstreamCall
 
 
+_NOWHERE = httpx2.MockTransport(lambda request: httpx2.Response(500))  # never sent
+
+
 def _call(body: bytes, accept: str = "application/json", **extra: str) -> UpstreamCall:
     headers = (("content-type", "application/json"), ("accept", accept), *extra.items())
     return UpstreamCall("POST", "/chat/completions", headers, body, False)
@@ -21,7 +24,7 @@ def test_a_request_is_what_httpx2_builds(kind: type[SyncUpstream | AsyncUpstream
     """Headers (names, values, order), URL, method and body as ``httpx2.Request(...,
     content=body)`` with the client's default headers makes them, for every set of
     headers, the first time and from the kept set."""
-    upstream = kind(make_settings("TPX"), transport=httpx2.MockTransport(lambda r: None))  # type: ignore[arg-type, return-value]
+    upstream = kind(make_settings("TPX"), transport=_NOWHERE)
     defaults = dict(upstream.client.headers)
     calls = [
         _call(b'{"a":1}'),
@@ -48,7 +51,7 @@ def test_a_request_is_what_httpx2_builds(kind: type[SyncUpstream | AsyncUpstream
 
 def test_the_kept_header_sets_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(upstream_module, "_PREPARED", 3)
-    upstream = SyncUpstream(make_settings("TPX"), transport=httpx2.MockTransport(lambda r: None))  # type: ignore[arg-type, return-value]
+    upstream = SyncUpstream(make_settings("TPX"), transport=_NOWHERE)
     for n in range(10):
         call = _call(b"{}", **{"x-n": str(n)})
         upstream._request(call, upstream._headers(call))
@@ -56,7 +59,7 @@ def test_the_kept_header_sets_are_bounded(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_a_request_without_a_body() -> None:
-    upstream = SyncUpstream(make_settings("TPX"), transport=httpx2.MockTransport(lambda r: None))  # type: ignore[arg-type, return-value]
+    upstream = SyncUpstream(make_settings("TPX"), transport=_NOWHERE)
     call = UpstreamCall("GET", "/models", (), b"", False)
     got = upstream._request(call, upstream._headers(call))
     want = httpx2.Request(
