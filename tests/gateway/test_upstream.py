@@ -10,7 +10,6 @@ from tpx.gateway import upstream as upstream_module
 from tpx.gateway.upstream import AsyncUpstream, SyncUpstream
 from tpx.gateway.wire import UpstreamCall
 
-
 _NOWHERE = httpx2.MockTransport(lambda request: httpx2.Response(500))  # never sent
 
 
