@@ -29,12 +29,15 @@ from tpx.gateway.protocol import HeaderTimeoutProtocol
 
 def app_for(upstream: str, bodies: dict[bool, bytes]) -> Any:
     client = httpx2.AsyncClient(transport=H1Transport(), timeout=60)
-    headers = {
-        **client.headers,
-        "authorization": f"Bearer {UPSTREAM_TOKEN}",
-        "content-type": "application/json",
-    }
     url = httpx2.URL(upstream)
+    headers = httpx2.Headers(  # normalized once, as tpx.gateway.upstream keeps them
+        [
+            ("Host", url.netloc.decode("ascii")),
+            *client.headers.items(),
+            ("authorization", f"Bearer {UPSTREAM_TOKEN}"),
+            ("content-type", "application/json"),
+        ]
+    )
     extensions = {"timeout": httpx2.Timeout(60).as_dict()}
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
@@ -47,10 +50,18 @@ def app_for(upstream: str, bodies: dict[bool, bytes]) -> Any:
             body += message.get("body", b"")
             more = message.get("more_body", False)
         stream = b'"stream":true' in body
-        # built as tpx.gateway.upstream builds its requests (the URL parsed once)
+        # built as tpx.gateway.upstream builds its requests (the URL parsed once, the
+        # headers normalized once)
+        content = bodies[stream]
         request = httpx2.Request(
-            "POST", url, headers=headers, content=bodies[stream], extensions=extensions
+            "POST",
+            url,
+            headers=headers,
+            stream=httpx2.ByteStream(content),
+            extensions=extensions,
         )
+        request.headers["Content-Length"] = str(len(content))
+        request.read()
         response = await client.send(request, stream=True)
         try:
             kind = b"text/event-stream" if stream else b"application/json"

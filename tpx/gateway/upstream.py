@@ -42,6 +42,20 @@ __all__ = [
 ]
 
 
+#: Sets of request headers :meth:`_Base._request` keeps normalized at most.
+_PREPARED = 32
+
+
+class _Masked(str):
+    """A header value in the keys of the kept header sets: compared and hashed as the
+    text, shown as ``'[masked]'`` (a credential is among them)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "'[masked]'"
+
+
 #: What a pooled connection the upstream closed meanwhile raises before any response.
 _STALE_CONNECTION = (httpx2.ReadError, httpx2.WriteError, httpx2.RemoteProtocolError)
 
@@ -70,6 +84,7 @@ class _Base(Generic[_Client, _Transport]):
         self.settings = settings
         self._observe = observe
         self._urls: dict[str, httpx2.URL] = {}  # path -> parsed upstream URL
+        self._prepared: dict[tuple[Any, ...], httpx2.Headers] = {}  # see _request
         self._timeouts = _timeout(settings).as_dict()
         self._owns = client is None
         self.client: _Client = self._new_client(transport) if client is None else client
@@ -92,13 +107,34 @@ class _Base(Generic[_Client, _Transport]):
             url = httpx2.URL(self._url(call))
             if "?" not in call.path:  # a fixed set of paths (not a client's query strings)
                 self._urls[call.path] = url
-        return httpx2.Request(
+        if not call.body:
+            return httpx2.Request(
+                call.method,
+                url,
+                headers={**self._defaults, **headers},
+                extensions={"timeout": self._timeouts},
+            )
+        # the headers httpx2 would make (Host first, the client's defaults, the call's,
+        # Content-Length last), normalized once per set of headers: ~20 us less a request
+        key = (url.netloc, *[(k, _Masked(v)) for k, v in headers.items()])
+        prepared = self._prepared.get(key)
+        if prepared is None:
+            if len(self._prepared) >= _PREPARED:
+                self._prepared.clear()  # e.g. tokens a command replaced
+            merged = {**self._defaults, **headers}
+            prepared = self._prepared[key] = httpx2.Headers(
+                [("Host", url.netloc.decode("ascii")), *merged.items()]
+            )
+        request = httpx2.Request(
             call.method,
             url,
-            headers={**self._defaults, **headers},
-            content=call.body or None,
+            headers=prepared,  # copied by the request
+            stream=httpx2.ByteStream(call.body),
             extensions={"timeout": self._timeouts},
         )
+        request.headers["Content-Length"] = str(len(call.body))
+        request.read()  # as content= would have it (no copy: one bytes object)
+        return request
 
     def _plan(self) -> Generator[bool, httpx2.Response | httpx2.HTTPError, None]:
         """The retry policy of ``open``, without I/O: yields whether the next attempt takes a
