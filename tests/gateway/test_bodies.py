@@ -291,3 +291,38 @@ def test_a_tail_written_otherwise_than_orjson_writes_it_is_kept_too() -> None:
         tools = decoded.value["tools"]
         assert isinstance(tools, FrozenJSONList)
         assert tools.json == orjson.dumps(tools)
+
+
+@pytest.mark.parametrize("capacity", [16, 2], ids=["all-kept", "evicting"])
+def test_threads_share_one_reader(capacity: int) -> None:
+    """The in-process sync client may call the core from threads: a reader shared by
+    them keeps giving what orjson gives while tails are kept, used and (with room for 2
+    of the 6 tails) evicted."""
+    import threading
+
+    variants = [b[:-1] + b',"x":%d}' % n for b in _tour()[:2] for n in range(3)]
+    reader = BodyReader(capacity)
+    expected = {body: orjson.loads(body) for body in variants}
+    failures: list[BaseException] = []
+
+    def work(offset: int) -> None:
+        try:
+            for i in range(120):
+                body = variants[(i * 7 + offset) % len(variants)]
+                assert reader.read(body).value == expected[body]
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    if capacity >= len(variants):
+        for body in variants * 2:  # every tail kept before the threads start
+            reader.read(body)
+    hits = reader.hits
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert len(reader) <= capacity
+    if capacity >= len(variants):  # all kept, none evicted: every reading a hit
+        assert reader.hits - hits == len(threads) * 120
