@@ -136,8 +136,8 @@ class BodyReader:
             return None  # parsed in full: the caller gets orjson's own error
         if head.__class__ is not dict or not head or not tail.keys.isdisjoint(head):
             return None
-        self.hits += 1
         with self._lock:  # least recently used goes first
+            self.hits += 1
             if probe in self._tails:
                 self._tails.move_to_end(probe)
         return Decoded({**head, **tail.members}, tail)
