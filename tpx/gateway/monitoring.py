@@ -85,11 +85,26 @@ class LiveMonitor:
             secret = settings.secret
 
             def unsigned(i: str) -> str:
-                """The caller id behind a signed one (a forged or no MAC: the id itself)."""
+                """The caller id behind a signed one (a forged or no MAC: the id itself):
+                ``verify_signed_id(i, secret) or i``, without verifying an id that cannot be
+                signed. A signed id is ``tpx[rbn]<position>-<12 hex nonce>-<20 hex MAC>_...``:
+                neither ``tpx``, the kind nor the position holds a ``-``, so its first ``-``
+                ends that prefix and 13 characters on, past the nonce, comes the ``-``
+                before the MAC. An id without a ``-`` there matches no signed id (and was
+                never cached as verified: only ids whose MAC is right are), so
+                :func:`~tpx.translate.ids.verify_signed_id` refuses it. The exchange's own
+                caller ids (``<nonce>_``: the ``pending`` of every Deliver) are such ids."""
+                k = i.find("-")
+                if k < 0 or i[k + 13 : k + 14] != "-":
+                    return i
                 return verify_signed_id(i, secret) or i
 
             def to_wire(i: str) -> str:
-                return wire_id(unsigned(i))
+                """``wire_id(unsigned(i))``, one call fewer (the monitor's id reads)."""
+                k = i.find("-")
+                if k >= 0 and i[k + 13 : k + 14] == "-":
+                    i = verify_signed_id(i, secret) or i
+                return wire_id(i)
 
             self._unsigned = unsigned
 
@@ -146,7 +161,10 @@ class LiveMonitor:
         wire side), the conversation resumes with the client's, the spec's ``pending``, so
         an exchange that lost some is stopped at its next step (a ``CallerSend`` without
         their tool_results)."""
-        self._check(key, "Resume", snapshot)
+        with self._lock:  # _check, inline
+            violation = self.monitor.observe_exchange(key, "Resume", snapshot)
+        if violation is not None:
+            self._stopped(key, violation)
         pending = snapshot.pending
         if (
             obligations is not None

@@ -81,7 +81,6 @@ from tpx.model.gateway.conversation import (
     ACTIONS,
     INVARIANTS,
     LOCAL,
-    BoundedInv,
     Context,
     ConvState,
     Ids,
@@ -319,10 +318,14 @@ class GatewayMonitor:
         :class:`tpx.exchange.ExchangeSnapshot` directly: its trace event is that mapping,
         built only when the trace is read."""
         live = self._live.get(conversation)
-        start = live is None or action in _STARTS
-        if not start and self._accepts(conversation, live, action, snapshot, obligations):  # type: ignore[arg-type]
+        if (
+            live is not None
+            and action not in _STARTS
+            and self._accepts(conversation, live, action, snapshot, obligations)
+        ):
             self.steps += 1
             return None
+        start = live is None or action in _STARTS
         base = self._init if live is None or start else live.state
         try:
             state, held = self._of_exchange(base, snapshot, action, obligations)
@@ -481,10 +484,10 @@ class GatewayMonitor:
         held: frozenset[str] = _NONE
         if to_wire is not None and caller_side:
             held = frozenset(value)
-            value = idset([to_wire(i) for i in value])
+            value = idset([*map(to_wire, value)])
         if immutable:  # every id a string, or none: hashable
             if len(reads) >= _READS:
-                del reads[next(iter(reads))]  # the oldest
+                reads.clear()  # bounded; amortized O(1) (dropping the oldest is not)
             reads[raw] = (value, held)
         return value, held
 
@@ -565,9 +568,6 @@ class GatewayMonitor:
         others = self._in_flight - was_in_flight
         g = self._contexts.get(others) or self._context(conversation, others, _NONE)
         caller, wire = self._caller_reads, self._wire_reads
-        pending = snapshot.pending
-        if obligations is not None and action in KEEPS_OBLIGATIONS:
-            pending = obligations
         try:  # each collection read once (see _read); anything odd: the full check's
             raw = snapshot.emitted_list or snapshot.emitted
             e = wire.get(raw) or self._read(raw, "emitted", False)
@@ -578,6 +578,9 @@ class GatewayMonitor:
                 expected = None if act is None else act(s, g)
             if expected is None:
                 return False
+            pending = snapshot.pending
+            if obligations is not None and action in KEEPS_OBLIGATIONS:
+                pending = obligations
             p = caller.get(pending) or self._read(pending, "pending", True)
             raw = snapshot.req_ids
             r = caller.get(raw) or self._read(raw, "reqIds", True)
@@ -587,22 +590,34 @@ class GatewayMonitor:
             if snapshot.provider is not seen:
                 provider = snapshot.provider.name
                 self._provider_seen = (snapshot.provider, provider)
+            # the snapshot as _of_exchange reads it, but for what no exchange reports: the
+            # selection's credentials and ``retryable`` (the successor's)
+            observed = _new(
+                ConvState,
+                (
+                    expected.hasKey,
+                    expected.hasToken,
+                    provider,
+                    snapshot.turn,
+                    snapshot.phase,
+                    p[0],
+                    r[0],
+                    snapshot.wire_shape,
+                    w[0],
+                    e[0],
+                    snapshot.got_shape,
+                    snapshot.last_outcome,
+                    expected.retryable,
+                ),
+            )
         except (AttributeError, TypeError, BadSnapshot):
             return False
-        turn = snapshot.turn
         if (
-            provider != expected.provider  # the selection: the successor's (the boot's)
-            or turn != expected.turn
-            or type(turn) is not int  # Same: the other numbers are s's
-            or snapshot.phase != expected.phase
-            or p[0] != expected.pending
-            or r[0] != expected.reqIds
-            or snapshot.wire_shape != expected.wireShape
-            or w[0] != expected.wireIds
-            or e[0] != expected.emitted
-            or snapshot.got_shape != expected.gotShape
-            or snapshot.last_outcome != expected.lastOutcome
-            or not BoundedInv(expected, g)
+            observed != expected  # variable by variable (provider: the boot's selection)
+            or type(observed.turn) is not int  # Same: the other numbers are s's
+            # BoundedInv(expected, g), inline: turn <= MaxTurns /\ InFlight <= MaxInFlight
+            or expected.turn > g.MaxTurns
+            or g.others_in_flight + (expected.phase != "idle") > g.MaxInFlight
         ):
             return False
         owned = live.owned
