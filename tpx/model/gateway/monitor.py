@@ -182,6 +182,39 @@ class _Live:
         self.owned = owned
 
 
+def _state_of(
+    snapshot: Any,
+    has_key: Any,
+    has_token: Any,
+    provider: str,
+    p: tuple[Ids, frozenset[str]],
+    r: tuple[Ids, frozenset[str]],
+    w: tuple[Ids, frozenset[str]],
+    e: tuple[Ids, frozenset[str]],
+    retryable: bool,
+) -> ConvState:
+    """An exchange *snapshot* as a conversation state: its id variables as read (*p*,
+    *r*, *w*, *e*: pending, reqIds, wireIds, emitted) and what no exchange reports (the
+    selection's credentials, ``retryable``) as given."""
+    values = (
+        has_key,
+        has_token,
+        provider,
+        snapshot.turn,
+        snapshot.phase,
+        p[0],
+        r[0],
+        snapshot.wire_shape,
+        w[0],
+        e[0],
+        snapshot.got_shape,
+        snapshot.last_outcome,
+        retryable,
+    )
+    state: ConvState = _new(ConvState, values)
+    return state
+
+
 def _names(state: ConvState) -> set[str]:
     return {*state.pending, *state.reqIds, *state.wireIds, *state.emitted}
 
@@ -438,34 +471,22 @@ class GatewayMonitor:
             r = self._read(req_ids, "reqIds", True)
             w = self._read(wire_ids, "wireIds", False)
             e = self._read(emitted, "emitted", False)
-        seen, provider = self._provider_seen
-        if snapshot.provider is not seen:
-            provider = snapshot.provider.name
-            self._provider_seen = (snapshot.provider, provider)
+        provider = self._provider_name(snapshot)
         has_key, has_token = base.hasKey, base.hasToken
         if provider != self._provider:  # credentials that select it changed (see _observed)
             has_key, has_token = _SELECTING.get(provider, (has_key, has_token))
-        state = _new(
-            ConvState,
-            (
-                has_key,
-                has_token,
-                provider,
-                snapshot.turn,
-                snapshot.phase,
-                p[0],
-                r[0],
-                snapshot.wire_shape,
-                w[0],
-                e[0],
-                snapshot.got_shape,
-                snapshot.last_outcome,
-                base.retryable,
-            ),
-        )
+        state = _state_of(snapshot, has_key, has_token, provider, p, r, w, e, base.retryable)
         if self._to_wire is None:
             return state, None
         return state, p[1] | r[1] if r[1] else p[1]
+
+    def _provider_name(self, snapshot: Any) -> str:
+        """The name of the snapshot's provider (the last one seen remembered)."""
+        seen, name = self._provider_seen
+        if snapshot.provider is not seen:
+            name = snapshot.provider.name
+            self._provider_seen = (snapshot.provider, name)
+        return name
 
     def _read(self, raw: Any, name: str, caller_side: bool) -> tuple[Ids, frozenset[str]]:
         """An id variable of an exchange snapshot: its value (caller-side ids mapped
@@ -586,29 +607,18 @@ class GatewayMonitor:
             r = caller.get(raw) or self._read(raw, "reqIds", True)
             raw = snapshot.wire_list or snapshot.wire_ids
             w = wire.get(raw) or self._read(raw, "wireIds", False)
-            seen, provider = self._provider_seen
-            if snapshot.provider is not seen:
-                provider = snapshot.provider.name
-                self._provider_seen = (snapshot.provider, provider)
             # the snapshot as _of_exchange reads it, but for what no exchange reports: the
             # selection's credentials and ``retryable`` (the successor's)
-            observed = _new(
-                ConvState,
-                (
-                    expected.hasKey,
-                    expected.hasToken,
-                    provider,
-                    snapshot.turn,
-                    snapshot.phase,
-                    p[0],
-                    r[0],
-                    snapshot.wire_shape,
-                    w[0],
-                    e[0],
-                    snapshot.got_shape,
-                    snapshot.last_outcome,
-                    expected.retryable,
-                ),
+            observed = _state_of(
+                snapshot,
+                expected.hasKey,
+                expected.hasToken,
+                self._provider_name(snapshot),
+                p,
+                r,
+                w,
+                e,
+                expected.retryable,
             )
         except (AttributeError, TypeError, BadSnapshot):
             return False
