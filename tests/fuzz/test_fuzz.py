@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 import tpx.transport
 from tests.fuzz import strategies as fz
-from tpx._safe import parsed_too_deep
+from tests.gateway.bodies_oracle import read_as_orjson
 from tpx.errors import ModelError
 from tpx.gateway.bodies import BodyReader
 
@@ -276,25 +276,6 @@ def test_fuzz_transport(
 # -- the gateway's tail cache (tpx.gateway.bodies) ----------------------------------------------
 
 
-def _read_as_orjson(reader: Any, body: bytes) -> None:
-    error: str | None = None
-    expected: Any = None
-    try:
-        expected = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        error = str(exc)
-    if error is not None:
-        with pytest.raises(orjson.JSONDecodeError) as got:
-            reader.read(body)
-        assert str(got.value) == error
-        return
-    decoded = reader.read(body)
-    assert decoded.value == expected
-    if isinstance(expected, dict):
-        assert list(decoded.value) == list(expected)
-    assert decoded.too_deep() == parsed_too_deep(expected)
-
-
 def test_fuzz_kept_tail(record_property: Callable[[str, object], None]) -> None:
     """A body read through a kept tail is what ``orjson.loads`` makes of it (value, member
     order, depth verdict) or fails with orjson's own error: valid heads, heads cut or with
@@ -306,11 +287,11 @@ def test_fuzz_kept_tail(record_property: Callable[[str, object], None]) -> None:
     def run(drawn: tuple[bytes, list[bytes], bytes]) -> None:
         first, heads, tail = drawn
         reader = BodyReader(min_body=0, min_tail=0)
-        _read_as_orjson(reader, first)
-        _read_as_orjson(reader, first)
+        read_as_orjson(reader, first)
+        read_as_orjson(reader, first)
         for head in heads:
             CASES["n"] += 1
-            _read_as_orjson(reader, head + tail)
+            read_as_orjson(reader, head + tail)
 
     run()
     record_property("fuzz_cases", CASES["n"] - before)

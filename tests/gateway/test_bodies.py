@@ -15,8 +15,9 @@ import pytest
 from hypothesis import given, settings
 
 from tests.fuzz.strategies import json_member_runs
+from tests.gateway.bodies_oracle import read_as_orjson
 from tpx._safe import MAX_DEPTH, parsed_too_deep
-from tpx.gateway.bodies import BodyReader, Decoded
+from tpx.gateway.bodies import BodyReader
 from tpx.translate.profiles import PROFILES, get_profile
 from tpx.translate.tools import FrozenJSONList, translate_tools
 
@@ -28,38 +29,16 @@ def _tour() -> list[bytes]:
     return [orjson.dumps(json.loads(f.read_text())["body"]) for f in files]
 
 
-def _same(reader: BodyReader, body: bytes) -> Decoded | None:
-    """reader.read(body) is orjson.loads(body): the same value (top-level order included)
-    or the same error."""
-    expected: Any = None
-    error: str | None = None
-    try:
-        expected = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        error = str(exc)
-    if error is not None:
-        with pytest.raises(orjson.JSONDecodeError) as got:
-            reader.read(body)
-        assert str(got.value) == error
-        return None
-    decoded = reader.read(body)
-    assert decoded.value == expected
-    if isinstance(expected, dict):
-        assert list(decoded.value) == list(expected)
-    assert decoded.too_deep() == parsed_too_deep(expected)
-    return decoded
-
-
 def test_a_claude_code_session_parses_its_tail_once() -> None:
     reader = BodyReader()
     bodies = _tour()
     for body in bodies:  # the first two turns: seen, then kept
-        _same(reader, body)
+        read_as_orjson(reader, body)
     assert reader.kept == 1
     assert len(reader) == 1
     hits = reader.hits
     for body in bodies:
-        decoded = _same(reader, body)
+        decoded = read_as_orjson(reader, body)
         assert decoded is not None
         assert decoded.tail is not None
     assert reader.hits == hits + len(bodies)
@@ -113,10 +92,10 @@ def test_a_kept_tail_reads_every_body_exactly_as_orjson_does(
 ) -> None:
     first, heads, tail = drawn
     reader = BodyReader(min_body=0, min_tail=0)
-    _same(reader, first)
-    _same(reader, first)  # kept, when its tail can be
+    read_as_orjson(reader, first)
+    read_as_orjson(reader, first)  # kept, when its tail can be
     for head in heads:  # valid heads, hostile heads, heads cut anywhere
-        _same(reader, head + tail)
+        read_as_orjson(reader, head + tail)
 
 
 def test_a_needle_inside_the_messages_is_not_taken_for_the_tail() -> None:
@@ -126,7 +105,7 @@ def test_a_needle_inside_the_messages_is_not_taken_for_the_tail() -> None:
         {"model": "m", "messages": [{"role": "user", "content": text}], "system": "s" * 64}
     )
     for _ in range(3):
-        decoded = _same(reader, body)
+        decoded = read_as_orjson(reader, body)
     assert decoded is not None
     assert decoded.tail is not None
     assert decoded.tail.text == b',"system":"' + b"s" * 64 + b'"}'
@@ -139,7 +118,7 @@ def test_a_key_in_both_head_and_tail_is_read_in_full() -> None:
         reader.read(b'{"model":"m","messages":[]' + tail)
     assert len(reader) == 1
     twice = b'{"n":7,"model":"m","messages":[]' + tail  # n: the tail's value wins
-    decoded = _same(reader, twice)
+    decoded = read_as_orjson(reader, twice)
     assert decoded is not None
     assert decoded.tail is None
     assert decoded.value["n"] == 1
@@ -153,7 +132,7 @@ def test_the_depth_verdict_is_the_bodys(where: str) -> None:
         tail = ',"system":"' + "s" * 40 + '"' + (f',"deep2":{deep}' if where == "tail" else "")
         reader = BodyReader(min_body=0, min_tail=0)
         for _ in range(3):
-            decoded = _same(reader, (head + tail + "}").encode())
+            decoded = read_as_orjson(reader, (head + tail + "}").encode())
         assert decoded is not None
         assert decoded.tail is not None
         # a member replaced by a shallower one (the model map) counts as it is now
@@ -283,9 +262,9 @@ def test_a_tail_written_otherwise_than_orjson_writes_it_is_kept_too() -> None:
         reader = BodyReader(min_body=0, min_tail=0)
         tail = f',"system":{system},"tools":[{{"name":"t","input_schema":{{}}}}]}}\n'
         for head in ('{"model":"a","messages":[]', '{"model":"b","messages":[1]'):
-            _same(reader, (head + tail).encode())
+            read_as_orjson(reader, (head + tail).encode())
         assert reader.kept == 1
-        decoded = _same(reader, b'{"model":"c","messages":[2]' + tail.encode())
+        decoded = read_as_orjson(reader, b'{"model":"c","messages":[2]' + tail.encode())
         assert decoded is not None
         assert decoded.tail is not None
         tools = decoded.value["tools"]
