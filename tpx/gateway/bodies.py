@@ -149,7 +149,8 @@ class BodyReader:
             return False
         names = list(value)
         try:
-            after = names[names.index("messages") + 1]
+            first = names.index("messages") + 1
+            after = names[first]
         except (ValueError, IndexError):
             return False  # no members after the messages
         start = _tail_start(body, after)
@@ -160,7 +161,7 @@ class BodyReader:
         if text not in seen:  # bytes ==: lengths first, then one memcmp
             self._seen = (text, *seen[: _SEEN - 1])
             return False
-        members, tools_text = _members(text, value, names[names.index(after) :])
+        members, tools_text = _members(text, value, names[first:])
         if members is None:
             return False
         tools = members.get("tools")
