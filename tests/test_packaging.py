@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
+import tomllib
 import venv
 from pathlib import Path
 
@@ -61,3 +63,13 @@ def test_fresh_install_works_from_any_folder(tmp_path: Path) -> None:
         assert "distinct   361" in out
     assert run("check-trace", "t.jsonl") == "t.jsonl: ACCEPTED (1 states)\n"
     assert run("check-trace", "t.jsonl", "--tlc") == "t.jsonl: ACCEPTED (TLC: 1 states)\n"
+
+
+def test_plain_pytest_selects_what_make_test_runs() -> None:
+    """``pytest`` with no arguments and ``make test`` run the same tests."""
+    addopts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"][
+        "addopts"
+    ]
+    default = addopts[addopts.index("-m") + 1]
+    (make_test,) = re.findall(r"^test:.*\n\t(.*)$", (ROOT / "Makefile").read_text(), re.M)
+    assert f'-m "{default}"' in make_test
