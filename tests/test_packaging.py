@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 import tomllib
 import venv
 from pathlib import Path
 
 import pytest
+
+import tpx
 
 ROOT = Path(__file__).parents[1]
 
@@ -73,3 +76,22 @@ def test_plain_pytest_selects_what_make_test_runs() -> None:
     default = addopts[addopts.index("-m") + 1]
     (make_test,) = re.findall(r"^test:.*\n\t(.*)$", (ROOT / "Makefile").read_text(), re.M)
     assert f'-m "{default}"' in make_test
+
+
+def test_version_matches_the_changelog() -> None:
+    """``tpx --version``, the package metadata and ``tpx.__version__`` all name the latest
+    release of CHANGELOG.md (Keep a Changelog headings)."""
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    assert "## [Unreleased]" in changelog
+    released = re.findall(r"^## \[(\d+\.\d+\.\d+)\] - \d{4}-\d{2}-\d{2}$", changelog, re.M)
+    assert released, "no release heading"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert released[0] == project == tpx.__version__
+    out = subprocess.run(
+        [sys.executable, "-m", "tpx.cli", "--version"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out.strip() == f"tpx {project}"
