@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from contextlib import closing, contextmanager, nullcontext
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import attrs
 import orjson
@@ -31,6 +31,34 @@ from tpx.transport import Transport
 __all__ = ["BUGS", "STREAM_BUGS", "Bug", "json_lines", "record_behaviour"]
 
 Patch = Callable[[pytest.MonkeyPatch], None]
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class PerObject(Generic[K, V]):
+    """A seeded bug's memory of one object (an exchange): values keyed by the object itself.
+
+    An :class:`Exchange` has slots and no weak references, and keying by ``id(obj)`` alone
+    lets a later object that reuses a collected one's address inherit its entry (whether it
+    does depends on the allocator, so a bug behaved differently when Hypothesis re-ran an
+    example). Each entry holds its object, so no address is reused while it is kept, and a
+    lookup answers only for that very object.
+    """
+
+    def __init__(self) -> None:
+        self._items: dict[int, tuple[K, V]] = {}
+
+    def get(self, obj: K) -> V | None:
+        item = self._items.get(id(obj))
+        return item[1] if item is not None and item[0] is obj else None
+
+    def set(self, obj: K, value: V) -> None:
+        self._items[id(obj)] = (obj, value)
+
+    def pop(self, obj: K) -> V | None:
+        value = self.get(obj)
+        self._items.pop(id(obj), None)
+        return value
 
 
 @attrs.frozen
@@ -107,20 +135,20 @@ def _swap_ids(mp: pytest.MonkeyPatch) -> None:
 
 
 def _openai_body_to_caller(mp: pytest.MonkeyPatch) -> None:
-    raw: dict[int, bytes] = {}
+    raw: PerObject[Exchange, bytes] = PerObject()
     receive, deliver = Exchange.receive, Exchange.deliver
 
     def receive_(self: Exchange, status: int, headers: Mapping[str, str], body: bytes) -> None:
-        raw[id(self)] = body
+        raw.set(self, body)
         try:
             receive(self, status, headers, body)
         except BaseException:
-            raw.pop(id(self), None)
+            raw.pop(self)
             raise
 
     def deliver_(self: Exchange) -> dict[str, Any]:
         body = deliver(self)
-        reply = raw.pop(id(self), None)  # None: a streamed exchange (not this bug's path)
+        reply = raw.pop(self)  # None: a streamed exchange (not this bug's path)
         if self.provider is Provider.TPX and reply is not None:
             wire: dict[str, Any] = orjson.loads(reply)
             return wire
@@ -192,7 +220,7 @@ BUGS: dict[str, Bug] = {
 def _stream_drop_id(mp: pytest.MonkeyPatch) -> None:
     """The first tool_use block of a streamed reply never reaches the caller (its events
     are filtered out, later blocks renumbered) and is forgotten on delivery."""
-    gone: dict[int, tuple[str, int] | None] = {}  # id(exchange) -> (caller id, block index)
+    gone: PerObject[Exchange, tuple[str, int]] = PerObject()  # (caller id, block index)
     feed, end_stream, deliver = Exchange.feed, Exchange.end_stream, Exchange.deliver
 
     def drop(self: Exchange, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -200,15 +228,15 @@ def _stream_drop_id(mp: pytest.MonkeyPatch) -> None:
         for event in events:
             kind, index = event.get("type"), event.get("index")
             if kind == "message_start":
-                gone[id(self)] = None
-            dropped = gone.get(id(self))
+                gone.pop(self)
+            dropped = gone.get(self)
             block = event.get("content_block") or {}
             if (
                 kind == "content_block_start"
                 and dropped is None
                 and block.get("type") == "tool_use"
             ):
-                gone[id(self)] = (str(block.get("id")), int(index or 0))
+                gone.set(self, (str(block.get("id")), int(index or 0)))
                 continue
             if dropped is not None and isinstance(index, int):
                 if index == dropped[1]:
@@ -225,7 +253,7 @@ def _stream_drop_id(mp: pytest.MonkeyPatch) -> None:
         return drop(self, end_stream(self))
 
     def deliver_(self: Exchange) -> dict[str, Any]:
-        dropped = gone.pop(id(self), None)
+        dropped = gone.pop(self)
         body = self._delivered
         if dropped is not None and body is not None:
             body["content"] = [b for b in body["content"] if b.get("id") != dropped[0]]
@@ -240,15 +268,17 @@ def _stream_drop_id(mp: pytest.MonkeyPatch) -> None:
 def _stream_openai_to_caller(mp: pytest.MonkeyPatch) -> None:
     """The TPX stream's Chat Completions chunks reach the caller as they came off the wire,
     instead of the translated Messages events (the exchange itself runs as usual)."""
-    raw: dict[int, bytearray] = {}
+    raw: PerObject[Exchange, bytearray] = PerObject()
     feed, stream = Exchange.feed, Transport.stream
 
     def feed_(self: Exchange, chunk: bytes) -> list[dict[str, Any]]:
-        raw.setdefault(id(self), bytearray()).extend(chunk)
+        if (kept := raw.get(self)) is None:
+            raw.set(self, kept := bytearray())
+        kept.extend(chunk)
         return feed(self, chunk)
 
     def stream_(self: Transport, request: Mapping[str, Any]) -> Iterator[bytes]:
-        raw.pop(id(self.exchange), None)
+        raw.pop(self.exchange)
         events = stream(self, request)
         assert isinstance(events, Generator)
         with closing(events):
@@ -256,7 +286,7 @@ def _stream_openai_to_caller(mp: pytest.MonkeyPatch) -> None:
                 if self.provider is not Provider.TPX:
                     yield data
                     continue
-                chunks = raw.setdefault(id(self.exchange), bytearray())
+                chunks = raw.get(self.exchange)
                 if chunks:
                     yield bytes(chunks)
                     chunks.clear()

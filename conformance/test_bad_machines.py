@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from conformance.bugs import BUGS, STREAM_BUGS
+from conformance.bugs import BUGS, STREAM_BUGS, PerObject
 from conformance.replay import CONCRETE_PROPERTIES as CONCRETE
 from conformance.replay import Behaviour, ConformanceError, Replayer
 from tpx.model import Config
@@ -94,3 +94,24 @@ def test_transport_stream_bugs_are_invisible_to_the_plain_replay(
         assert _run(seed_behaviours)[0] == 0
     with STREAM_BUGS["stream_drop_id"].active():
         assert _run(seed_behaviours)[0] > 0
+
+
+class _Slotted:
+    __slots__ = ("n",)
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+
+def test_a_bugs_memory_is_never_inherited_by_a_later_object() -> None:
+    """A collected object's address is reused at once by CPython; a bug's per-exchange
+    memory must not answer for the newcomer (it made seeded bugs depend on the allocator)."""
+    memory: PerObject[_Slotted, str] = PerObject()
+    first = _Slotted(0)
+    memory.set(first, "kept")
+    address = id(first)
+    del first
+    later = [_Slotted(i) for i in range(1, 200)]
+    assert all(memory.get(obj) is None for obj in later)
+    assert all(id(obj) != address for obj in later)  # the kept entry holds its object
+    assert memory.pop(later[0]) is None

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
+import sys
+import tomllib
 import venv
 from pathlib import Path
 
 import pytest
+
+import tpx
 
 ROOT = Path(__file__).parents[1]
 
@@ -61,3 +66,32 @@ def test_fresh_install_works_from_any_folder(tmp_path: Path) -> None:
         assert "distinct   361" in out
     assert run("check-trace", "t.jsonl") == "t.jsonl: ACCEPTED (1 states)\n"
     assert run("check-trace", "t.jsonl", "--tlc") == "t.jsonl: ACCEPTED (TLC: 1 states)\n"
+
+
+def test_plain_pytest_selects_what_make_test_runs() -> None:
+    """``pytest`` with no arguments and ``make test`` run the same tests."""
+    addopts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"][
+        "addopts"
+    ]
+    default = addopts[addopts.index("-m") + 1]
+    (make_test,) = re.findall(r"^test:.*\n\t(.*)$", (ROOT / "Makefile").read_text(), re.M)
+    assert f'-m "{default}"' in make_test
+
+
+def test_version_matches_the_changelog() -> None:
+    """``tpx --version``, the package metadata and ``tpx.__version__`` all name the latest
+    release of CHANGELOG.md (Keep a Changelog headings)."""
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    assert "## [Unreleased]" in changelog
+    released = re.findall(r"^## \[(\d+\.\d+\.\d+)\] - \d{4}-\d{2}-\d{2}$", changelog, re.M)
+    assert released, "no release heading"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert released[0] == project == tpx.__version__
+    out = subprocess.run(
+        [sys.executable, "-m", "tpx.cli", "--version"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out.strip() == f"tpx {project}"

@@ -354,6 +354,28 @@ def _cmd_explore(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+def _refuse_mismatched_traces(args: argparse.Namespace, *, gateway: bool) -> None:
+    """A trace read the wrong way is a usage error (exit 2) naming the right flags, never a
+    verdict: the kinds ``tpx serve`` writes say what they are on their first line."""
+    from tpx import tracecheck_gateway as gateway_traces
+
+    gateway_flags = "--spec spec/TpxGateway.tla"
+    if args.exchange and not gateway:
+        raise TpxError(f"--exchange reads gateway exchange traces: add {gateway_flags}")
+    for path in args.files:
+        kind = gateway_traces.trace_kind(path)
+        if kind == gateway_traces.EXCHANGE_TRACE and not (gateway and args.exchange):
+            raise TpxError(
+                f"{path} is a `tpx serve --trace-dir` exchange trace: check it with "
+                f"{gateway_flags} --exchange"
+            )
+        if kind == gateway_traces.CONVERSATION_TRACE and (not gateway or args.exchange):
+            raise TpxError(
+                f"{path} is a `tpx serve --monitor` conversation trace: check it with "
+                f"{gateway_flags} (without --exchange)"
+            )
+
+
 def _cmd_check_trace(args: argparse.Namespace) -> int:
     from tpx.itf import TraceFormatError
     from tpx.model import Config
@@ -376,6 +398,7 @@ def _cmd_check_trace(args: argparse.Namespace) -> int:
             raise TpxError("--tlc does not check gateway traces; the mirror does")
         gw_config, _ = _mirror_checks(spec, cfg_path)
         assert isinstance(gw_config, GatewayConfig)
+        _refuse_mismatched_traces(args, gateway=True)
         retry = gw_config.GatewayRetry
         lines, code = gateway_traces.check_files(
             args.files, gateway_retry=retry, exchange=args.exchange
@@ -396,6 +419,7 @@ def _cmd_check_trace(args: argparse.Namespace) -> int:
     else:
         config, checked = _mirror_checks(spec, cfg_path)
         invariants, properties = checked.invariants, checked.properties
+    _refuse_mismatched_traces(args, gateway=False)
     # one line per file, in the order given: a verdict, or why the file is no trace
     outcome: dict[int, str] = {}
     loaded: list[tuple[int, list[Any], list[str | None]]] = []
@@ -576,7 +600,8 @@ def _add_check_trace(sub: Any) -> None:
     chk.add_argument(
         "--exchange",
         action="store_true",
-        help="gateway spec: the files are `tpx serve --trace-dir` exchange traces",
+        help="gateway spec: the files are `tpx serve --trace-dir` exchange traces (a file "
+        "`tpx serve` wrote names its kind; read the wrong way it is a usage error, exit 2)",
     )
     chk.add_argument(
         "--timeout",

@@ -22,6 +22,12 @@ read from the cfg.
 ``tpx check-trace --spec spec/TpxGateway.tla FILE...`` uses this module (the mirror only;
 ``--tlc`` is refused for the gateway spec); ``--exchange`` reads the per-request exchange
 traces ``tpx serve --trace-dir`` writes (see :func:`check_gateway_trace`).
+
+Which kind a file is: the first line of every trace ``tpx serve`` writes carries
+``"#trace"``: :data:`CONVERSATION_TRACE` (a ``--monitor`` conversation's events, written by
+:func:`write_trace`) or :data:`EXCHANGE_TRACE` (one request's exchange, ``--trace-dir``
+without ``--monitor``). :func:`trace_kind` reads it, so ``tpx check-trace`` refuses a file
+read the wrong way (a usage error naming the right flag) instead of giving a verdict.
 """
 
 from __future__ import annotations
@@ -39,11 +45,21 @@ from tpx.tracecheck import TraceReport, load_trace
 from tpx.translate.ids import wire_id
 
 __all__ = [
+    "CONVERSATION_TRACE",
+    "EXCHANGE_TRACE",
     "check_gateway_trace",
     "is_gateway_spec",
     "trace_file_name",
+    "trace_kind",
     "write_trace",
 ]
+
+#: ``"#trace"`` of a ``tpx serve --monitor`` conversation trace (its first line).
+CONVERSATION_TRACE = "tpx serve conversation"
+#: ``"#trace"`` of a ``tpx serve --trace-dir`` exchange trace (its first line).
+EXCHANGE_TRACE = "tpx serve exchange"
+
+_FIRST_LINE_LIMIT = 1 << 20
 
 _MODULE = re.compile(r"-{4,}\s*MODULE\s+(\w+)\s*-{4,}")
 
@@ -104,6 +120,19 @@ def check_gateway_trace(
     return TraceReport(True, steps, message=f"{len(steps)} states")
 
 
+def trace_kind(path: Path) -> str | None:
+    """The ``"#trace"`` a gateway trace file declares on its first line, or ``None`` (no
+    such key, not JSON lines, unreadable: the readers say why)."""
+    try:
+        with path.open("rb") as f:
+            first = f.readline(_FIRST_LINE_LIMIT)
+        head = orjson.loads(first)
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    kind = head.get("#trace") if isinstance(head, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
 def trace_file_name(conversation: Hashable) -> str:
     """A safe file name for a conversation's trace (``[A-Za-z0-9._-]`` only)."""
     name = re.sub(r"[^A-Za-z0-9._-]", "_", str(conversation))[:200].lstrip(".")
@@ -113,9 +142,10 @@ def trace_file_name(conversation: Hashable) -> str:
 def write_trace(path: Path, events: Iterable[Mapping[str, Any]]) -> Path:
     """Write a conversation's events (e.g. :meth:`GatewayMonitor.close`'s result) as JSON
     lines that ``tpx check-trace --spec spec/TpxGateway.tla`` reads."""
-    path.write_bytes(
-        b"".join(orjson.dumps(dict(e), option=orjson.OPT_SORT_KEYS) + b"\n" for e in events)
-    )
+    marked = [dict(e) for e in events]
+    if marked:
+        marked[0]["#trace"] = CONVERSATION_TRACE
+    path.write_bytes(b"".join(orjson.dumps(e, option=orjson.OPT_SORT_KEYS) + b"\n" for e in marked))
     return path
 
 

@@ -15,9 +15,24 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.procs import ClaudeRun, Proc, fake_upstream, gateway, ledger, run_claude
+from tests.e2e.procs import (
+    ClaudeRun,
+    Proc,
+    claude_executable,
+    fake_upstream,
+    gateway,
+    ledger,
+    run_claude,
+)
 
 pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(autouse=True)
+def _claude_cli() -> None:
+    """Skip (with the command that runs these) before any process starts when the CLI is not
+    installed and ``make e2e`` did not name it; see :func:`claude_executable`."""
+    claude_executable()
 
 
 def _detail(run: ClaudeRun, *procs: Proc) -> str:

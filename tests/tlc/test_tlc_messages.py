@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tpx.errors import TLCConfigError, TLCCrashError
-from tpx.tlc.runner import (
+from tpx.tlc import (
     ToolOutputParser,
     interpret_output,
     parse_dot,

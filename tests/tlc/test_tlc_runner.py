@@ -6,6 +6,7 @@ from __future__ import annotations
 import _thread
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -395,9 +396,26 @@ def test_cancel_kills_the_jvm(tmp_path: Path, real_java: str) -> None:
     assert_gone(pidfile)
 
 
+@contextlib.contextmanager
+def ctrl_c_raises() -> Iterator[None]:
+    """Within the block, SIGINT raises KeyboardInterrupt in this (main) thread, whatever
+    disposition the test process inherited: a suite started in the background with SIGINT
+    ignored (``nohup ... &``) gets SIG_IGN, and ``_thread.interrupt_main`` then does
+    nothing."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def ctrl_c_kills_the_jvm(tmp_path: Path, real_java: str) -> None:
     java, pidfile = pid_recording_java(tmp_path, real_java)
-    with when_jvm_runs(pidfile, _thread.interrupt_main), pytest.raises(KeyboardInterrupt):
+    with (
+        ctrl_c_raises(),
+        when_jvm_runs(pidfile, _thread.interrupt_main),
+        pytest.raises(KeyboardInterrupt),
+    ):
         run_tlc(SEED, big_cfg(tmp_path), timeout=SAFETY_S, java=str(java))
     assert_gone(pidfile)
 
@@ -600,3 +618,37 @@ def test_check_traces_checks_labels_and_stuttering() -> None:
     # without stuttering, a repeated state is no step (turn 0 is not the budget: no Halted)
     (plain,) = check_traces(SEED, SEED_CFG, [[a, a]])
     assert (plain.accepted, plain.failed_step) == (False, 1)
+
+
+@pytest.mark.tlc
+def test_signal_tests_pass_when_sigint_is_ignored() -> None:
+    """The suite may be started in the background with SIGINT ignored (``nohup make test &``,
+    some CI runners): the Ctrl-C tests set the disposition they need, in the test process
+    and in the ``tpx`` processes they start, instead of waiting out their timeouts."""
+
+    def ignore_sigint() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    here = Path(__file__).parent
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:xdist",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"{here / 'test_tlc_runner.py'}::test_ctrl_c_kills_the_jvm",
+            f"{here / 'test_tlc_signals.py'}::test_a_signal_stops_tlc_cleanly",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+        preexec_fn=ignore_sigint,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "3 passed" in proc.stdout, proc.stdout[-2000:]

@@ -20,6 +20,13 @@ from .conftest import ROOT
 from .test_tlc_runner import STARTUP_BOUND_S, assert_gone, big_cfg, jvm_runs, pid_recording_java
 
 
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT's default disposition. A process started with SIGINT
+    ignored keeps ignoring it (a background job's convention, which Python follows); this
+    test is about a foreground ``tpx tlc`` that receives it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.tlc
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_stops_tlc_cleanly(
@@ -37,6 +44,7 @@ def test_a_signal_stops_tlc_cleanly(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_default_sigint,
     )
     try:
         deadline = time.monotonic() + STARTUP_BOUND_S

@@ -70,6 +70,7 @@ from tpx.gateway.wire import (
     new_request_id,
     snapshot_record,
 )
+from tpx.tracecheck_gateway import EXCHANGE_TRACE
 from tpx.translate import request_to_openai
 
 __all__ = [
@@ -277,7 +278,13 @@ class Gateway:
             **self._translation,
         )
         if trace is not None:
-            trace.append({"#action": "Resume", **snapshot_record(exchange.snapshot())})
+            trace.append(
+                {
+                    "#trace": EXCHANGE_TRACE,
+                    "#action": "Resume",
+                    **snapshot_record(exchange.snapshot()),
+                }
+            )
             log["#trace"] = trace
         try:
             if monitor is not None:

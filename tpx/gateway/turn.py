@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -14,6 +14,7 @@ from tpx.errors import ModelError, NetworkError
 from tpx.exchange import Exchange, Provider
 from tpx.gateway.monitoring import SpecViolationError
 from tpx.gateway.redaction import Secrets
+from tpx.gateway.settings import Settings
 from tpx.gateway.wire import (
     SSE_HEADERS,
     Response,
@@ -26,10 +27,21 @@ from tpx.gateway.wire import (
 from tpx.translate.ids import CALLER_ID_PREFIX, sign_caller_id
 from tpx.translate.stream import serialize_event
 
-if TYPE_CHECKING:
-    from tpx.gateway.core import Gateway
+__all__ = ["Conversation", "Forward", "Host", "Turn"]
 
-__all__ = ["Conversation", "Forward", "Turn"]
+
+class Host(Protocol):
+    """What a turn needs of the gateway that made it (:class:`tpx.gateway.core.Gateway`):
+    its settings, a counter, the log line and the redactor."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    def count(self, endpoint: str, status: int) -> None: ...
+
+    def log(self, record: dict[str, Any], *, failed: bool) -> None: ...
+
+    def redact(self, text: str) -> str: ...
 
 
 class Conversation(Exchange):
@@ -68,7 +80,7 @@ class Turn:
 
     def __init__(
         self,
-        gateway: Gateway,
+        gateway: Host,
         request_id: str,
         call: UpstreamCall,
         exchange: Exchange,
@@ -298,7 +310,7 @@ class Turn:
 class Forward:
     """An ANTHROPIC pass-through request (count_tokens, models)."""
 
-    def __init__(self, gateway: Gateway, request_id: str, call: UpstreamCall) -> None:
+    def __init__(self, gateway: Host, request_id: str, call: UpstreamCall) -> None:
         self.gateway = gateway
         self.request_id = request_id
         self.call = call

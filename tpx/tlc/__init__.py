@@ -1,28 +1,25 @@
 """The TLC runner: run TLC 2.15 on the spec, read its verdicts, values, graphs and traces."""
 
 from tpx.tlc.cfg import ModelConfig, load_cfg, parse_cfg, render_cfg, with_constants
+from tpx.tlc.graph import StateGraph, dump_graph, parse_dot
 from tpx.tlc.runner import (
     CheckResult,
     Progress,
-    StateGraph,
     TLCCancelledError,
     ToolMessage,
     ToolOutputParser,
     TraceStep,
-    TraceVerdict,
     Verdict,
-    check_traces,
-    dump_graph,
     find_jar,
     find_java,
     interpret_output,
-    parse_dot,
     parse_progress,
     parse_tool_output,
     run_model,
     run_tlc,
-    simulate,
 )
+from tpx.tlc.simulation import simulate
+from tpx.tlc.traces import TraceVerdict, check_traces
 from tpx.tlc.values import TLAValueSyntaxError, format_value, parse_state, parse_value
 
 __all__ = [

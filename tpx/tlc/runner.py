@@ -5,7 +5,9 @@ The runner's pieces, one job each: :mod:`tpx.tlc.java` (java and jar discovery),
 :mod:`tpx.tlc.messages` (the ``-tool`` parser), :mod:`tpx.tlc.verdict` (reading the
 verdict), :mod:`tpx.tlc.graph` (state graph dumps), :mod:`tpx.tlc.simulation`
 (``-simulate``) and :mod:`tpx.tlc.traces` (trace validation). This module runs one
-model: :func:`run_model` / :func:`run_tlc`; its old names stay importable from here.
+model: :func:`run_model` / :func:`run_tlc`. The package (:mod:`tpx.tlc`) gathers the
+public names of all of them; the graph, simulation and trace modules build on this one
+(never the other way round).
 
 Everything here was confirmed against that jar (rev d5b5a7f) on the seed spec, its
 mutants (``spec/mutants/``) and small probe specs.
@@ -48,24 +50,18 @@ from tpx.tlc.verdict import CheckResult, TraceStep, Verdict, interpret_output
 __all__ = [
     "CheckResult",
     "Progress",
-    "StateGraph",
     "TLCCancelledError",
     "ToolMessage",
     "ToolOutputParser",
     "TraceStep",
-    "TraceVerdict",
     "Verdict",
-    "check_traces",
-    "dump_graph",
     "find_jar",
     "find_java",
     "interpret_output",
-    "parse_dot",
     "parse_progress",
     "parse_tool_output",
     "run_model",
     "run_tlc",
-    "simulate",
 ]
 
 
@@ -181,9 +177,3 @@ def run_tlc(
         jar=jar,
     )
     return result
-
-
-# re-exported for callers of the old single-module runner
-from tpx.tlc.graph import StateGraph, dump_graph, parse_dot  # noqa: E402
-from tpx.tlc.simulation import simulate  # noqa: E402
-from tpx.tlc.traces import TraceVerdict, check_traces  # noqa: E402

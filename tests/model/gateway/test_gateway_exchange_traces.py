@@ -1,7 +1,8 @@
 """`tpx check-trace --spec spec/TpxGateway.tla --exchange` on traces `tpx serve --trace-dir`
-wrote: fixtures/serve-trace-dir holds the 8 per-request traces of the gateway (branch issue-7,
-in-process SDK against its FakeUpstream, both providers, one tool turn each with a 529 the
-SDK retried), recorded as they are, caller-side ids and the seed exchange's ProviderFail."""
+wrote: fixtures/serve-trace-dir holds 8 per-request traces of the gateway (the in-process SDK
+against its FakeUpstream, both providers, one tool turn each with a 529 the SDK retried),
+recorded as they are, caller-side ids and the seed exchange's ProviderFail; each first line
+says what it is (``"#trace": "tpx serve exchange"``)."""
 
 from __future__ import annotations
 
@@ -38,13 +39,27 @@ def test_gateway_exchange_traces_are_accepted(capsys: pytest.CaptureFixture[str]
     }
 
 
-def test_without_exchange_they_read_as_gateway_bugs(capsys: pytest.CaptureFixture[str]) -> None:
-    """Read as gateway-spec traces, the seed exchange's discarding ProviderFail loses the
-    history's obligations (RetryInv) and caller ids differ from wire ids (PairingInv)."""
-    assert main(["check-trace", "--spec", str(SPEC), *files()]) == 1
-    out = capsys.readouterr().out
-    assert "(RetryInv)" in out
-    assert "(PairingInv)" in out
+def test_without_exchange_they_are_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """Read as conversation traces they would look like gateway bugs (the seed exchange's
+    discarding ProviderFail, caller ids beside wire ids): a usage error instead of a verdict."""
+    assert main(["check-trace", "--spec", str(SPEC), *files()]) == 2
+    captured = capsys.readouterr()
+    assert "ACCEPTED" not in captured.out
+    assert "REJECTED" not in captured.out
+    assert "--exchange" in captured.err
+    assert "exchange trace" in captured.err
+
+
+def test_with_the_seed_spec_they_are_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check-trace", *files()[:1]]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "--spec spec/TpxGateway.tla --exchange" in captured.err
+
+
+def test_exchange_on_the_seed_spec_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check-trace", "--exchange", *files()[:1]]) == 2
+    assert "add --spec spec/TpxGateway.tla" in capsys.readouterr().err
 
 
 def test_a_tampered_exchange_trace_is_rejected(
