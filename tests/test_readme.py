@@ -243,6 +243,23 @@ def test_links_point_to_what_exists() -> None:
     assert checked >= 30
 
 
+def test_every_repository_path_named_exists() -> None:
+    """A path in inline code that starts in one of the repository's folders names a file or
+    folder that is there (globs and placeholders aside)."""
+    roots = ("spec/", "tpx/", "tests/", "conformance/", "benchmarks/", "docs/", ".ci/")
+    named = 0
+    for page in PAGES:
+        text = FENCE.sub("", page.read_text(encoding="utf-8"))
+        for span in re.findall(r"`([^`]+)`", text):
+            for token in re.findall(r"(?<![\w./-])((?:[\w.-]+/)+[\w.*<>-]*)", span):
+                path = token.split("::")[0]
+                if not path.startswith(roots) or any(c in path for c in "*<>"):
+                    continue
+                named += 1
+                assert (ROOT / path).exists(), f"{page.name}: `{path}` does not exist"
+    assert named >= 60
+
+
 def _layout() -> list[str]:
     """The README's layout block as paths (an indented entry lies under the one above)."""
     text = README.read_text()
