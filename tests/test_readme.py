@@ -15,7 +15,9 @@ import os
 import re
 import shlex
 import subprocess
+import textwrap
 import time
+import tomllib
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -35,7 +37,7 @@ PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 #: one of them is checked like any other as soon as the file exists
 PENDING = {"specs.md", "conformance-http.md", "threat-model.md", "limits.md", "upstream.md"}
 
-FENCE = re.compile(r"^```([\w.+-]*)\n(.*?)^```[ \t]*$", re.M | re.S)
+FENCE = re.compile(r"^[ \t]*```([\w.+-]*)\n(.*?)^[ \t]*```[ \t]*$", re.M | re.S)
 FILE_NOTE = re.compile(r"<!-- file: ([\w.-]+) -->\s*$")
 
 
@@ -46,7 +48,7 @@ def _blocks(page: Path) -> list[tuple[str, str, str | None]]:
     for m in FENCE.finditer(text):
         before = text[: m.start()].rstrip("\n").rsplit("\n", 1)[-1]
         note = FILE_NOTE.search(before)
-        out.append((m.group(1), m.group(2), note.group(1) if note else None))
+        out.append((m.group(1), textwrap.dedent(m.group(2)), note.group(1) if note else None))
     return out
 
 
@@ -65,13 +67,17 @@ def _id(item: tuple[Path, int, str]) -> str:
 
 PYTHON = _of("python")
 SHELL = _of("sh")
-KNOWN_FENCES = {"python", "sh", "console", "json", "text"}
+#: fences that would hide a command or an example from the tests below: a shell command goes in
+#: ```sh (run) or ```console (not run), Python in ```python
+UNCHECKED_FENCES = {"", "bash", "shell", "zsh", "py", "python3", "pycon"}
 
 
-def test_every_fence_is_of_a_known_kind() -> None:
+def test_no_example_hides_in_an_unchecked_fence() -> None:
     for page in PAGES:
         for lang, _, _ in _blocks(page):
-            assert lang in KNOWN_FENCES, f"{page.name}: a ```{lang} block (known: {KNOWN_FENCES})"
+            assert lang not in UNCHECKED_FENCES, (
+                f"{page.name}: a ```{lang} block; use sh, console, python, json, toml or text"
+            )
 
 
 def test_there_are_examples() -> None:
@@ -131,6 +137,30 @@ def test_json_blocks_parse() -> None:
                     assert isinstance(orjson.loads(line), dict)
             else:
                 orjson.loads(code)
+
+
+def test_toml_blocks_are_gateway_settings(tmp_path: Path) -> None:
+    from tpx.gateway.settings import load_settings
+
+    seen = 0
+    for page in PAGES:
+        for lang, code, _ in _blocks(page):
+            if lang != "toml":
+                continue
+            seen += 1
+            path = tmp_path / f"{page.stem}-{seen}.toml"
+            path.write_text(code)
+            data = tomllib.loads(code)
+            env = {"TPX_OAUTH_TOKEN": "unused"}
+            if "base_url" not in data.get("upstream", {}):
+                env["TPX_BASE_URL"] = "http://127.0.0.1:8000/v1"
+            settings = load_settings(env=env, config_file=path)
+            for key, value in data.get("limits", {}).items():
+                assert getattr(settings.limits, key) == value
+            assert len(settings.routes) == len(data.get("models", []))
+            if "model" in data.get("upstream", {}):
+                assert settings.model == data["upstream"]["model"]
+    assert seen >= 1
 
 
 # -- claims about the command line: flags and make targets ---------------------------------
