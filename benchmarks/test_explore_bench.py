@@ -73,8 +73,8 @@ def test_explorer_vs_tlc(
         max_turns,
         f"{result.distinct:,}",
         f"{tlc_s:.2f} s",
-        f"{mirror_s:.2f} s",
-        f"**{ratio:.2f}**",
+        f"{mirror_s:.3f} s",
+        f"**{ratio:.3f}**",
     )
     with capsys.disabled():
         print(
