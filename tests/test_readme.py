@@ -290,6 +290,19 @@ def test_every_repository_path_named_exists() -> None:
     assert named >= 60
 
 
+def test_the_docs_index_names_the_files_of_each_folder() -> None:
+    """In docs/README.md's "Where things are", a row for a folder names files that it holds."""
+    text = (ROOT / "docs" / "README.md").read_text()
+    section = text.split("## Where things are", 1)[1].split("\n## ", 1)[0]
+    named = 0
+    for row in re.findall(r"^\| `([\w/]+/)`[^|]*\| (.*) \|$", section, re.M):
+        folder, cells = row
+        for name in re.findall(r"`([\w]+\.py)`", cells):
+            named += 1
+            assert (ROOT / folder / name).is_file(), f"docs/README.md: no {folder}{name}"
+    assert named >= 40
+
+
 def _layout() -> list[str]:
     """The README's layout block as paths (an indented entry lies under the one above)."""
     text = README.read_text()
