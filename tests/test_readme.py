@@ -189,29 +189,41 @@ def _code_texts(page: Path) -> Iterator[str]:
         yield span.replace("\n", " ")
 
 
+def _flag_problems(page: Path) -> tuple[list[str], int]:
+    """`tpx SUB --flag` named in *page* whose SUB has no such flag; and how many were named."""
+    problems, seen = [], 0
+    for text in _code_texts(page):
+        for sub, rest in TPX_COMMAND.findall(text):
+            for flag in re.findall(r"(?<![\w-])--[a-z][\w-]*", rest):
+                seen += 1
+                if not re.search(rf"(?<![\w-]){flag}\b", _help(sub)):
+                    problems.append(f"{page.name}: `tpx {sub} {flag}`: no {flag} in its --help")
+    return problems, seen
+
+
+def _target_problems(page: Path) -> tuple[list[str], set[str]]:
+    """`make TARGET` named in *page* that the Makefile does not define; and the targets named."""
+    makefile = (ROOT / "Makefile").read_text()
+    targets = set(re.findall(r"^([a-z][\w-]*):", makefile, re.M))
+    problems, seen = [], set()
+    for text in _code_texts(page):
+        for target in MAKE_TARGET.findall(text):
+            seen.add(target)
+            if target not in targets:
+                problems.append(f"{page.name}: `make {target}` is not a Makefile target")
+    return problems, seen
+
+
 def test_every_tpx_flag_shown_exists() -> None:
-    seen = 0
-    for page in PAGES:
-        for text in _code_texts(page):
-            for sub, rest in TPX_COMMAND.findall(text):
-                for flag in re.findall(r"(?<![\w-])--[a-z][\w-]*", rest):
-                    seen += 1
-                    assert re.search(rf"(?<![\w-]){flag}\b", _help(sub)), (
-                        f"{page.name}: `tpx {sub} {flag}` but `tpx {sub} --help` has no {flag}"
-                    )
-    assert seen >= 20
+    results = [_flag_problems(page) for page in PAGES]
+    assert [p for problems, _ in results for p in problems] == []
+    assert sum(seen for _, seen in results) >= 20
 
 
 def test_every_make_target_shown_exists() -> None:
-    makefile = (ROOT / "Makefile").read_text()
-    targets = set(re.findall(r"^([a-z][\w-]*):", makefile, re.M))
-    seen = set()
-    for page in PAGES:
-        for text in _code_texts(page):
-            for target in MAKE_TARGET.findall(text):
-                seen.add(target)
-                assert target in targets, f"{page.name}: `make {target}` is not a Makefile target"
-    assert {"tlc", "test", "e2e", "bench"} <= seen
+    results = [_target_problems(page) for page in PAGES]
+    assert [p for problems, _ in results for p in problems] == []
+    assert {"tlc", "test", "e2e", "bench"} <= set().union(*(seen for _, seen in results))
 
 
 def test_the_setup_commands_are_in_the_readme() -> None:
@@ -253,41 +265,52 @@ def _anchors(page: Path) -> set[str]:
     return {_slug(h) for h in re.findall(r"^#+ (.+)$", text, re.M)}
 
 
+def _link_problems(page: Path) -> tuple[list[str], int]:
+    """Relative links of *page* to a file or heading that is not there; and how many resolved."""
+    problems, checked = [], 0
+    text = FENCE.sub("", page.read_text(encoding="utf-8"))
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        if not dest.exists():
+            if dest.name not in PENDING or dest.parent != ROOT / "docs":
+                problems.append(f"{page.name}: link to {target}, which does not exist")
+            continue
+        checked += 1
+        if anchor and anchor not in _anchors(dest):
+            problems.append(f"{page.name}: no heading #{anchor} in {path}")
+    return problems, checked
+
+
 def test_links_point_to_what_exists() -> None:
-    checked = 0
-    for page in PAGES:
-        text = FENCE.sub("", page.read_text(encoding="utf-8"))
-        for target in re.findall(r"\]\(([^)\s]+)\)", text):
-            if re.match(r"[a-z]+:", target):
+    results = [_link_problems(page) for page in PAGES]
+    assert [p for problems, _ in results for p in problems] == []
+    assert sum(checked for _, checked in results) >= 30
+
+
+def _path_problems(page: Path) -> tuple[list[str], int]:
+    """Paths in inline code that start in one of the repository's folders and are not there
+    (globs and placeholders aside); and how many were named."""
+    roots = ("spec/", "tpx/", "tests/", "conformance/", "benchmarks/", "docs/", ".ci/")
+    problems, named = [], 0
+    text = FENCE.sub("", page.read_text(encoding="utf-8"))
+    for span in re.findall(r"`([^`]+)`", text):
+        for token in re.findall(r"(?<![\w./-])((?:[\w.-]+/)+[\w.*<>-]*)", span):
+            path = token.split("::")[0]
+            if not path.startswith(roots) or any(c in path for c in "*<>"):
                 continue
-            path, _, anchor = target.partition("#")
-            dest = (page.parent / path).resolve() if path else page
-            if not dest.exists():
-                missing = f"{page.name}: link to {target}, which does not exist"
-                assert dest.name in PENDING, missing
-                assert dest.parent == ROOT / "docs", missing
-                continue
-            checked += 1
-            if anchor:
-                assert anchor in _anchors(dest), f"{page.name}: no heading #{anchor} in {path}"
-    assert checked >= 30
+            named += 1
+            if not (ROOT / path).exists():
+                problems.append(f"{page.name}: `{path}` does not exist")
+    return problems, named
 
 
 def test_every_repository_path_named_exists() -> None:
-    """A path in inline code that starts in one of the repository's folders names a file or
-    folder that is there (globs and placeholders aside)."""
-    roots = ("spec/", "tpx/", "tests/", "conformance/", "benchmarks/", "docs/", ".ci/")
-    named = 0
-    for page in PAGES:
-        text = FENCE.sub("", page.read_text(encoding="utf-8"))
-        for span in re.findall(r"`([^`]+)`", text):
-            for token in re.findall(r"(?<![\w./-])((?:[\w.-]+/)+[\w.*<>-]*)", span):
-                path = token.split("::")[0]
-                if not path.startswith(roots) or any(c in path for c in "*<>"):
-                    continue
-                named += 1
-                assert (ROOT / path).exists(), f"{page.name}: `{path}` does not exist"
-    assert named >= 60
+    results = [_path_problems(page) for page in PAGES]
+    assert [p for problems, _ in results for p in problems] == []
+    assert sum(named for _, named in results) >= 60
 
 
 def test_the_docs_index_names_the_files_of_each_folder() -> None:
@@ -523,7 +546,41 @@ HISTORY = re.compile(
 )
 
 
+def _history_problems(page: Path) -> list[str]:
+    text = page.read_text(encoding="utf-8")
+    return [
+        f"{page.name}:{n}: {line}"
+        for n, line in enumerate(text.splitlines(), 1)
+        if HISTORY.search(line)
+    ]
+
+
 def test_no_development_record_in_the_documents() -> None:
-    for page in [*PAGES, ROOT / "conformance" / "mutate" / "RESULTS.md"]:
-        for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
-            assert not HISTORY.search(line), f"{page.relative_to(ROOT)}:{n}: {line}"
+    pages = [*PAGES, ROOT / "conformance" / "mutate" / "RESULTS.md"]
+    assert [p for page in pages for p in _history_problems(page)] == []
+
+
+def test_the_checks_catch_a_broken_page(tmp_path: Path) -> None:
+    """Seeded bugs: a page with a flag, a target, a link, a path and wording that are wrong."""
+    page = tmp_path / "broken.md"
+    page.write_text(
+        "# Broken\n\nRun `tpx serve --no-such-flag` or `make no-such-target`; see\n"
+        "[x](nowhere.md), [y](broken.md#no-such-heading) and `tpx/no_such_module.py`.\n"
+        "This " + "stop" + " 9 note.\n"
+        "\n```console\n$ .venv/bin/tpx check-trace --no-such-option FILE\n```\n"
+    )
+    flags, _ = _flag_problems(page)
+    assert sorted(flags) == [
+        "broken.md: `tpx check-trace --no-such-option`: no --no-such-option in its --help",
+        "broken.md: `tpx serve --no-such-flag`: no --no-such-flag in its --help",
+    ]
+    targets, _ = _target_problems(page)
+    assert targets == ["broken.md: `make no-such-target` is not a Makefile target"]
+    links, _ = _link_problems(page)
+    assert links == [
+        "broken.md: link to nowhere.md, which does not exist",
+        "broken.md: no heading #no-such-heading in broken.md",
+    ]
+    paths, _ = _path_problems(page)
+    assert paths == ["broken.md: `tpx/no_such_module.py` does not exist"]
+    assert len(_history_problems(page)) == 1
