@@ -52,6 +52,7 @@ from typing import Any
 import httpx2
 import orjson
 
+from benchmarks.report import markdown_table, write_section
 from tests.e2e.procs import (
     GATEWAY_KEY,
     ROOT,
@@ -476,6 +477,7 @@ def main() -> None:
         shutil.rmtree(logdir, ignore_errors=True)
     report(results, rps)
     core_ms = in_process_cpu_ms(args.rounds)
+    alone_ms = core_cpu_ms(args.rounds)
     print(
         "CPU ms per request (process CPU time over the measured requests; robust to machine "
         "load): " + ", ".join(f"{name} {ms:.2f}" for name, ms in cpu_ms.items())
@@ -483,8 +485,67 @@ def main() -> None:
     print(f"tpx gateway core in-process (no HTTP server, no sockets): {core_ms:.2f} CPU ms/request")
     print(
         "tpx gateway core alone (sans-I/O: handle + reply + log line, no httpx2): "
-        f"{core_cpu_ms(args.rounds):.2f} CPU ms/request"
+        f"{alone_ms:.2f} CPU ms/request"
     )
+    command = ".venv/bin/python -m benchmarks.gateway_latency " + " ".join(sys.argv[1:])
+    table, notes = gateway_table(results, rps, cpu_ms, core_ms, alone_ms, size, args.rounds)
+    written = write_section("gateway", command.strip(), table, notes=notes)
+    if written is not None:
+        print(f"table written to {written}")
+
+
+def gateway_table(
+    results: dict[str, dict[str, list[float]]],
+    rps: float,
+    cpu_ms: dict[str, float],
+    in_process_ms: float,
+    alone_ms: float,
+    size: int,
+    rounds: int,
+) -> tuple[str, list[str]]:
+    """The run as a Markdown table (one row per target) and its notes, for docs/performance.md."""
+    base = results["direct"]
+
+    def added(name: str, kind: str, q: float) -> float:
+        return (_pct(results[name][kind], q) - _pct(base[kind], q)) * 1e3
+
+    rows: list[tuple[object, ...]] = []
+    for name, kinds in results.items():
+        cells: list[object] = [f"`{name}`"]
+        for kind in ("plain", "ttfb"):
+            p50 = _pct(kinds[kind], 0.5) * 1e3
+            if name == "direct":
+                cells += [f"{p50:.2f} ms", "", ""]
+            else:
+                cells += [
+                    f"{p50:.2f} ms",
+                    f"**+{added(name, kind, 0.5):.2f}**",
+                    f"+{added(name, kind, 0.99):.2f}",
+                ]
+        cells.append(f"{cpu_ms[name]:.2f}" if name in cpu_ms else "")
+        rows.append(tuple(cells))
+    headers = (
+        "target",
+        "p50 (non-streaming)",
+        "added p50 ms",
+        "added p99 ms",
+        "p50 (first byte, streaming)",
+        "added p50 ms",
+        "added p99 ms",
+        "CPU ms per request",
+    )
+    notes = [
+        f"Request: the recorded {size / 1024:.1f} KB Claude Code turn, {rounds} rounds per target "
+        "and kind; added = a target's percentile minus `direct`'s.",
+        f"Throughput, one `tpx serve` worker, 32 requests in flight: {rps:.0f} req/s.",
+        f"Gateway core in-process through `tpx.sdk` (no sockets): {in_process_ms:.2f} CPU ms per "
+        f"request; the sans-I/O core alone (handle + reply + log line): {alone_ms:.2f} CPU ms.",
+    ]
+    if "litellm" in results:
+        for kind, label in (("plain", "non-streaming"), ("ttfb", "first byte")):
+            ratio = added("litellm", kind, 0.5) / max(added("tpx", kind, 0.5), 1e-6)
+            notes.append(f"LiteLLM / tpx added p50 latency ({label}): {ratio:.1f}x.")
+    return markdown_table(headers, rows), notes
 
 
 def report(results: dict[str, dict[str, list[float]]], rps: float) -> None:

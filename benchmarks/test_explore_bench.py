@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
+from benchmarks.report import Rows
 from tpx.model import Config
 from tpx.model.packed import explore_packed
 from tpx.tlc import run_tlc
@@ -21,6 +22,18 @@ from tpx.tlc.cfg import load_cfg, render_cfg, with_constants
 from tpx.values import ModelValue
 
 SPEC = Path(__file__).parents[1] / "spec" / "TpxTransport.tla"
+_ROWS = Rows(
+    "explore",
+    ".venv/bin/python -m pytest benchmarks/test_explore_bench.py -p no:xdist --benchmark-only",
+    (
+        "ToolIds",
+        "MaxTurns",
+        "distinct states",
+        "TLC (2 workers, JVM start included)",
+        "packed explorer",
+        "explorer / TLC",
+    ),
+)
 
 
 @pytest.mark.parametrize(
@@ -54,6 +67,14 @@ def test_explorer_vs_tlc(
     ratio = mirror_s / tlc_s
     benchmark.extra_info.update(
         distinct=result.distinct, tlc_wall_s=round(tlc_s, 3), explorer_over_tlc=round(ratio, 3)
+    )
+    _ROWS.add(
+        tool_ids,
+        max_turns,
+        f"{result.distinct:,}",
+        f"{tlc_s:.2f} s",
+        f"{mirror_s:.3f} s",
+        f"**{ratio:.3f}**",
     )
     with capsys.disabled():
         print(

@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 import pytest
 
+from benchmarks.report import markdown_table, write_section
 from tpx.exchange import Provider
 from tpx.gateway.core import Gateway, Request, Turn
 from tpx.gateway.settings import Credential, Settings
@@ -129,4 +130,31 @@ def test_monitor_ratio(benchmark: Any) -> None:
         file=sys.stderr,
     )
     benchmark.extra_info.update(per)
+    table = markdown_table(
+        (
+            "core, monitor off",
+            "core, monitor on",
+            "monitor adds",
+            "of the core",
+            "of a 1 ms gateway",
+        ),
+        [
+            (
+                f"{per['off']:.0f} us",
+                f"{per['on']:.0f} us",
+                f"**+{added:.0f} us**",
+                f"{share:+.1%}",
+                f"{added / 1000:.1%}",
+            )
+        ],
+    )
+    write_section(
+        "monitor",
+        ".venv/bin/python -m pytest benchmarks/test_monitor_bench.py -p no:xdist "
+        "--benchmark-only -k ratio",
+        table,
+        notes=[
+            "Medians of 400 interleaved rounds, thread CPU time per request (two requests each)."
+        ],
+    )
     assert per["on"] > 0

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks.report import Rows
 from conformance.replay import Behaviour, Replayer, complete_behaviours, edge_cover, tlc_graph
 from tpx.model import Config
 
@@ -44,8 +45,19 @@ def big_cover() -> list[Behaviour]:
     return edge_cover(tlc_graph(4, 6))
 
 
+_ROWS = Rows(
+    "replay",
+    ".venv/bin/python -m pytest benchmarks/test_replay_bench.py -p no:xdist --benchmark-only",
+    ("replay", "behaviours", "steps", "behaviours/s", "steps/s"),
+)
+
+
 def _rates(benchmark: Any, behaviours: int, steps: int) -> None:
     mean = benchmark.stats.stats.mean
+    what = benchmark.name.removeprefix("test_replay_").replace("_", " ")
+    _ROWS.add(
+        what, f"{behaviours:,}", f"{steps:,}", f"{behaviours / mean:,.0f}", f"{steps / mean:,.0f}"
+    )
     benchmark.extra_info.update(
         behaviours=behaviours,
         steps=steps,

@@ -21,10 +21,11 @@ from typing import Any
 
 import orjson
 import pytest
-from corpus import HISTORY_TURNS, claude_code_bytes, request_bytes, response_set
 from pytest_benchmark.fixture import BenchmarkFixture
 
 import tpx.exchange
+from benchmarks.corpus import HISTORY_TURNS, claude_code_bytes, request_bytes, response_set
+from benchmarks.report import Rows, markdown_table, write_section
 from tpx.exchange import Exchange, Provider
 from tpx.shape import check_message
 from tpx.translate import request_bytes_to_openai, response_bytes_to_messages
@@ -88,6 +89,7 @@ def _best(run: Callable[[], None], loops: int) -> float:
 def test_ratio_summary(benchmark: BenchmarkFixture, capsys: pytest.CaptureFixture[str]) -> None:
     """Interleaved, same-process measurement of the ratios; printed as a table."""
     rows: list[str] = []
+    cells: list[tuple[object, ...]] = []
     for name, items in _SETS.items():
         size = sum(len(data) for data in items)
         runners = {
@@ -106,15 +108,40 @@ def test_ratio_summary(benchmark: BenchmarkFixture, capsys: pytest.CaptureFixtur
             f"floor {best['orjson_floor'] * 1e6:>8.1f} us  stdlib {best['stdlib_json'] * 1e6:>9.1f}"
             f" us  x floor {floor_ratio:5.2f}  x stdlib {stdlib_ratio:5.2f}  {verdict}"
         )
+        cells.append(
+            (
+                f"`{name}`",
+                f"{size / 1024:.1f} KB",
+                f"{best['translate'] * 1e6:.1f}",
+                f"{best['orjson_floor'] * 1e6:.1f}",
+                f"{best['stdlib_json'] * 1e6:.1f}",
+                f"**{floor_ratio:.2f}**",
+                f"{stdlib_ratio:.2f}",
+                "ok" if verdict == "ok" else "**missed**",
+            )
+        )
     title = "translation ratios (best of 15 interleaved rounds; target <=2x floor, <=1x stdlib)"
     table = "\n".join(["", title, *rows])
     with capsys.disabled():
         sys.stdout.write(table + "\n")
     benchmark.extra_info["table"] = table
+    headers = ("set", "size", "translate us", "floor us", "stdlib us", "x floor", "x stdlib")
+    write_section(
+        "translate",
+        _COMMAND + " -k ratio_summary",
+        markdown_table((*headers, "target <= 2x floor, <= 1x stdlib"), cells),
+    )
     benchmark(_runner("responses", "translate"))
 
 
 # -- the native (ANTHROPIC) path: ShapeInv validation against the JSON floor --------
+
+_COMMAND = (
+    ".venv/bin/python -m pytest benchmarks/test_translate_bench.py -p no:xdist --benchmark-only"
+)
+_NATIVE_ROWS = Rows(
+    "native", _COMMAND + " -k native", ("path", "checked us", "baseline us", "ratio", "target")
+)
 
 _NATIVE: list[bytes] = [response_bytes_to_messages(data) for data in _SETS["responses"]]
 
@@ -155,6 +182,13 @@ def test_native_validation_ratio(
     with capsys.disabled():
         sys.stdout.write("\n" + line + "\n")
     benchmark.extra_info["native_ratio"] = ratio
+    _NATIVE_ROWS.add(
+        "native body: loads + `check_message` + dumps, over loads + dumps (200 replies)",
+        f"{best['native'] * 1e6:.1f}",
+        f"{best['floor'] * 1e6:.1f}",
+        f"**{ratio:.2f}**",
+        "<= 1.10: " + ("ok" if ratio <= 1.10 else "**missed**"),
+    )
     benchmark(runs["native"])
 
 
@@ -198,4 +232,11 @@ def test_native_exchange_validation_ratio(
     with capsys.disabled():
         sys.stdout.write("\n" + line + "\n")
     benchmark.extra_info["native_exchange_ratio"] = ratio
+    _NATIVE_ROWS.add(
+        "native exchange: send + receive + deliver, ShapeInv checked over ids only",
+        f"{best['checked'] * 1e6:.1f}",
+        f"{best['ids only'] * 1e6:.1f}",
+        f"**{ratio:.2f}**",
+        "<= 1.10: " + ("ok" if ratio <= 1.10 else "**missed**"),
+    )
     benchmark(run)

@@ -1,0 +1,1 @@
+"""Benchmarks (``make bench``); their tables go into docs/performance.md (benchmarks.report)."""
