@@ -1,4 +1,4 @@
-"""Regression tests for the hostile-input campaign of issue 11 (each reproducer once).
+"""Regression tests for hostile input to the transports (each reproducer once).
 
 Each case runs through the real transports (sync and async, ``httpx2.MockTransport``)
 and checks the contract: only tpx's documented errors escape, the exchange ends in

@@ -155,8 +155,7 @@ def tpx_executable() -> Path:
     )
     if probe.returncode != 0:
         raise HarnessError(
-            "`tpx serve` is not available (the gateway of issue 7 is not in this tree):\n"
-            + (probe.stderr or probe.stdout)[-1000:]
+            "`tpx serve` is not available in this tree:\n" + (probe.stderr or probe.stdout)[-1000:]
         )
     return tpx
 
