@@ -35,6 +35,8 @@ TOML file (every key optional)::
     shutdown_grace = 30.0         # SIGTERM: seconds running streams may finish in
     ping_interval = 10.0          # SSE ping after this many seconds of upstream silence
     tail_cache = 16               # request tails kept parsed (tpx.gateway.bodies); 0: none
+    max_upstream_body = 16777216  # decoded bytes of an upstream reply read whole (else 502)
+    max_upstream_stream = 268435456  # decoded bytes of one upstream stream
 
     [[models]]                    # first match wins; glob on the caller's model name
     match = "*haiku*"
@@ -170,6 +172,11 @@ class Limits:
     #: request tails (the members after ``messages``) kept parsed (tpx.gateway.bodies);
     #: 0: none
     tail_cache: int = 16
+    #: decoded bytes of an upstream reply read whole (tpx.gateway.inflate); past it: 502
+    max_upstream_body: int = 16 * 1024 * 1024
+    #: decoded bytes of an upstream stream (translated as it arrives); past it: the
+    #: stream fails
+    max_upstream_stream: int = 256 * 1024 * 1024
 
 
 @attrs.frozen(repr=False)
