@@ -11,6 +11,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -112,6 +113,7 @@ class ScriptedUpstream:
         self.connections = 0
         self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.05)
         self.port: int = self._listener.getsockname()[1]
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
@@ -133,7 +135,6 @@ class ScriptedUpstream:
             thread.join(10)
 
     def _accept(self) -> None:
-        self._listener.settimeout(0.05)
         while not self._stop.is_set():
             try:
                 conn, _ = self._listener.accept()
@@ -184,3 +185,123 @@ def _requests(conn: socket.socket) -> Iterator[tuple[bytes, bytes]]:
             buffer += data
         yield head, buffer[:size]
         buffer = buffer[size:]
+
+
+# -- hostile replies ---------------------------------------------------------------------------
+
+JSON_TYPE = b"application/json"
+SSE_TYPE = b"text/event-stream"
+#: A block of SSE comment lines (valid, and ignored by every reader): a stream of them is
+#: bounded by nothing but the gateway's stream limit.
+COMMENTS = b": " + b"x" * 1020 + b"\n"
+
+
+def gzip_bomb(decoded: int, block: bytes = b"\0") -> bytes:
+    """*decoded* bytes of *block* repeated, gzip-compressed (~1,000:1 for zeros)."""
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    piece = block * max(1, (1 << 20) // len(block))
+    parts = [compressor.compress(piece) for _ in range(decoded // len(piece))]
+    return b"".join([*parts, compressor.flush()])
+
+
+def compressed(data: bytes, content_type: bytes = JSON_TYPE) -> Step:
+    """Reply 200 with *data* as a gzip ``content-encoding`` body."""
+
+    def step(conn: socket.socket, head: bytes, body: bytes) -> bool:
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\ncontent-type: %s\r\ncontent-encoding: gzip\r\n"
+            b"content-length: %d\r\n\r\n" % (content_type, len(data))
+        )
+        conn.sendall(data)
+        return True
+
+    return step
+
+
+def huge(size: int, content_type: bytes = JSON_TYPE, block: bytes = b"x" * (1 << 20)) -> Step:
+    """Reply 200 with a *size*-byte body of *block* repeated (sent until the client hangs up)."""
+
+    def step(conn: socket.socket, head: bytes, body: bytes) -> bool:
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\ncontent-type: %s\r\ncontent-length: %d\r\n\r\n"
+            % (content_type, size)
+        )
+        piece = block * max(1, (1 << 20) // len(block))
+        sent = 0
+        while sent < size:
+            part = piece[: size - sent]
+            conn.sendall(part)
+            sent += len(part)
+        return True
+
+    return step
+
+
+def by_marker(steps: dict[bytes, Step], default: Step = answer) -> Step:
+    """The step whose marker the request's body holds (else *default*)."""
+
+    def step(conn: socket.socket, head: bytes, body: bytes) -> bool:
+        for marker, chosen in steps.items():
+            if marker in body:
+                return chosen(conn, head, body)
+        return default(conn, head, body)
+
+    return step
+
+
+def big_completion(content: int) -> tuple[bytes, bytes, int]:
+    """A valid Chat Completions reply whose text is *content* bytes: (head, tail, filler
+    size) around ``"a" * size``, the size *content* rounded down to whole MiB, for
+    :func:`gzip_completion` and :func:`huge_completion`."""
+    text = COMPLETION.decode()
+    head, _, tail = text.partition('"hello"')
+    return (head + '"').encode(), ('"' + tail).encode(), content - content % (1 << 20)
+
+
+def gzip_completion(content: int) -> bytes:
+    """:func:`big_completion` gzip-compressed (a bomb that decodes to a valid reply)."""
+    head, tail, size = big_completion(content)
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    piece = b"a" * (1 << 20)
+    parts = [compressor.compress(head)]
+    parts += [compressor.compress(piece) for _ in range(size // len(piece))]
+    parts += [compressor.compress(tail), compressor.flush()]
+    return b"".join(parts)
+
+
+def huge_completion(content: int) -> Step:
+    """Reply 200 with :func:`big_completion` uncompressed, sent as it is made."""
+    head, tail, size = big_completion(content)
+
+    def step(conn: socket.socket, head_: bytes, body: bytes) -> bool:
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+            % (len(head) + size + len(tail))
+        )
+        conn.sendall(head)
+        piece = b"a" * (1 << 20)
+        for _ in range(size // len(piece)):
+            conn.sendall(piece)
+        conn.sendall(tail)
+        return True
+
+    return step
+
+
+def long_stream(comments: int) -> Step:
+    """A valid SSE reply with *comments* bytes of comment lines before its events."""
+
+    def step(conn: socket.socket, head: bytes, body: bytes) -> bool:
+        block = COMMENTS * 1024
+        count = max(1, comments // len(block))
+        size = count * len(block) + len(STREAM)
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n"
+            % size
+        )
+        for _ in range(count):
+            conn.sendall(block)
+        conn.sendall(STREAM)
+        return True
+
+    return step
