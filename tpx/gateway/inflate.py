@@ -154,12 +154,16 @@ async def read_body(response: httpx2.Response, limit: int, provider: str, what: 
     """*response*'s whole body, decoded and at most *limit* bytes (see the module)."""
     decoder = Decoder.of(response, limit, provider, what)
     parts: list[bytes] = []
-    async for raw in raw_chunks(response):
-        piece = decoder.decode(raw)
-        while piece:
-            parts.append(piece)
-            piece = decoder.more()
-    parts.append(decoder.flush())
+    try:
+        async for raw in raw_chunks(response):
+            piece = decoder.decode(raw)
+            while piece:
+                parts.append(piece)
+                piece = decoder.more()
+        parts.append(decoder.flush())
+    except BaseException:
+        parts.clear()  # the error's traceback keeps this frame (and the list) alive
+        raise
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
@@ -167,10 +171,14 @@ def read_body_sync(response: httpx2.Response, limit: int, provider: str, what: s
     """:func:`read_body` for the sync client."""
     decoder = Decoder.of(response, limit, provider, what)
     parts: list[bytes] = []
-    for raw in raw_chunks_sync(response):
-        piece = decoder.decode(raw)
-        while piece:
-            parts.append(piece)
-            piece = decoder.more()
-    parts.append(decoder.flush())
+    try:
+        for raw in raw_chunks_sync(response):
+            piece = decoder.decode(raw)
+            while piece:
+                parts.append(piece)
+                piece = decoder.more()
+        parts.append(decoder.flush())
+    except BaseException:
+        parts.clear()
+        raise
     return parts[0] if len(parts) == 1 else b"".join(parts)
