@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
+import anthropic
 import httpx2
+import orjson
 import pytest
 
 import tpx.sdk
@@ -177,3 +180,86 @@ def test_signed_ids_round_trip_and_refuse_tampering() -> None:
     assert verify_signed_id(signed.replace("call_1", "call_2"), b"k1") is None
     with pytest.raises(ValueError, match="canonical"):
         sign_caller_id("toolu_1", b"k1")
+
+
+# -- key rotation ---------------------------------------------------------------------------
+
+
+def _env(gateway_secret: str, thinking_secret: str) -> dict[str, str]:
+    return {
+        "TPX_OAUTH_TOKEN": "tok-rotation-0001",
+        "TPX_BASE_URL": "http://u.t",
+        "TPX_GATEWAY_SECRET": gateway_secret,
+        "TPX_THINKING_SECRET": thinking_secret,
+        "TPX_PROFILE": "vllm",  # verified thinking goes back as reasoning_content
+    }
+
+
+def test_secrets_list_a_current_key_and_older_ones_never_shown() -> None:
+    settings = load_settings(env=_env(" id-new, id-old\tid-older ", "think-new,think-old"))
+    assert settings.secret == b"id-new"
+    assert settings.previous_secrets == (b"id-old", b"id-older")
+    assert settings.id_keys == (b"id-new", b"id-old", b"id-older")
+    assert {"think-new", "think-old"} <= set(settings.secret_values())
+    for shown in (repr(settings), str(settings)):
+        assert "id-" not in shown
+        assert "think-" not in shown
+    single = load_settings(env=_env("only-key", "think"))
+    assert (single.secret, single.previous_secrets) == (b"only-key", ())
+
+
+def _first_turn(fake: FakeUpstream, env: dict[str, str]) -> Any:
+    """A gateway with *env* answers a first turn: its (tool_use) reply."""
+    with tpx.sdk.anthropic_client(env=env, upstream=fake.transport()) as client:
+        return client.messages.create(
+            model="m", max_tokens=64, messages=[{"role": "user", "content": "hi"}]
+        )
+
+
+def _second_turn(fake: FakeUpstream, env: dict[str, str], reply: Any) -> Any:
+    """A gateway with *env* takes the next turn of the conversation *reply* began (its tool
+    ids and thinking signature come back): the raw HTTP reply."""
+    blocks = [block.model_dump(exclude_none=True) for block in reply.content]
+    results = [
+        {"type": "tool_result", "tool_use_id": block["id"], "content": "ok"}
+        for block in blocks
+        if block["type"] == "tool_use"
+    ]
+    assert results
+    messages = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": blocks},
+        {"role": "user", "content": results},
+    ]
+    with tpx.sdk.anthropic_client(env=env, upstream=fake.transport(), max_retries=0) as client:
+        return client.messages.with_raw_response.create(model="m", max_tokens=64, messages=messages)
+
+
+def test_ids_and_thinking_signed_under_a_key_still_listed_verify_after_rotation() -> None:
+    """Gateway A signs with k1; B lists k2 (current) and k1: A's tool ids and thinking
+    signatures verify there (the thinking goes back upstream as reasoning); C lists only
+    k2: A's id is refused with the Messages-shaped 400, before the wire (a thinking
+    signature under a retired key: tests/translate/test_ids.py)."""
+    fake = FakeUpstream("TPX", reasoning="thought-7f3a")
+    first = _first_turn(fake, _env("k1", "t1"))
+    assert [block.type for block in first.content][:1] == ["thinking"]
+    rotated = _second_turn(fake, _env("k2, k1", "t2 t1"), first)
+    assert rotated.http_response.status_code == 200
+    forwarded = orjson.dumps(fake.seen[-1]).decode()
+    assert "thought-7f3a" in forwarded  # the signature verified under the older key
+    # a reply of the rotated gateway is signed with its current key
+    again = _first_turn(fake, _env("k2, k1", "t2 t1"))
+    ids = [block.id for block in again.content if block.type == "tool_use"]
+    unsigned = verify_signed_id(ids[0], b"k2")
+    assert unsigned is not None
+    assert verify_signed_id(ids[0], b"k1") is None
+    retired = FakeUpstream("TPX", reasoning="thought-7f3a")
+    with pytest.raises(anthropic.BadRequestError) as info:
+        _second_turn(retired, _env("k2", "t2"), first)
+    error = info.value.response
+    assert error.status_code == 400
+    body = error.json()
+    assert body["type"] == "error"
+    assert body["error"]["type"] == "invalid_request_error"
+    assert "is not a tool_use id this gateway issued" in body["error"]["message"]
+    assert not retired.seen  # refused before the wire

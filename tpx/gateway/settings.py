@@ -7,7 +7,10 @@ bearer token, re-run before it expires and once on an upstream 401); either way 
 provider is TPX. Credentials come from the environment only (never from the TOML file)
 and never appear in a repr, a log line or an error; so does the thinking secret
 (``TPX_THINKING_SECRET``, the key that signs the thinking blocks made of upstream
-reasoning; random per process when unset, so replicas must share one).
+reasoning; random per process when unset, so replicas must share one) and the id secret
+(``TPX_GATEWAY_SECRET``, the key that signs the tool ids handed to clients). Either may list
+several keys, separated by commas or whitespace: the first signs, every one verifies (a key
+is rotated by listing the new one first, retired by removing it).
 
 TOML file (every key optional)::
 
@@ -62,7 +65,7 @@ import attrs
 from tpx.errors import ConfigurationError, UnauthorizedError
 from tpx.exchange import Provider
 from tpx.translate.profiles import DEFAULT_PROFILE, Profile, get_profile
-from tpx.translate.signing import PROCESS_SIGNER, ThinkingSigner, signer_for
+from tpx.translate.signing import PROCESS_SIGNER, ThinkingSigner, signer_for, split_secret
 from tpx.transport import _check_credential, _configure
 
 __all__ = ["Credential", "Limits", "ModelRoute", "Settings", "load_settings"]
@@ -200,8 +203,16 @@ class Settings:
     """``tpx serve --monitor``: check every exchange's spec steps (tpx.gateway.monitoring)."""
     #: the TPX upstream's kind: how requests are shaped for it (tpx.translate.profiles)
     profile: Profile = DEFAULT_PROFILE
-    #: signs / verifies thinking blocks (None: a random per-process key)
+    #: signs / verifies thinking blocks (None: a random per-process key); may list several
+    #: keys (tpx.translate.signing.split_secret): the first signs, every one verifies
     thinking_secret: str | None = None
+    #: keys being retired: tool ids signed with one still verify (``secret`` signs new ones)
+    previous_secrets: tuple[bytes, ...] = ()
+
+    @property
+    def id_keys(self) -> tuple[bytes, ...]:
+        """The keys a tool id may be signed with: ``secret`` first, then the retired ones."""
+        return (self.secret, *self.previous_secrets)
 
     @property
     def signer(self) -> ThinkingSigner:
@@ -230,6 +241,9 @@ class Settings:
             values.append(self.credential._value)
         if self.thinking_secret:
             values.append(self.thinking_secret)
+            keys = split_secret(self.thinking_secret)
+            if len(keys) > 1:
+                values += keys
         return tuple(values)
 
 
@@ -344,8 +358,8 @@ def load_settings(
     env_profile = (environ.get("TPX_PROFILE") or "").strip() or None
     chosen = get_profile(profile or env_profile or file_profile)
     thinking_secret = (environ.get("TPX_THINKING_SECRET") or "").strip() or None
-    raw_secret = (environ.get("TPX_GATEWAY_SECRET") or "").strip()
-    secret = raw_secret.encode() if raw_secret else secrets.token_bytes(32)
+    id_keys = [key.encode() for key in split_secret(environ.get("TPX_GATEWAY_SECRET") or "")]
+    secret = id_keys[0] if id_keys else secrets.token_bytes(32)
     file_host = _typed(server, "host", str, "server")
     file_port = _typed(server, "port", int, "server")
     file_workers = _typed(server, "workers", int, "server")
@@ -366,4 +380,5 @@ def load_settings(
         monitor=monitor,
         profile=chosen,
         thinking_secret=thinking_secret,
+        previous_secrets=tuple(id_keys[1:]),
     )
