@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +15,14 @@ import orjson
 import pytest
 
 import tpx.sdk
-from tpx.errors import ConfigurationError
+from tpx.errors import ConfigurationError, UnauthorizedError
 from tpx.exchange import Provider
-from tpx.gateway.settings import load_settings
+from tpx.gateway.asgi import create_app
+from tpx.gateway.settings import BACKOFF_FIRST, Credential, load_settings
+from tpx.gateway.token_command import run_token_command
 from tpx.translate.ids import sign_caller_id, to_caller_id, verify_signed_id
 
+from .conftest import serving
 from .fakes import FakeUpstream
 
 CONFIG = """
@@ -226,7 +232,7 @@ def _second_turn(fake: FakeUpstream, env: dict[str, str], reply: Any) -> Any:
         if block["type"] == "tool_use"
     ]
     assert results
-    messages = [
+    messages: list[Any] = [
         {"role": "user", "content": "hi"},
         {"role": "assistant", "content": blocks},
         {"role": "user", "content": results},
@@ -263,3 +269,128 @@ def test_ids_and_thinking_signed_under_a_key_still_listed_verify_after_rotation(
     assert body["error"]["type"] == "invalid_request_error"
     assert "is not a tool_use id this gateway issued" in body["error"]["message"]
     assert not retired.seen  # refused before the wire
+
+
+# -- the token command: single flight, backoff, bounds ---------------------------------------
+
+
+def _counting_command(tmp_path: Path) -> tuple[str, Path]:
+    """A token command printing ``token-N`` on its N-th run (runs counted in a file)."""
+    counter = tmp_path / "runs"
+    script = tmp_path / "token.py"
+    script.write_text(
+        "import fcntl, pathlib\n"
+        f"p = pathlib.Path({str(counter)!r})\n"
+        "with open(p, 'a+') as f:\n"
+        "    fcntl.flock(f, fcntl.LOCK_EX)\n"
+        "    f.seek(0)\n"
+        "    n = len(f.read()) + 1\n"
+        "    f.write('x')\n"
+        "print(f'token-{n}')\n"
+    )
+    return f"{sys.executable} {script}", counter
+
+
+def _runs(counter: Path) -> int:
+    return len(counter.read_text()) if counter.exists() else 0
+
+
+def _always_run(self: Credential, refused: str) -> str | None:
+    """A seeded bug: every 401 runs the command (no single flight, no backoff)."""
+    return self.refresh()
+
+
+@pytest.mark.parametrize("seeded", [False, True], ids=["real", "run-per-401-bug"])
+def test_concurrent_401s_run_the_token_command_once(
+    tmp_path: Path, seeded: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Five turns in flight together all meet a 401 for the first token: ONE run of the
+    command makes the token all five are re-sent with (the seeded bug: five runs)."""
+    if seeded:
+        monkeypatch.setattr(Credential, "refresh_after", _always_run)
+    command, counter = _counting_command(tmp_path)
+    settings = load_settings(env={"TPX_OAUTH_TOKEN_COMMAND": command, "TPX_BASE_URL": "http://u.t"})
+    assert _runs(counter) == 1
+    fake = FakeUpstream("TPX")
+
+    async def upstream(request: httpx2.Request) -> httpx2.Response:
+        if request.headers["authorization"] == "Bearer token-1":
+            await asyncio.sleep(0.3)  # all five are refused together
+            return httpx2.Response(401, json={"error": {"message": "expired"}})
+        return fake.handle(request)
+
+    app = create_app(settings, transport=httpx2.MockTransport(upstream))
+    body = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+    with (
+        serving(app) as url,
+        httpx2.Client(base_url=url, timeout=30) as client,
+        ThreadPoolExecutor(5) as pool,
+    ):
+        replies = list(pool.map(lambda _: client.post("/v1/messages", json=body), range(5)))
+    assert [reply.status_code for reply in replies] == [200] * 5
+    assert _runs(counter) == (6 if seeded else 2)
+
+
+def test_a_token_the_upstream_keeps_refusing_is_not_remade_within_the_backoff(
+    tmp_path: Path,
+) -> None:
+    """Every token gets a 401: the first 401 runs the command, the next ones within the
+    backoff do not (the 401 stands); once the delay has passed, one run again."""
+    command, counter = _counting_command(tmp_path)
+    settings = load_settings(env={"TPX_OAUTH_TOKEN_COMMAND": command, "TPX_BASE_URL": "http://u.t"})
+    seen: list[str] = []
+
+    def upstream(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request.headers["authorization"])
+        return httpx2.Response(401, json={"error": {"message": "no"}})
+
+    messages = [{"role": "user", "content": "hi"}]
+    with tpx.sdk.anthropic_client(
+        settings=settings, upstream=httpx2.MockTransport(upstream), max_retries=0
+    ) as client:
+
+        def turn() -> int:
+            with pytest.raises(anthropic.APIStatusError) as info:
+                client.messages.create(model="m", max_tokens=8, messages=messages)  # type: ignore[arg-type]
+            return info.value.status_code
+
+        statuses = [turn() for _ in range(4)]
+        assert _runs(counter) == 2  # at load, then once for the first 401
+        assert seen == [
+            "Bearer token-1",
+            "Bearer token-2",
+            "Bearer token-2",
+            "Bearer token-2",
+            "Bearer token-2",
+        ]
+        time.sleep(BACKOFF_FIRST + 0.1)
+        statuses.append(turn())
+        assert _runs(counter) == 3
+        statuses.append(turn())
+        assert _runs(counter) == 3  # the delay doubled
+    assert set(statuses) == {502}  # the upstream refused the gateway
+    assert "token-" not in repr(settings)
+
+
+def test_a_token_command_printing_too_much_or_overrunning_is_stopped(tmp_path: Path) -> None:
+    flood = f"{sys.executable} -c \"import sys; sys.stdout.write('x' * 50_000_000)\""
+    with pytest.raises(UnauthorizedError, match=r"printed more than 65536 bytes") as info:
+        load_settings(env={"TPX_OAUTH_TOKEN_COMMAND": flood, "TPX_BASE_URL": "http://u.t"})
+    assert "xxxx" not in str(info.value)
+    config = tmp_path / "tpx.toml"
+    config.write_text("[upstream]\ntoken_timeout = 0.5\n")
+    began = time.monotonic()
+    with pytest.raises(UnauthorizedError, match=r"did not finish within 0.5 s"):
+        load_settings(
+            env={"TPX_OAUTH_TOKEN_COMMAND": "echo tok; sleep 30", "TPX_BASE_URL": "http://u.t"},
+            config_file=config,
+        )
+    assert time.monotonic() - began < 5
+
+
+def test_a_token_command_is_killed_with_its_children() -> None:
+    """The shell's background child holding stdout is killed too (a session of its own)."""
+    began = time.monotonic()
+    with pytest.raises(UnauthorizedError, match="did not finish"):
+        run_token_command("sleep 30 & echo tok", timeout=0.5)
+    assert time.monotonic() - began < 5

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Generator
 from typing import Any
 
 import httpx2
@@ -43,7 +42,7 @@ def test_a_request_is_what_httpx2_builds(kind: type[SyncUpstream | AsyncUpstream
         _call(b'{"a":1}'),
     ]
     for call in calls:
-        headers = upstream._headers(call)
+        headers = upstream._headers(call, upstream._token())
         got = upstream._request(call, headers)
         want = httpx2.Request(
             call.method,
@@ -63,16 +62,18 @@ def test_the_kept_header_sets_are_bounded(monkeypatch: pytest.MonkeyPatch) -> No
     upstream = SyncUpstream(make_settings("TPX"), transport=_NOWHERE)
     for n in range(10):
         call = _call(b"{}", **{"x-n": str(n)})
-        upstream._request(call, upstream._headers(call))
+        upstream._request(call, upstream._headers(call, upstream._token()))
         assert len(upstream._prepared) <= 3
 
 
 def test_a_request_without_a_body() -> None:
     upstream = SyncUpstream(make_settings("TPX"), transport=_NOWHERE)
     call = UpstreamCall("GET", "/models", (), b"", False)
-    got = upstream._request(call, upstream._headers(call))
+    got = upstream._request(call, upstream._headers(call, upstream._token()))
     want = httpx2.Request(
-        "GET", upstream._url(call), headers={**upstream.client.headers, **upstream._headers(call)}
+        "GET",
+        upstream._url(call),
+        headers={**upstream.client.headers, **upstream._headers(call, upstream._token())},
     )
     assert got.headers.raw == want.headers.raw
     assert got.content == b""
@@ -104,18 +105,18 @@ def _gateway_posts(
     return replies
 
 
-def _resend_on_any_error(self: Any) -> Generator[bool, Any, None]:
-    """A seeded bug: the retry policy as it would be if any transport failure were re-sent
-    once (the upstream may have generated, and billed, the first one)."""
-    resent = False
-    while True:
-        outcome = yield False
-        if isinstance(outcome, httpx2.HTTPError):
-            if not resent:
-                resent = True
-                continue
-            raise self._map(outcome)
-        return
+_ATTEMPT = AsyncUpstream._attempt
+
+
+async def _resend_on_any_error(
+    self: AsyncUpstream, request: httpx2.Request
+) -> httpx2.Response | httpx2.HTTPError:
+    """A seeded bug: an attempt re-sent once on any transport failure (the upstream may
+    have generated, and billed, the first one)."""
+    outcome = await _ATTEMPT(self, request)
+    if isinstance(outcome, httpx2.HTTPError):
+        return await _ATTEMPT(self, request)
+    return outcome
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
@@ -127,7 +128,7 @@ def test_a_request_the_upstream_read_and_dropped_is_not_sent_again(
     generated the reply. The client gets a typed 502 and the upstream got ONE request (the
     seeded bug, a policy re-sending on any failure, makes it two: the check sees it)."""
     if seeded:
-        monkeypatch.setattr(upstream_module._Base, "_plan", _resend_on_any_error)
+        monkeypatch.setattr(AsyncUpstream, "_attempt", _resend_on_any_error)
     with ScriptedUpstream(drop_after(0.3)) as upstream:
         (reply,) = _gateway_posts(upstream, [_turn(stream)])
         received = len(upstream.requests)

@@ -2,7 +2,8 @@
 
 :class:`AsyncUpstream` holds the one pooled ``httpx2.AsyncClient`` of a process, adds the
 credential (``x-api-key`` for ANTHROPIC, ``Authorization: Bearer`` for TPX; a
-command-made token is refreshed before expiry and once on a 401), bounds the number of
+command-made token is refreshed before expiry and once on a 401, single-flight and with a
+backoff: :meth:`tpx.gateway.settings.Credential.refresh_after`), bounds the number of
 concurrent upstream requests and records the upstream latency. Reply bodies are read
 undecoded and decoded by :mod:`tpx.gateway.inflate` (bounded: ``limits.max_upstream_body``
 for a body read whole, ``limits.max_upstream_stream`` for a stream). :func:`run_turn` drives a
@@ -144,7 +145,8 @@ class _Base(Generic[_Client, _Transport]):
         there is none.
 
         An attempt is sent again only once with a fresh token after a 401 when the token
-        comes from a command (the upstream refused it: nothing was generated). A transport
+        comes from a command (the upstream refused it: nothing was generated), unless the
+        command's backoff holds the fresh token back (the 401 stands). A transport
         failure is never re-sent: once a byte of the request was written the upstream may
         be generating (and billing) the reply already. The one case where a request
         provably did not leave, a pooled connection the upstream closed meanwhile, is
@@ -158,9 +160,13 @@ class _Base(Generic[_Client, _Transport]):
             outcome = yield refresh
             if isinstance(outcome, httpx2.HTTPError):
                 raise self._map(outcome)  # not in a handler: nothing chained
-            if not refreshed and self._refreshable(outcome.status_code):
+            status = outcome.status_code
+            if not refreshed and self._refreshable(status):
                 refresh = refreshed = True
                 continue
+            credential = self.settings.credential
+            if credential is not None and status != 401:
+                credential.worked()
             if self._observe is not None:
                 self._observe(time.perf_counter() - began)
             return
@@ -180,12 +186,29 @@ class _Base(Generic[_Client, _Transport]):
     def _secrets(self) -> tuple[str, ...]:
         return prepared(self.settings.secret_values()).forms
 
-    def _headers(self, call: UpstreamCall, fresh: bool = False) -> dict[str, str]:
-        headers = dict(call.headers)
+    def _fresh_token(self, refused: str) -> str | None:
+        """THE one place a fresh upstream token is obtained (after the upstream refused
+        *refused* with a 401): the token command's run, single-flight and backed off
+        (:meth:`~tpx.gateway.settings.Credential.refresh_after`; ``None``: held back, the
+        401 stands). A request's scrubber must hold the token that request carries: today
+        it does through :meth:`~tpx.gateway.settings.Settings.secret_values`, which reads
+        the credential's current value whenever an error is mapped (:meth:`_secrets`); a
+        per-request scrubber registers the token returned here. Blocks: run it in a
+        thread from the event loop."""
         credential = self.settings.credential
-        if credential is None:
+        assert credential is not None
+        return credential.refresh_after(refused)
+
+    def _token(self) -> str | None:
+        """The token of a first attempt (the command re-run when it expired: blocks then,
+        see ``Credential.stale``)."""
+        credential = self.settings.credential
+        return None if credential is None else credential.value()
+
+    def _headers(self, call: UpstreamCall, token: str | None = None) -> dict[str, str]:
+        headers = dict(call.headers)
+        if token is None:
             return headers
-        token = credential.refresh() if fresh else credential.value()
         if self.settings.provider is Provider.ANTHROPIC:
             headers["x-api-key"] = token
         else:
@@ -255,20 +278,29 @@ class AsyncUpstream(_Base[httpx2.AsyncClient, httpx2.AsyncBaseTransport]):
         through :meth:`body_decoder`). Raises a ModelError (the retry policy:
         :meth:`_Base._plan`). A token command runs in a thread."""
         plan = self._plan()
-        refresh = next(plan)
+        next(plan)
+        credential = self.settings.credential
+        if credential is not None and credential.stale():
+            token = await asyncio.to_thread(self._token)
+        else:
+            token = self._token()
         while True:
-            credential = self.settings.credential
-            if credential is not None and (refresh or credential.stale()):
-                headers = await asyncio.to_thread(self._headers, call, refresh)
-            else:
-                headers = self._headers(call)
-            outcome = await self._attempt(self._request(call, headers))
-            step = self._decide(plan, outcome)
-            if step is None:
+            outcome = await self._attempt(self._request(call, self._headers(call, token)))
+            if self._decide(plan, outcome) is None:
                 return outcome  # type: ignore[return-value]  # _decide: a response
-            refresh = step
-            if isinstance(outcome, httpx2.Response):  # refused: the next attempt replaces it
+            # a 401 refusing a command-made token: the next attempt takes a fresh one
+            assert isinstance(outcome, httpx2.Response)
+            assert token is not None
+            try:
+                fresh = await asyncio.to_thread(self._fresh_token, token)
+            except BaseException:
                 await outcome.aclose()
+                raise
+            if fresh is None:  # the backoff holds the command off: the 401 stands
+                plan.close()
+                return outcome
+            token = fresh
+            await outcome.aclose()  # refused: the next attempt replaces it
 
     async def _attempt(self, request: httpx2.Request) -> httpx2.Response | httpx2.HTTPError:
         try:
@@ -310,21 +342,30 @@ class SyncUpstream(_Base[httpx2.Client, httpx2.BaseTransport]):
     def open(self, call: UpstreamCall) -> httpx2.Response:
         """:meth:`AsyncUpstream.open` over the sync client."""
         plan = self._plan()
-        refresh = next(plan)
+        next(plan)
+        token = self._token()
         while True:
             try:
-                request = self._request(call, self._headers(call, refresh))
+                request = self._request(call, self._headers(call, token))
                 outcome: httpx2.Response | httpx2.HTTPError = self.client.send(
                     request, stream=True, follow_redirects=False
                 )
             except httpx2.HTTPError as exc:
                 outcome = exc
-            step = self._decide(plan, outcome)
-            if step is None:
+            if self._decide(plan, outcome) is None:
                 return outcome  # type: ignore[return-value]  # _decide: a response
-            refresh = step
-            if isinstance(outcome, httpx2.Response):
+            assert isinstance(outcome, httpx2.Response)
+            assert token is not None
+            try:
+                fresh = self._fresh_token(token)
+            except BaseException:
                 outcome.close()
+                raise
+            if fresh is None:
+                plan.close()
+                return outcome
+            token = fresh
+            outcome.close()
 
     def read(self, response: httpx2.Response) -> bytes:
         """:meth:`AsyncUpstream.read` over the sync client."""
