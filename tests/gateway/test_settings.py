@@ -18,7 +18,7 @@ import tpx.sdk
 from tpx.errors import ConfigurationError, UnauthorizedError
 from tpx.exchange import Provider
 from tpx.gateway.asgi import create_app
-from tpx.gateway.settings import BACKOFF_FIRST, Credential, load_settings
+from tpx.gateway.settings import BACKOFF_FIRST, Credential, Settings, load_settings
 from tpx.gateway.token_command import run_token_command
 from tpx.translate.ids import sign_caller_id, to_caller_id, verify_signed_id
 
@@ -241,14 +241,24 @@ def _second_turn(fake: FakeUpstream, env: dict[str, str], reply: Any) -> Any:
         return client.messages.with_raw_response.create(model="m", max_tokens=64, messages=messages)
 
 
-def test_ids_and_thinking_signed_under_a_key_still_listed_verify_after_rotation() -> None:
+@pytest.mark.parametrize("seeded", [False, True], ids=["real", "current-key-only-bug"])
+def test_ids_and_thinking_signed_under_a_key_still_listed_verify_after_rotation(
+    seeded: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Gateway A signs with k1; B lists k2 (current) and k1: A's tool ids and thinking
     signatures verify there (the thinking goes back upstream as reasoning); C lists only
     k2: A's id is refused with the Messages-shaped 400, before the wire (a thinking
-    signature under a retired key: tests/translate/test_ids.py)."""
+    signature under a retired key: tests/translate/test_ids.py). The seeded bug, ids
+    verified with the current key only, is refused at B."""
+    if seeded:
+        monkeypatch.setattr(Settings, "id_keys", property(lambda self: (self.secret,)))
     fake = FakeUpstream("TPX", reasoning="thought-7f3a")
     first = _first_turn(fake, _env("k1", "t1"))
     assert [block.type for block in first.content][:1] == ["thinking"]
+    if seeded:
+        with pytest.raises(anthropic.BadRequestError, match="is not a tool_use id"):
+            _second_turn(fake, _env("k2, k1", "t2 t1"), first)
+        return
     rotated = _second_turn(fake, _env("k2, k1", "t2 t1"), first)
     assert rotated.http_response.status_code == 200
     forwarded = orjson.dumps(fake.seen[-1]).decode()
