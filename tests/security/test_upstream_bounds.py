@@ -95,7 +95,7 @@ def _measure(proc: Proc, marker: str, stream: bool) -> tuple[httpx2.Response, in
     before = rss_bytes(pid)
     reply = _post(proc, marker, stream)
     peak = _status(pid, "VmHWM") - before
-    time.sleep(0.5)
+    time.sleep(0.25)
     kept = rss_bytes(pid) - before
     print(
         f"{marker} stream={stream}: {reply.status_code}, peak +{peak / MiB:.1f} MiB, "
@@ -120,7 +120,7 @@ def _bad_gateway(reply: httpx2.Response, limit: str) -> None:
 def _run(tmp_path: Path, cases: dict[str, tuple[Any, bool, str]], limits: str = "") -> None:
     steps = {marker.encode(): step for marker, (step, _, _) in cases.items()}
     with ScriptedUpstream(by_marker(steps)) as upstream, _gateway(tmp_path, upstream, limits) as p:
-        for stream in (False, True, False, True):  # warm: the steady state's allocations
+        for stream in (False, True, False):  # warm: the steady state's allocations
             assert _post(p, "fine", stream).status_code == 200
         for marker, (_, stream, limit) in cases.items():
             reply, peak, kept = _measure(p, marker, stream)
@@ -137,15 +137,11 @@ STREAM = "limits.max_upstream_stream"
 
 
 def test_small_hostile_replies_are_502s_within_the_memory_budget(tmp_path: Path) -> None:
-    """64 MiB of gzip (64 KB sent), a 40 MiB body, a 24 MiB stream (limit 8 MiB), plain
-    and streamed turns."""
-    bomb = compressed(gzip_completion(64 * MiB))
+    """64 MiB of gzip (64 KB sent), a 40 MiB body, a 24 MiB gzip stream (limit 8 MiB)."""
     cases = {
-        "BOMB-PLAIN": (bomb, False, BODY),
-        "BOMB-STREAMED": (bomb, True, ""),  # a JSON reply to a stream: refused unread
+        "BOMB-PLAIN": (compressed(gzip_completion(64 * MiB)), False, BODY),
         "HUGE-PLAIN": (huge_completion(40 * MiB), False, BODY),
         "SSE-BOMB": (compressed(gzip_bomb(24 * MiB, COMMENTS), SSE_TYPE), True, STREAM),
-        "SSE-HUGE": (huge(24 * MiB, SSE_TYPE, COMMENTS), True, STREAM),
     }
     _run(tmp_path, cases, limits=f"max_upstream_stream = {8 * MiB}")
 
@@ -157,7 +153,7 @@ def test_heavy_hostile_replies_are_502s_within_the_memory_budget(tmp_path: Path)
     bomb = compressed(gzip_completion(1024 * MiB))
     cases = {
         "BOMB-PLAIN": (bomb, False, BODY),
-        "BOMB-STREAMED": (bomb, True, ""),
+        "BOMB-STREAMED": (bomb, True, ""),  # a JSON reply to a stream: refused unread
         "HUGE-PLAIN": (huge_completion(300 * MiB), False, BODY),
         "SSE-BOMB": (compressed(gzip_bomb(1024 * MiB, COMMENTS), SSE_TYPE), True, STREAM),
         "SSE-HUGE": (huge(300 * MiB, SSE_TYPE, COMMENTS), True, STREAM),

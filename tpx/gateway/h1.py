@@ -1,7 +1,8 @@
 """The upstream's HTTP/1.1: an ``httpx2`` transport on asyncio protocols and ``httptools``.
 
 The gateway talks to its upstream through one pooled ``httpx2.AsyncClient`` (redirect,
-header, timeout and error handling, response decoding: httpx2's). Underneath, httpx2's
+header, timeout and error handling: httpx2's; response decoding: tpx.gateway.inflate's,
+bounded). Underneath, httpx2's
 stock transport runs httpcore2 and h11, pure-Python HTTP/1.1 machinery that costs ~0.5 ms of
 CPU per request on loopback: more than everything tpx itself does to a request
 (``benchmarks/gateway_latency.py`` measures both side by side). :class:`H1Transport` is the
