@@ -8,9 +8,11 @@ import gzip
 import zlib
 from typing import Any
 
+import anthropic
 import httpx2
 import pytest
 
+import tpx.sdk
 from tests.gateway.conftest import GATEWAY_KEY, make_settings, serving
 from tests.gateway.scripted import (
     COMPLETION,
@@ -190,3 +192,35 @@ def test_a_hostile_upstream_gets_its_client_a_502_and_a_fair_one_still_works() -
     assert after.status_code == 200
     assert "hello" in after.text
     assert all(b"\r\naccept-encoding: identity\r\n" in head.lower() for head in heads)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+@pytest.mark.parametrize("made", ["streamed", "in-memory"])
+def test_the_in_process_client_is_bounded_too(stream: bool, made: str) -> None:
+    """The sync upstream (tpx.sdk's in-process client): a gzip bomb streamed by the
+    transport is decoded bounded, a reply an injected transport made in memory is only
+    size-checked; both are 502s."""
+    bomb = gzip_completion(6 * MiB)
+    content_type = "text/event-stream" if stream else "application/json"
+
+    def upstream(request: httpx2.Request) -> httpx2.Response:
+        if made == "streamed":
+            headers = {"content-encoding": "gzip", "content-type": content_type}
+            return httpx2.Response(200, headers=headers, stream=httpx2.ByteStream(bomb))
+        return httpx2.Response(
+            200, headers={"content-type": content_type}, content=b"x" * (6 * MiB)
+        )
+
+    limits = {"max_upstream_body": 2 * MiB, "max_upstream_stream": 1 * MiB}
+    settings = make_settings("TPX", credential=Credential(TOKEN), limits=limits)
+    with (
+        tpx.sdk.anthropic_client(
+            settings=settings, upstream=httpx2.MockTransport(upstream), max_retries=0
+        ) as client,
+        pytest.raises(anthropic.APIStatusError) as info,
+    ):
+        client.messages.create(
+            model="m", max_tokens=8, stream=stream, messages=[{"role": "user", "content": "hi"}]
+        )
+    assert info.value.status_code == 502
+    assert "larger than" in str(info.value)
