@@ -8,6 +8,7 @@ the gateway's event loop: a test may block its own loop while the upstream acts.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -116,6 +117,7 @@ class ScriptedUpstream:
         self._listener.settimeout(0.05)
         self.port: int = self._listener.getsockname()[1]
         self._threads: list[threading.Thread] = []
+        self._open: list[socket.socket] = []
         self._stop = threading.Event()
 
     @property
@@ -131,6 +133,10 @@ class ScriptedUpstream:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._listener.close()
+        with self._lock:
+            for conn in self._open:  # a client's kept-alive connection: its thread ends now
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
         for thread in self._threads:
             thread.join(10)
 
@@ -144,6 +150,7 @@ class ScriptedUpstream:
                 return
             with self._lock:
                 self.connections += 1
+                self._open.append(conn)
             thread = threading.Thread(target=self._serve, args=(conn,), daemon=True)
             thread.start()
             self._threads.append(thread)
