@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -17,8 +18,9 @@ import pytest
 import tpx.sdk
 from tpx.errors import ConfigurationError, UnauthorizedError
 from tpx.exchange import Provider
+from tpx.gateway import settings as settings_module
 from tpx.gateway.asgi import create_app
-from tpx.gateway.settings import BACKOFF_FIRST, Credential, Settings, load_settings
+from tpx.gateway.settings import BACKOFF_FIRST, BACKOFF_MAX, Credential, Settings, load_settings
 from tpx.gateway.token_command import run_token_command
 from tpx.translate.ids import sign_caller_id, to_caller_id, verify_signed_id
 
@@ -342,10 +344,12 @@ def test_concurrent_401s_run_the_token_command_once(
 
 
 def test_a_token_the_upstream_keeps_refusing_is_not_remade_within_the_backoff(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every token gets a 401: the first 401 runs the command, the next ones within the
-    backoff do not (the 401 stands); once the delay has passed, one run again."""
+    backoff do not (the 401 stands); once the delay has passed, one run again (the first
+    delay shortened from 1 s to keep the test fast)."""
+    monkeypatch.setattr(settings_module, "BACKOFF_FIRST", 0.3)
     command, counter = _counting_command(tmp_path)
     settings = load_settings(env={"TPX_OAUTH_TOKEN_COMMAND": command, "TPX_BASE_URL": "http://u.t"})
     seen: list[str] = []
@@ -373,7 +377,7 @@ def test_a_token_the_upstream_keeps_refusing_is_not_remade_within_the_backoff(
             "Bearer token-2",
             "Bearer token-2",
         ]
-        time.sleep(BACKOFF_FIRST + 0.1)
+        time.sleep(0.4)
         statuses.append(turn())
         assert _runs(counter) == 3
         statuses.append(turn())
@@ -404,3 +408,40 @@ def test_a_token_command_is_killed_with_its_children() -> None:
     with pytest.raises(UnauthorizedError, match="did not finish"):
         run_token_command("sleep 30 & echo tok", timeout=0.5)
     assert time.monotonic() - began < 5
+
+
+class _Clock:
+    """A stand-in for the ``time`` module in tpx.gateway.settings: a clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_the_backoff_doubles_up_to_its_ceiling_and_starts_over_once_a_token_works(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The gaps between 401-driven runs (the upstream refusing every token): 1, 2, 4, ...
+    seconds up to 60; a reply that is not a 401 starts them over."""
+    clock = _Clock()
+    monkeypatch.setattr(settings_module, "time", clock)
+    credential = Credential.from_command("echo tok-same", ttl=10_000)
+
+    def runs_until(end: float) -> list[float]:
+        ran = []
+        while clock.now < end:
+            if credential.refresh_after("tok-same") is not None:
+                ran.append(clock.now)
+            clock.now += 0.5
+        return ran
+
+    ran = runs_until(clock.now + 300)
+    gaps = [b - a for a, b in itertools.pairwise(ran)]
+    assert gaps[:7] == [BACKOFF_FIRST * 2**n for n in range(6)] + [BACKOFF_MAX]
+    assert set(gaps[6:]) == {BACKOFF_MAX}
+    credential.worked()
+    clock.now += BACKOFF_MAX
+    again = runs_until(clock.now + 4)
+    assert [b - a for a, b in itertools.pairwise(again)] == [BACKOFF_FIRST, 2.0]
