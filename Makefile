@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 SPEC   ?= spec/TpxTransport.tla
 CFG    ?= spec/TpxTransport.cfg
 
-.PHONY: all setup graphviz tlc explore test conformance conformance-http conformance-deep bench lint clean e2e load bench-gateway fuzz mutate
+.PHONY: all setup graphviz tlc explore test conformance conformance-http conformance-deep bench lint clean e2e load bench-gateway fuzz mutate redteam
 
 all: test
 
@@ -91,6 +91,11 @@ $(CLAUDE):
 e2e: $(STAMP) $(CLAUDE)
 	TPX_CLAUDE=$(CLAUDE) $(PY) -m pytest tests/e2e/test_claude_code.py -m e2e -p no:xdist -q \
 	  --basetemp=.cache/e2e-tmp
+
+## Red team: heavy hostile inputs against a real `tpx serve` (tests marked redteam; the small
+## variants run in `make test`). Prints each case's figures.
+redteam: $(STAMP)
+	nice -n 5 $(PY) -m pytest tests/security -m redteam -p no:xdist -q -s
 
 ## Load: >= 1,000 concurrent conversations through one `tpx serve` (1 and 2 workers).
 load: $(STAMP)

@@ -346,19 +346,17 @@ def test_upstream_refusing_the_gateways_credential_is_a_502(status: int) -> None
     assert "MODEL_UNAUTHORIZED" in _error(reply, 502, "api_error")
 
 
-@pytest.mark.parametrize(("drops", "status"), [(1, 200), (2, 502)])
-def test_a_closed_pooled_connection_is_resent_once(drops: int, status: int) -> None:
-    fake = FakeUpstream("TPX")
+def test_a_request_that_failed_on_the_way_is_not_resent() -> None:
+    """The upstream may have received it (tests/gateway/test_upstream.py: the pooled
+    connection found closed before writing is the one that is replaced)."""
     calls: list[int] = []
 
     def flaky(request: httpx2.Request) -> httpx2.Response:
         calls.append(1)
-        if len(calls) <= drops:  # the upstream's keep-alive ran out as the request went
-            raise httpx2.RemoteProtocolError("Server disconnected", request=request)
-        return fake.handle(request)
+        raise httpx2.RemoteProtocolError("Server disconnected", request=request)
 
     app = create_app(make_settings("TPX"), transport=httpx2.MockTransport(flaky))
     with serving(app) as url, httpx2.Client(base_url=url) as client:
         reply = client.post("/v1/messages", json=_body())
-    assert reply.status_code == status
-    assert len(calls) == 2
+    assert "MODEL_NETWORK" in _error(reply, 502, "api_error")
+    assert len(calls) == 1

@@ -7,6 +7,7 @@ import shutil
 import socket
 import ssl
 import subprocess
+import threading
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from tpx.gateway.netio import HOLD_BYTES, AsyncioBackend, _Protocol, _Stream, in
 from tpx.gateway.upstream import AsyncUpstream
 
 from .conftest import make_settings
+from .scripted import ScriptedUpstream, answer, answer_then_close
 
 RUNNERS: dict[str, Callable[[Coroutine[Any, Any, Any]], Any]] = {
     "asyncio": asyncio.run,
@@ -198,3 +200,23 @@ def test_the_gateway_upstream_runs_on_the_backend_behind_a_proxy(
     transport = upstream.client._transport
     assert isinstance(transport, httpx2.AsyncHTTPTransport)
     assert isinstance(transport._pool._network_backend, AsyncioBackend)
+
+
+@pytest.mark.parametrize("loop", sorted(RUNNERS))
+def test_a_closed_idle_connection_the_loop_has_not_seen_is_not_reused(loop: str) -> None:
+    """The server closed the idle connection while the loop was busy (its FIN unread):
+    ``is_readable`` asks the socket, httpcore2 drops the connection instead of writing the
+    next request into it."""
+    closed = threading.Event()
+    with ScriptedUpstream(answer_then_close(closed), answer) as upstream:
+
+        async def main() -> list[int]:
+            async with _client() as client:
+                codes = []
+                for _ in range(2):
+                    codes.append((await client.post(upstream.url, content=b"{}")).status_code)
+                    assert closed.wait(10)  # blocks the loop: the FIN is not read by it
+                return codes
+
+        assert RUNNERS[loop](main()) == [200, 200]
+        assert (len(upstream.requests), upstream.connections) == (2, 2)

@@ -14,10 +14,13 @@ from tpx.translate.ids import (
     encode_caller_id,
     is_caller_id_valid,
     new_nonce,
+    sign_caller_id,
     to_caller_id,
     to_foreign_id,
+    verify_signed_id,
     wire_id,
 )
+from tpx.translate.signing import ThinkingSigner, signer_for, split_secret
 
 from .strategies import unicode_ids
 
@@ -194,3 +197,41 @@ def test_ten_kilobyte_id_round_trips() -> None:
     caller = to_caller_id(foreign, 3)
     assert _VALID.match(caller)
     assert to_foreign_id(caller) == foreign
+
+
+# -- key rings (rotation) ----------------------------------------------------------------------
+
+
+def test_an_id_verifies_under_any_key_of_a_ring_and_not_once_its_key_is_gone() -> None:
+    unsigned = to_caller_id("call_1", 0)
+    old = sign_caller_id(unsigned, b"k1")
+    new = sign_caller_id(unsigned, b"k2")
+    assert verify_signed_id(old, (b"k2", b"k1")) == unsigned
+    assert verify_signed_id(new, (b"k2", b"k1")) == unsigned
+    assert verify_signed_id(old, (b"k2",)) is None
+    assert verify_signed_id(old, (b"k2", b"k3")) is None
+    assert verify_signed_id(old, ()) is None
+    # the verified-ids cache is per ring: a ring that verified it does not vouch for another
+    assert verify_signed_id(old, (b"k1",)) == unsigned
+    assert verify_signed_id(old, (b"k3", b"k2")) is None
+
+
+def test_a_thinking_signer_signs_with_its_first_key_and_verifies_with_all() -> None:
+    text = "a thought"
+    by_old = ThinkingSigner("t1").sign(text)
+    ring = ThinkingSigner("t2", "t1")
+    assert ring.sign(text) == ThinkingSigner("t2").sign(text) != by_old
+    assert ring.verify(text, by_old)
+    assert ring.verify(text, ring.sign(text))
+    assert not ring.verify(text + "!", by_old)
+    assert not ThinkingSigner("t2").verify(text, by_old)  # t1 retired: not trusted
+    assert "t1" not in repr(ring)
+    assert "t2" not in repr(ring)
+
+
+@pytest.mark.parametrize("listed", ["t2,t1", " t2 , t1 ", "t2\tt1", "t2\n t1,"])
+def test_a_secret_lists_keys_separated_by_commas_or_whitespace(listed: str) -> None:
+    assert split_secret(listed) == ("t2", "t1")
+    signer = signer_for(listed)
+    assert signer.sign("x") == ThinkingSigner("t2").sign("x")
+    assert signer.verify("x", ThinkingSigner("t1").sign("x"))

@@ -253,7 +253,7 @@ class Gateway:
                 log["upstream_model"] = upstream_model
             shown: dict[str, str] = {}
             if settings.provider is Provider.TPX:
-                shown = unsign_ids(body, settings.secret)
+                shown = unsign_ids(body, settings.id_keys)
             pending = pending_ids(body["messages"])
             problem = pairing_problem(body["messages"], pending, shown)
         except Refusal as refusal:
@@ -360,7 +360,7 @@ class Gateway:
             raise Refusal("no upstream credentials configured", status=401)
         from tpx.gateway.tokens import count_openai_request
 
-        unsign_ids(body, self.settings.secret)
+        unsign_ids(body, self.settings.id_keys)
         body.setdefault("max_tokens", 1)
         try:
             translated = request_to_openai(

@@ -1,7 +1,8 @@
 """The upstream's HTTP/1.1: an ``httpx2`` transport on asyncio protocols and ``httptools``.
 
 The gateway talks to its upstream through one pooled ``httpx2.AsyncClient`` (redirect,
-header, timeout and error handling, response decoding: httpx2's). Underneath, httpx2's
+header, timeout and error handling: httpx2's; response decoding: tpx.gateway.inflate's,
+bounded). Underneath, httpx2's
 stock transport runs httpcore2 and h11, pure-Python HTTP/1.1 machinery that costs ~0.5 ms of
 CPU per request on loopback: more than everything tpx itself does to a request
 (``benchmarks/gateway_latency.py`` measures both side by side). :class:`H1Transport` is the
@@ -11,12 +12,17 @@ request leaves in one write, reads wait on one future whose timeout is a loop ti
 
 What it does: ``http`` and ``https`` origins (TLS: asyncio's, with httpx2's
 ``create_ssl_context``), keep-alive connections pooled per origin (most recently used
-first; one idle longer than ``keepalive_expiry`` or closed by the server is not reused),
+first; one idle longer than ``keepalive_expiry``, closed by the server or with unasked-for
+bytes to read is not reused),
 at most ``max_connections`` at once (waiting for one counts against the ``pool`` timeout),
 ``connect`` / ``read`` / ``write`` / ``pool`` timeouts from the request, request bodies by
 ``content-length`` or chunked, responses by ``content-length``, chunked or to the end of the
 connection, streamed as they arrive (reading pauses past 4 MB unread). A connection goes
 back to the pool only when its response was read to the end and the server keeps it alive.
+A request is never sent twice: a pooled connection is asked, just before the request is
+written on it, whether the server closed it meanwhile (the event loop may not have read the
+FIN yet), and replaced by another when it did; any failure once a byte of the request was
+written is the caller's, as the upstream may have received the request (docs/upstream.md).
 What it does not: HTTP/2, proxies (the upstream runs on httpx2's stock transport when a
 proxy is configured: :func:`fast_transport_allowed`), ``Expect: 100-continue``, upgrades.
 Errors are httpx2's (``ConnectError``, ``ConnectTimeout``, ``ReadTimeout``,
@@ -37,7 +43,7 @@ from typing import Any
 import httptools
 import httpx2
 
-from tpx.gateway.netio import FlowControl
+from tpx.gateway.netio import FlowControl, peer_spoke
 
 __all__ = ["H1Transport", "fast_transport_allowed"]
 
@@ -263,7 +269,12 @@ class H1Transport(httpx2.AsyncBaseTransport):
         while idle:
             conn = idle.pop()
             expired = self._expiry is not None and now - conn.idle_since > self._expiry
-            if conn.reusable and not expired and not conn.chunks:
+            if (
+                conn.reusable
+                and not expired
+                and not conn.chunks
+                and not peer_spoke(conn.transport)  # a FIN the loop has not read yet
+            ):
                 conn._reset()
                 return conn
             conn.released = True

@@ -9,7 +9,8 @@ exactly those (``CallerSend``), otherwise the request is refused before the wire
 TPX ids the gateway issued carry a MAC (:func:`tpx.translate.ids.sign_caller_id`):
 :func:`unsign_ids` checks every ``tpx``-encoded id of the history and replaces it, in
 place, with the unsigned id the translator decodes. An id in the ``tpx`` encoding without
-a valid MAC was not issued by this gateway (or one sharing its secret) and is refused;
+a valid MAC was not issued by this gateway (or one sharing its secret, or one whose
+key it still lists in ``TPX_GATEWAY_SECRET``) and is refused;
 ids in any other form (e.g. Anthropic's ``toolu_...``) pass through untouched.
 """
 
@@ -174,8 +175,10 @@ def pairing_problem(
     return None
 
 
-def unsign_ids(body: dict[str, Any], key: bytes) -> dict[str, str]:
-    """Replace every signed tpx id of *body*'s history by its unsigned form, in place.
+def unsign_ids(body: dict[str, Any], key: bytes | tuple[bytes, ...]) -> dict[str, str]:
+    """Replace every signed tpx id of *body*'s history by its unsigned form, in place. *key*:
+    the gateway's key, or its key ring (the current key first, then those being retired:
+    ``Settings.id_keys``).
 
     Returns ``{unsigned: signed}`` (to show the caller its own ids in errors). Raises
     :class:`Refusal` for an id in the tpx encoding that this gateway did not issue.

@@ -82,7 +82,7 @@ class LiveMonitor:
         to_wire: Callable[[str], str] | None = None
         self._unsigned: Callable[[str], str] | None = None
         if settings.provider is Provider.TPX:
-            secret = settings.secret
+            secret = settings.id_keys
 
             def unsigned(i: str) -> str:
                 """The caller id behind a signed one (a forged or no MAC: the id itself):

@@ -3,11 +3,16 @@
 The provider is selected exactly as :func:`tpx.transport.boot` selects it (an Anthropic
 key wins, then a TPX token, else none) and never changes. A TPX token may come from
 ``TPX_OAUTH_TOKEN`` or from ``TPX_OAUTH_TOKEN_COMMAND`` (a shell command printing a fresh
-bearer token, re-run before it expires and once on an upstream 401); either way the
+bearer token, re-run before it expires and on an upstream 401: once for all the requests
+the same token failed, and not again within a growing delay, see :class:`Credential`; its
+output and run time are bounded, :mod:`tpx.gateway.token_command`); either way the
 provider is TPX. Credentials come from the environment only (never from the TOML file)
 and never appear in a repr, a log line or an error; so does the thinking secret
 (``TPX_THINKING_SECRET``, the key that signs the thinking blocks made of upstream
-reasoning; random per process when unset, so replicas must share one).
+reasoning; random per process when unset, so replicas must share one) and the id secret
+(``TPX_GATEWAY_SECRET``, the key that signs the tool ids handed to clients). Either may list
+several keys, separated by commas or whitespace: the first signs, every one verifies (a key
+is rotated by listing the new one first, retired by removing it).
 
 TOML file (every key optional)::
 
@@ -22,6 +27,7 @@ TOML file (every key optional)::
     profile = "vllm"                        # the upstream's kind (tpx.translate.profiles);
                                             # --profile > TPX_PROFILE > this > "generic"
     token_ttl = 300                         # seconds a command-made token is reused
+    token_timeout = 30                      # seconds the token command may run
 
     [limits]
     max_body_bytes = 33554432
@@ -35,6 +41,8 @@ TOML file (every key optional)::
     shutdown_grace = 30.0         # SIGTERM: seconds running streams may finish in
     ping_interval = 10.0          # SSE ping after this many seconds of upstream silence
     tail_cache = 16               # request tails kept parsed (tpx.gateway.bodies); 0: none
+    max_upstream_body = 16777216  # decoded bytes of an upstream reply read whole (else 502)
+    max_upstream_stream = 268435456  # decoded bytes of one upstream stream
 
     [[models]]                    # first match wins; glob on the caller's model name
     match = "*haiku*"
@@ -47,7 +55,6 @@ from __future__ import annotations
 import fnmatch
 import os
 import secrets
-import subprocess
 import threading
 import time
 import tomllib
@@ -59,8 +66,9 @@ import attrs
 
 from tpx.errors import ConfigurationError, UnauthorizedError
 from tpx.exchange import Provider
+from tpx.gateway.token_command import TIMEOUT, run_token_command
 from tpx.translate.profiles import DEFAULT_PROFILE, Profile, get_profile
-from tpx.translate.signing import PROCESS_SIGNER, ThinkingSigner, signer_for
+from tpx.translate.signing import PROCESS_SIGNER, ThinkingSigner, signer_for, split_secret
 from tpx.transport import _check_credential, _configure
 
 __all__ = ["Credential", "Limits", "ModelRoute", "Settings", "load_settings"]
@@ -69,26 +77,54 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8082
 
 
+#: Seconds between two runs of a token command after 401s: the first delay, the longest.
+BACKOFF_FIRST = 1.0
+BACKOFF_MAX = 60.0
+
+
 class Credential:
     """The upstream credential: static, or made by a command (re-run before expiry).
+
+    After an upstream 401, :meth:`refresh_after` runs the command once for every request
+    the same token failed (single flight: the requests waiting meanwhile take the token
+    that run made), and not again before a delay that doubles with each such run, from
+    :data:`BACKOFF_FIRST` to :data:`BACKOFF_MAX` seconds (back to the first once a reply
+    is not a 401: :meth:`worked`). A failed run waits the same delay before the next.
 
     Never rendered: ``repr`` shows only its kind.
     """
 
-    __slots__ = ("_command", "_expires", "_lock", "_ttl", "_value")
+    __slots__ = (
+        "_command",
+        "_delay",
+        "_expires",
+        "_lock",
+        "_next_run",
+        "_timeout",
+        "_ttl",
+        "_value",
+    )
 
     def __init__(
-        self, value: str | None, *, command: str | None = None, ttl: float = 300.0
+        self,
+        value: str | None,
+        *,
+        command: str | None = None,
+        ttl: float = 300.0,
+        timeout: float = TIMEOUT,
     ) -> None:
         self._value = value
         self._command = command
         self._ttl = ttl
+        self._timeout = timeout
         self._expires = time.monotonic() + ttl if command is not None else float("inf")
         self._lock = threading.Lock()
+        self._delay = BACKOFF_FIRST
+        self._next_run = 0.0  # monotonic: no 401-driven run before this
 
     @classmethod
-    def from_command(cls, command: str, ttl: float) -> Credential:
-        credential = cls(None, command=command, ttl=ttl)
+    def from_command(cls, command: str, ttl: float, timeout: float = TIMEOUT) -> Credential:
+        credential = cls(None, command=command, ttl=ttl, timeout=timeout)
         credential.refresh()
         return credential
 
@@ -105,9 +141,22 @@ class Credential:
         raise TypeError("a credential cannot be pickled or copied")
 
     def value(self) -> str:
-        """The current credential, re-running the command when it has expired."""
+        """The current credential, re-running the command when it has expired (once for all
+        the callers meeting the expiry together)."""
         if self._command is not None and time.monotonic() >= self._expires:
-            self.refresh()
+            with self._lock:
+                now = time.monotonic()
+                if now >= self._expires:  # nobody refreshed it meanwhile
+                    if now < self._next_run:
+                        raise UnauthorizedError(
+                            "TPX_OAUTH_TOKEN_COMMAND failed a moment ago (not run again yet)"
+                        )
+                    try:
+                        self._run()
+                    except UnauthorizedError:
+                        self._next_run = now + self._delay
+                        self._delay = min(self._delay * 2, BACKOFF_MAX)
+                        raise
         assert self._value is not None
         return self._value
 
@@ -120,28 +169,38 @@ class Credential:
             assert self._value is not None
             return self._value
         with self._lock:
-            try:
-                done = subprocess.run(
-                    self._command,
-                    shell=True,
-                    capture_output=True,
-                    timeout=60,
-                    check=False,
-                )
-            except (OSError, subprocess.SubprocessError):
-                raise UnauthorizedError(
-                    "TPX_OAUTH_TOKEN_COMMAND could not be run (its output is not shown)"
-                ) from None
-            token = done.stdout.decode("utf-8", "replace").strip()
-            if done.returncode != 0 or not token:
-                raise UnauthorizedError(
-                    f"TPX_OAUTH_TOKEN_COMMAND exited with status {done.returncode} "
-                    "or printed no token (its output is not shown)"
-                )
-            _check_credential(token, None, "TPX_OAUTH_TOKEN_COMMAND", "token_command")
-            self._value = token
-            self._expires = time.monotonic() + self._ttl
-            return token
+            return self._run()
+
+    def refresh_after(self, refused: str) -> str | None:
+        """A fresh token after the upstream refused *refused* (a 401): the token a run made
+        since *refused* was sent (single flight), else a new run's; ``None`` while the
+        backoff holds the next run off (the 401 stands). Raises UnauthorizedError when the
+        run fails."""
+        if self._command is None:
+            return None
+        with self._lock:
+            if self._value != refused:  # another request's run replaced it meanwhile
+                return self._value
+            now = time.monotonic()
+            if now < self._next_run:
+                return None
+            self._next_run = now + self._delay
+            self._delay = min(self._delay * 2, BACKOFF_MAX)
+            return self._run()
+
+    def worked(self) -> None:
+        """A reply that was not a 401: the backoff starts over."""
+        if self._delay != BACKOFF_FIRST:
+            self._delay = BACKOFF_FIRST
+
+    def _run(self) -> str:
+        """Run the command (the lock held): the new token."""
+        assert self._command is not None
+        token = run_token_command(self._command, timeout=self._timeout)
+        _check_credential(token, None, "TPX_OAUTH_TOKEN_COMMAND", "token_command")
+        self._value = token
+        self._expires = time.monotonic() + self._ttl
+        return token
 
 
 @attrs.frozen
@@ -170,6 +229,11 @@ class Limits:
     #: request tails (the members after ``messages``) kept parsed (tpx.gateway.bodies);
     #: 0: none
     tail_cache: int = 16
+    #: decoded bytes of an upstream reply read whole (tpx.gateway.inflate); past it: 502
+    max_upstream_body: int = 16 * 1024 * 1024
+    #: decoded bytes of an upstream stream (translated as it arrives); past it: the
+    #: stream fails
+    max_upstream_stream: int = 256 * 1024 * 1024
 
 
 @attrs.frozen(repr=False)
@@ -193,8 +257,16 @@ class Settings:
     """``tpx serve --monitor``: check every exchange's spec steps (tpx.gateway.monitoring)."""
     #: the TPX upstream's kind: how requests are shaped for it (tpx.translate.profiles)
     profile: Profile = DEFAULT_PROFILE
-    #: signs / verifies thinking blocks (None: a random per-process key)
+    #: signs / verifies thinking blocks (None: a random per-process key); may list several
+    #: keys (tpx.translate.signing.split_secret): the first signs, every one verifies
     thinking_secret: str | None = None
+    #: keys being retired: tool ids signed with one still verify (``secret`` signs new ones)
+    previous_secrets: tuple[bytes, ...] = ()
+
+    @property
+    def id_keys(self) -> tuple[bytes, ...]:
+        """The keys a tool id may be signed with: ``secret`` first, then the retired ones."""
+        return (self.secret, *self.previous_secrets)
 
     @property
     def signer(self) -> ThinkingSigner:
@@ -223,6 +295,9 @@ class Settings:
             values.append(self.credential._value)
         if self.thinking_secret:
             values.append(self.thinking_secret)
+            keys = split_secret(self.thinking_secret)
+            if len(keys) > 1:
+                values += keys
         return tuple(values)
 
 
@@ -306,6 +381,7 @@ def load_settings(
     base = _typed(upstream, "base_url", str, "upstream")
     model = _typed(upstream, "model", str, "upstream")
     ttl = _typed(upstream, "token_ttl", (int, float), "upstream") or 300.0
+    token_timeout = _typed(upstream, "token_timeout", (int, float), "upstream") or TIMEOUT
     if model is not None and not (environ.get("TPX_MODEL") or "").strip():
         merged["TPX_MODEL"] = model
     command = (environ.get("TPX_OAUTH_TOKEN_COMMAND") or "").strip() or None
@@ -314,7 +390,7 @@ def load_settings(
     credential: Credential | None = None
     token: str | None = None
     if not has_key and not static_token and command is not None:
-        credential = Credential.from_command(command, float(ttl))
+        credential = Credential.from_command(command, float(ttl), float(token_timeout))
         token = credential.value()
     if base is not None:
         for name in ("ANTHROPIC_BASE_URL", "TPX_BASE_URL"):
@@ -337,8 +413,8 @@ def load_settings(
     env_profile = (environ.get("TPX_PROFILE") or "").strip() or None
     chosen = get_profile(profile or env_profile or file_profile)
     thinking_secret = (environ.get("TPX_THINKING_SECRET") or "").strip() or None
-    raw_secret = (environ.get("TPX_GATEWAY_SECRET") or "").strip()
-    secret = raw_secret.encode() if raw_secret else secrets.token_bytes(32)
+    id_keys = [key.encode() for key in split_secret(environ.get("TPX_GATEWAY_SECRET") or "")]
+    secret = id_keys[0] if id_keys else secrets.token_bytes(32)
     file_host = _typed(server, "host", str, "server")
     file_port = _typed(server, "port", int, "server")
     file_workers = _typed(server, "workers", int, "server")
@@ -359,4 +435,5 @@ def load_settings(
         monitor=monitor,
         profile=chosen,
         thinking_secret=thinking_secret,
+        previous_secrets=tuple(id_keys[1:]),
     )

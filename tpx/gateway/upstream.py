@@ -2,8 +2,11 @@
 
 :class:`AsyncUpstream` holds the one pooled ``httpx2.AsyncClient`` of a process, adds the
 credential (``x-api-key`` for ANTHROPIC, ``Authorization: Bearer`` for TPX; a
-command-made token is refreshed before expiry and once on a 401), bounds the number of
-concurrent upstream requests and records the upstream latency. :func:`run_turn` drives a
+command-made token is refreshed before expiry and once on a 401, single-flight and with a
+backoff: :meth:`tpx.gateway.settings.Credential.refresh_after`), bounds the number of
+concurrent upstream requests and records the upstream latency. Reply bodies are read
+undecoded and decoded by :mod:`tpx.gateway.inflate` (bounded: ``limits.max_upstream_body``
+for a body read whole, ``limits.max_upstream_stream`` for a stream). :func:`run_turn` drives a
 turn: it yields a whole :class:`~tpx.gateway.core.Response`, or SSE byte chunks
 (``event: ping`` during upstream silences longer than the ping interval). The sync twin
 (:class:`SyncUpstream`, :func:`run_turn_sync`) serves the in-process sync SDK client.
@@ -18,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Generator, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from typing import Any, Generic, TypeVar
 
 import httpx2
@@ -28,6 +31,7 @@ from tpx.errors import ModelError
 from tpx.exchange import Provider
 from tpx.gateway.core import PING, Forward, Response, Turn, UpstreamCall
 from tpx.gateway.h1 import H1Transport, fast_transport_allowed
+from tpx.gateway.inflate import Decoder, raw_chunks, raw_chunks_sync, read_body, read_body_sync
 from tpx.gateway.netio import install
 from tpx.gateway.redaction import prepared
 from tpx.gateway.settings import Settings
@@ -44,6 +48,8 @@ __all__ = [
 
 #: Sets of request headers :meth:`_Base._request` keeps normalized at most.
 _PREPARED = 32
+#: The owned client's own default headers: no compressed replies (tpx.gateway.inflate).
+_DEFAULT_HEADERS = {"accept-encoding": "identity"}
 
 
 class _Masked(str):
@@ -54,10 +60,6 @@ class _Masked(str):
 
     def __repr__(self) -> str:
         return "'[masked]'"
-
-
-#: What a pooled connection the upstream closed meanwhile raises before any response.
-_STALE_CONNECTION = (httpx2.ReadError, httpx2.WriteError, httpx2.RemoteProtocolError)
 
 
 def _timeout(settings: Settings) -> httpx2.Timeout:
@@ -142,22 +144,29 @@ class _Base(Generic[_Client, _Transport]):
         stops when the response is the one to use, raises the :class:`ModelError` when
         there is none.
 
-        An attempt is sent again once when a pooled connection turns out to be closed
-        before any response (the upstream's keep-alive ran out as the request went), and
-        once with a fresh token after a 401 when the token comes from a command.
+        An attempt is sent again only once with a fresh token after a 401 when the token
+        comes from a command (the upstream refused it: nothing was generated), unless the
+        command's backoff holds the fresh token back (the 401 stands). A transport
+        failure is never re-sent: once a byte of the request was written the upstream may
+        be generating (and billing) the reply already. The one case where a request
+        provably did not leave, a pooled connection the upstream closed meanwhile, is
+        handled under the client: the transport does not write on it and takes another
+        connection (:mod:`tpx.gateway.h1`; :func:`tpx.gateway.netio.peer_spoke` behind a
+        proxy).
         """
         began = time.perf_counter()
-        refresh = refreshed = resent = False
+        refresh = refreshed = False
         while True:
             outcome = yield refresh
             if isinstance(outcome, httpx2.HTTPError):
-                if isinstance(outcome, _STALE_CONNECTION) and not resent:
-                    resent = True
-                    continue
                 raise self._map(outcome)  # not in a handler: nothing chained
-            if not refreshed and self._refreshable(outcome.status_code):
+            status = outcome.status_code
+            if not refreshed and self._refreshable(status):
                 refresh = refreshed = True
                 continue
+            credential = self.settings.credential
+            if credential is not None and status != 401:
+                credential.worked()
             if self._observe is not None:
                 self._observe(time.perf_counter() - began)
             return
@@ -177,12 +186,29 @@ class _Base(Generic[_Client, _Transport]):
     def _secrets(self) -> tuple[str, ...]:
         return prepared(self.settings.secret_values()).forms
 
-    def _headers(self, call: UpstreamCall, fresh: bool = False) -> dict[str, str]:
-        headers = dict(call.headers)
+    def _fresh_token(self, refused: str) -> str | None:
+        """THE one place a fresh upstream token is obtained (after the upstream refused
+        *refused* with a 401): the token command's run, single-flight and backed off
+        (:meth:`~tpx.gateway.settings.Credential.refresh_after`; ``None``: held back, the
+        401 stands). A request's scrubber must hold the token that request carries: today
+        it does through :meth:`~tpx.gateway.settings.Settings.secret_values`, which reads
+        the credential's current value whenever an error is mapped (:meth:`_secrets`); a
+        per-request scrubber registers the token returned here. Blocks: run it in a
+        thread from the event loop."""
         credential = self.settings.credential
-        if credential is None:
+        assert credential is not None
+        return credential.refresh_after(refused)
+
+    def _token(self) -> str | None:
+        """The token of a first attempt (the command re-run when it expired: blocks then,
+        see ``Credential.stale``)."""
+        credential = self.settings.credential
+        return None if credential is None else credential.value()
+
+    def _headers(self, call: UpstreamCall, token: str | None = None) -> dict[str, str]:
+        headers = dict(call.headers)
+        if token is None:
             return headers
-        token = credential.refresh() if fresh else credential.value()
         if self.settings.provider is Provider.ANTHROPIC:
             headers["x-api-key"] = token
         else:
@@ -192,6 +218,15 @@ class _Base(Generic[_Client, _Transport]):
     def _url(self, call: UpstreamCall) -> str:
         assert self.settings.base_url is not None
         return self.settings.base_url + call.path
+
+    def body_decoder(self, response: httpx2.Response) -> Decoder:
+        """The decoder of a streamed reply (``limits.max_upstream_stream``)."""
+        limit = self.settings.limits.max_upstream_stream
+        return Decoder.of(response, limit, self._provider, "limits.max_upstream_stream")
+
+    @property
+    def _provider(self) -> str:
+        return self.settings.provider.name
 
     def _map(self, exc: httpx2.HTTPError) -> ModelError:
         return error_from_httpx(exc, provider=self.settings.provider.name, secrets=self._secrets())
@@ -226,7 +261,10 @@ class AsyncUpstream(_Base[httpx2.AsyncClient, httpx2.AsyncBaseTransport]):
                 self.io = "httpcore+asyncio" if install(own) else "httpcore"
                 transport = own
         return httpx2.AsyncClient(
-            transport=transport, timeout=_timeout(self.settings), limits=limits
+            transport=transport,
+            timeout=_timeout(self.settings),
+            limits=limits,
+            headers=_DEFAULT_HEADERS,
         )
 
     @property
@@ -235,33 +273,55 @@ class AsyncUpstream(_Base[httpx2.AsyncClient, httpx2.AsyncBaseTransport]):
             self._slots = asyncio.Semaphore(self.settings.limits.max_upstream)
         return self._slots
 
-    async def open(self, call: UpstreamCall, *, stream: bool = True) -> httpx2.Response:
-        """Send *call*; the response with its body unread (*stream*) or read. Raises a
-        ModelError (the retry policy: :meth:`_Base._plan`). A token command runs in a
-        thread."""
+    async def open(self, call: UpstreamCall) -> httpx2.Response:
+        """Send *call*; the response with its body unread (read it with :meth:`read`, or
+        through :meth:`body_decoder`). Raises a ModelError (the retry policy:
+        :meth:`_Base._plan`). A token command runs in a thread."""
         plan = self._plan()
-        refresh = next(plan)
+        next(plan)
+        credential = self.settings.credential
+        if credential is not None and credential.stale():
+            token = await asyncio.to_thread(self._token)
+        else:
+            token = self._token()
         while True:
-            credential = self.settings.credential
-            if credential is not None and (refresh or credential.stale()):
-                headers = await asyncio.to_thread(self._headers, call, refresh)
-            else:
-                headers = self._headers(call)
-            outcome = await self._attempt(self._request(call, headers), stream)
-            step = self._decide(plan, outcome)
-            if step is None:
+            outcome = await self._attempt(self._request(call, self._headers(call, token)))
+            if self._decide(plan, outcome) is None:
                 return outcome  # type: ignore[return-value]  # _decide: a response
-            refresh = step
-            if isinstance(outcome, httpx2.Response):  # refused: the next attempt replaces it
+            # a 401 refusing a command-made token: the next attempt takes a fresh one
+            assert isinstance(outcome, httpx2.Response)
+            assert token is not None
+            try:
+                fresh = await asyncio.to_thread(self._fresh_token, token)
+            except BaseException:
                 await outcome.aclose()
+                raise
+            if fresh is None:  # the backoff holds the command off: the 401 stands
+                plan.close()
+                return outcome
+            token = fresh
+            await outcome.aclose()  # refused: the next attempt replaces it
 
-    async def _attempt(
-        self, request: httpx2.Request, stream: bool
-    ) -> httpx2.Response | httpx2.HTTPError:
+    async def _attempt(self, request: httpx2.Request) -> httpx2.Response | httpx2.HTTPError:
         try:
-            return await self.client.send(request, stream=stream, follow_redirects=False)
+            return await self.client.send(request, stream=True, follow_redirects=False)
         except httpx2.HTTPError as exc:
             return exc
+
+    async def read(self, response: httpx2.Response) -> bytes:
+        """*response*'s whole body, decoded, at most ``limits.max_upstream_body`` bytes.
+        Raises a ModelError (a ProtocolError past the limit)."""
+        failure: httpx2.HTTPError | None = None
+        try:
+            return await read_body(
+                response,
+                self.settings.limits.max_upstream_body,
+                self._provider,
+                "limits.max_upstream_body",
+            )
+        except httpx2.HTTPError as exc:
+            failure = exc
+        raise self._map(failure)  # not in a handler: nothing chained
 
     async def aclose(self) -> None:
         if self._owns:
@@ -276,26 +336,50 @@ class SyncUpstream(_Base[httpx2.Client, httpx2.BaseTransport]):
             transport=transport,
             timeout=_timeout(self.settings),
             limits=httpx2.Limits(keepalive_expiry=self.settings.limits.keepalive_expiry),
+            headers=_DEFAULT_HEADERS,
         )
 
-    def open(self, call: UpstreamCall, *, stream: bool = True) -> httpx2.Response:
+    def open(self, call: UpstreamCall) -> httpx2.Response:
         """:meth:`AsyncUpstream.open` over the sync client."""
         plan = self._plan()
-        refresh = next(plan)
+        next(plan)
+        token = self._token()
         while True:
             try:
-                request = self._request(call, self._headers(call, refresh))
+                request = self._request(call, self._headers(call, token))
                 outcome: httpx2.Response | httpx2.HTTPError = self.client.send(
-                    request, stream=stream, follow_redirects=False
+                    request, stream=True, follow_redirects=False
                 )
             except httpx2.HTTPError as exc:
                 outcome = exc
-            step = self._decide(plan, outcome)
-            if step is None:
+            if self._decide(plan, outcome) is None:
                 return outcome  # type: ignore[return-value]  # _decide: a response
-            refresh = step
-            if isinstance(outcome, httpx2.Response):
+            assert isinstance(outcome, httpx2.Response)
+            assert token is not None
+            try:
+                fresh = self._fresh_token(token)
+            except BaseException:
                 outcome.close()
+                raise
+            if fresh is None:
+                plan.close()
+                return outcome
+            token = fresh
+            outcome.close()
+
+    def read(self, response: httpx2.Response) -> bytes:
+        """:meth:`AsyncUpstream.read` over the sync client."""
+        failure: httpx2.HTTPError | None = None
+        try:
+            return read_body_sync(
+                response,
+                self.settings.limits.max_upstream_body,
+                self._provider,
+                "limits.max_upstream_body",
+            )
+        except httpx2.HTTPError as exc:
+            failure = exc
+        raise self._map(failure)
 
     def close(self) -> None:
         if self._owns:
@@ -315,21 +399,28 @@ def _failed_before_reply(turn: Turn, error: ModelError) -> Response:
 
 
 async def forward(fwd: Forward, upstream: AsyncUpstream) -> Response:
-    """Run an ANTHROPIC pass-through (the body read with the response: a read failure is
-    retried once like a stale connection, as the request is a read)."""
+    """Run an ANTHROPIC pass-through (its body bounded like a turn's)."""
     try:
-        response = await upstream.open(fwd.call, stream=False)
+        response = await upstream.open(fwd.call)
+        try:
+            body = await upstream.read(response)
+        finally:
+            await response.aclose()
     except ModelError as error:
         return fwd.failed(error)
-    return fwd.respond(response.status_code, response.headers, response.content)
+    return fwd.respond(response.status_code, response.headers, body)
 
 
 def forward_sync(fwd: Forward, upstream: SyncUpstream) -> Response:
     try:
-        response = upstream.open(fwd.call, stream=False)
+        response = upstream.open(fwd.call)
+        try:
+            body = upstream.read(response)
+        finally:
+            response.close()
     except ModelError as error:
         return fwd.failed(error)
-    return fwd.respond(response.status_code, response.headers, response.content)
+    return fwd.respond(response.status_code, response.headers, body)
 
 
 async def _wait(task: asyncio.Future[Any], timeout: float) -> bool:
@@ -382,13 +473,14 @@ async def run_turn(
 
 
 async def _body(turn: Turn, upstream: AsyncUpstream, response: httpx2.Response) -> bytes | Response:
-    """*response*'s body, or the turn's error response when it cannot be read."""
-    failure: httpx2.HTTPError | None = None
+    """*response*'s body, or the turn's error response when it cannot be read (or is
+    larger than ``limits.max_upstream_body``)."""
+    failure: ModelError | None = None
     try:
-        return await response.aread()
-    except httpx2.HTTPError as exc:
-        failure = exc
-    return _failed_before_reply(turn, upstream._map(failure))  # not in a handler: no chain
+        return await upstream.read(response)
+    except ModelError as error:
+        failure = error
+    return _failed_before_reply(turn, failure)
 
 
 async def _stream(
@@ -411,7 +503,7 @@ async def _stream(
     # one reader task per stream feeds a queue (a task and an asyncio.wait per chunk cost
     # ~30 us each); a chunk already there is taken without waiting
     queue: asyncio.Queue[bytes | Exception | None] = asyncio.Queue(_QUEUE)
-    reader = asyncio.ensure_future(_read(response, queue))
+    reader = asyncio.ensure_future(_read(response, upstream.body_decoder, queue))
     try:
         while True:
             try:
@@ -453,6 +545,8 @@ def _step(
         data = turn.end()
     elif isinstance(item, httpx2.HTTPError):
         data = turn.fail(upstream._map(item))
+    elif isinstance(item, ModelError):  # the decoder's (too large, undecodable)
+        data = turn.fail(item)
     elif isinstance(item, Exception):
         raise item
     else:
@@ -462,13 +556,23 @@ def _step(
     return out, over or isinstance(out, Response)
 
 
-def _chunks_sync(response: httpx2.Response) -> Iterator[bytes | Exception | None]:
+def _chunks_sync(
+    response: httpx2.Response, upstream: SyncUpstream
+) -> Iterator[bytes | Exception | None]:
     """:func:`_read` for the sync client."""
     try:
-        yield from response.iter_bytes()
-    except httpx2.HTTPError as exc:
+        decoder = upstream.body_decoder(response)
+        for raw in raw_chunks_sync(response):
+            piece = decoder.decode(raw)
+            while piece:
+                yield piece
+                piece = decoder.more()
+        tail = decoder.flush()
+    except (httpx2.HTTPError, ModelError) as exc:
         yield exc
         return
+    if tail:
+        yield tail
     yield None
 
 
@@ -476,23 +580,36 @@ def _chunks_sync(response: httpx2.Response) -> Iterator[bytes | Exception | None
 _QUEUE = 64
 
 
-async def _read(response: httpx2.Response, queue: asyncio.Queue[bytes | Exception | None]) -> None:
-    """Put every chunk of *response*'s body on *queue*, then ``None`` (or the exception)."""
+async def _read(
+    response: httpx2.Response,
+    decoder_for: Callable[[httpx2.Response], Decoder],
+    queue: asyncio.Queue[bytes | Exception | None],
+) -> None:
+    """Put every chunk of *response*'s body on *queue* (decoded by ``decoder_for(response)``,
+    in bounded pieces), then ``None`` (or the exception)."""
     first = True
     try:
-        async for chunk in response.aiter_bytes():
-            if first:  # the first event alone first: the client's first byte need not wait
-                first = False  # for the translation of everything that came with it
-                cut = chunk.find(b"\n\n") + 2
-                if 1 < cut < len(chunk):
-                    await queue.put(chunk[:cut])
-                    await asyncio.sleep(0)
-                    chunk = chunk[cut:]
-            await queue.put(chunk)
-            # let the consumer translate and send this chunk before the next is read: the
-            # chunks an upstream wrote at once are all buffered, and reading on would hold
-            # the client's first byte back until the last of them is read (~0.2 ms)
-            await asyncio.sleep(0)
+        decoder = decoder_for(response)
+        async for raw in raw_chunks(response):
+            chunk = decoder.decode(raw)
+            while chunk:
+                if first:  # the first event alone first: the client's first byte need not
+                    first = False  # wait for the translation of everything that came with it
+                    cut = chunk.find(b"\n\n") + 2
+                    if 1 < cut < len(chunk):
+                        await queue.put(chunk[:cut])
+                        await asyncio.sleep(0)
+                        chunk = chunk[cut:]
+                await queue.put(chunk)
+                # let the consumer translate and send this chunk before the next is read:
+                # the chunks an upstream wrote at once are all buffered, and reading on
+                # would hold the client's first byte back until the last of them is read
+                # (~0.2 ms)
+                await asyncio.sleep(0)
+                chunk = decoder.more()
+        tail = decoder.flush()
+        if tail:
+            await queue.put(tail)
     except Exception as exc:  # handed to the consumer, which maps or raises it
         await queue.put(exc)
         return
@@ -529,17 +646,17 @@ def run_turn_sync(turn: Turn, upstream: SyncUpstream) -> Iterator[Response | byt
     except ModelError as error:
         yield _failed_before_reply(turn, error)
         return
-    failure: httpx2.HTTPError | None = None
+    failure: ModelError | None = None
     try:
         ok = 200 <= response.status_code < 300
         if not turn.streaming or not ok:
             body = b""
             try:
-                body = response.read()
-            except httpx2.HTTPError as exc:
-                failure = exc
+                body = upstream.read(response)
+            except ModelError as error:
+                failure = error
             if failure is not None:
-                yield _failed_before_reply(turn, upstream._map(failure))
+                yield _failed_before_reply(turn, failure)
             elif not turn.streaming:
                 yield turn.reply(response.status_code, response.headers, body)
             else:
@@ -551,7 +668,7 @@ def run_turn_sync(turn: Turn, upstream: SyncUpstream) -> Iterator[Response | byt
         if refused is not None:
             yield refused
             return
-        for item in _chunks_sync(response):
+        for item in _chunks_sync(response, upstream):
             out, over = _step(turn, upstream, item)
             if out is not None:
                 yield out

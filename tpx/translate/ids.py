@@ -58,7 +58,9 @@ so that it trusts only ids it issued, without keeping any table::
 
 where the unsigned id is the caller id above (``"tpx" KIND POSITION "-" NONCE "_"
 PAYLOAD``). :func:`sign_caller_id` adds the MAC, :func:`verify_signed_id` checks it and
-gives the unsigned id back (``None`` when the MAC is wrong or the id is not signed).
+gives the unsigned id back (``None`` when the MAC is wrong or the id is not signed);
+it takes one key or several (a key ring: the current key, which signs, and the keys being
+retired, whose ids still verify).
 A signed id is not a canonical encoding, so :func:`decode_caller_id` does not decode
 it: strip the MAC first. The MAC binds the whole id (kind, position, nonce, foreign
 id); ids stay stateless, restart-safe and valid on every process sharing the key.
@@ -248,13 +250,14 @@ def sign_caller_id(caller_id: str, key: bytes) -> str:
 #: right (a pure function): a gateway reads each id of a request more than once (its
 #: tool_use and tool_result, the monitor's boundary). Bounded (emptied when full; long ids
 #: are not kept); only verified ids are kept; dict reads and writes are atomic.
-_VERIFIED: dict[tuple[str, bytes], str] = {}
+_VERIFIED: dict[tuple[str, bytes | tuple[bytes, ...]], str] = {}
 _VERIFIED_SIZE = 4096
 _VERIFIED_ID_LENGTH = 256
 
 
-def verify_signed_id(signed: str, key: bytes) -> str | None:
-    """The unsigned caller id behind *signed* when its MAC under *key* is right, else ``None``."""
+def verify_signed_id(signed: str, key: bytes | tuple[bytes, ...]) -> str | None:
+    """The unsigned caller id behind *signed* when its MAC under *key* (or under one of the
+    keys of a tuple: a ring being rotated) is right, else ``None``."""
     known = _VERIFIED.get((signed, key))
     if known is not None:
         return known
@@ -267,7 +270,13 @@ def verify_signed_id(signed: str, key: bytes) -> str | None:
     unsigned = f"tpx{kind}{pos}-{nonce}_{payload}"
     if decode_caller_id(unsigned) is None:
         return None
-    if not hmac.compare_digest(mac, _mac(key, unsigned)):
+    if isinstance(key, bytes):
+        ok = hmac.compare_digest(mac, _mac(key, unsigned))
+    else:
+        ok = False
+        for each in key:  # every key tried: the time does not tell which one matched
+            ok |= hmac.compare_digest(mac, _mac(each, unsigned))
+    if not ok:
         return None
     if len(signed) <= _VERIFIED_ID_LENGTH:
         if len(_VERIFIED) >= _VERIFIED_SIZE:
