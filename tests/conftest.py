@@ -12,7 +12,7 @@ import pytest
 #: A marker left out by the default selection -> the make targets that run its tests.
 TARGETS = {
     "e2e": "make e2e (the Claude Code CLI), make load",
-    "slow": "make conformance, make conformance-deep, make fuzz",
+    "slow": "make conformance, make conformance-deep, make fuzz, make redteam",
 }
 
 _deselected: dict[str, int] = {}
