@@ -1,36 +1,60 @@
 """Credential echoes in successful replies: removed before a caller sees them.
 
 A provider may echo the credential it was sent (a debugging proxy, a hostile server).
-Error texts are redacted where they are built (:func:`tpx.errors.redact`); this is the
-same rule for the bodies and stream events tpx *delivers*: every form in
-:func:`tpx.errors.secret_forms` (and its JSON-escaped spelling) is replaced by
-``[REDACTED]`` in the reply's text before it is parsed, and when the text holds
-``\\u`` escapes (which may spell a credential in any mix of escaped characters) every
-string of the parsed value is checked too.
+Error texts are withheld or redacted where they are built (:mod:`tpx.errors`); this is
+the rule for the bodies and stream events tpx *delivers*, and it matches what the caller
+will decode, not the bytes on the wire:
 
-Known limit: a credential split by the provider across stream chunks (half in one text
-delta, half in the next) reaches the caller in halves; tpx does not buffer deltas.
+* every form in :func:`tpx.errors.secret_forms` (and its JSON-escaped spelling) is
+  replaced by ``[REDACTED]`` in the reply's text before it is parsed;
+* when that text holds any escape (``\\/``, ``\\uXXXX``, a surrogate pair: a secret may be
+  spelled in any mix of escaped characters) every string and key of the parsed value is
+  cleaned too, and so is the delivered body after translation (a tool call's arguments
+  are JSON inside a string: the ``input`` they decode to is checked);
+* a stream's text, thinking and tool-argument deltas go through a :class:`DeltaScrubber`:
+  the text a block has so far (its ``partial_json`` read as the JSON the caller will
+  decode) is cleaned, and the end that could still begin a secret (at most the longest
+  form less one character, plus an unfinished escape) is held back until the next delta
+  or the block's end, so a secret split across deltas is caught whole.
+
+A credential that changes mid-request (a token command run again after a 401) joins the
+scrubber of that request: :meth:`Scrubber.joined`.
 """
 
 from __future__ import annotations
 
+import collections
+import functools
 import json
+import re
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["Scrubber"]
+import orjson
+
+__all__ = ["DeltaScrubber", "Scrubber"]
 
 _REDACTED = "[REDACTED]"
+#: Which field of a ``content_block_delta`` carries text the caller reads, by delta type.
+_DELTA_FIELDS = {
+    "text_delta": "text",
+    "thinking_delta": "thinking",
+    "input_json_delta": "partial_json",
+}
+#: A JSON escape: complete (``\\uXXXX``, ``\\x``) or unfinished at the end of the text.
+_ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{4}|u[0-9a-fA-F]{0,3}\Z|\Z|[^u])", re.DOTALL)
+_SIMPLE = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 
 
 class Scrubber:
     """Removes the given secret forms from reply text and parsed values."""
 
-    __slots__ = ("_bytes", "_text")
+    __slots__ = ("_bytes", "_forms", "_text")
 
     def __init__(self, forms: Iterable[str]) -> None:
+        self._forms = tuple(f for f in forms if f)
         text: set[str] = set()
-        for form in forms:
+        for form in self._forms:
             text.add(form)
             text.add(json.dumps(form)[1:-1])
         ordered = sorted((t for t in text if t), key=lambda t: (-len(t), t))
@@ -40,41 +64,66 @@ class Scrubber:
     def __bool__(self) -> bool:
         return bool(self._text)
 
+    def joined(self, forms: Iterable[str]) -> Scrubber:
+        """A scrubber for these forms and *forms* too (a credential fetched mid-request)."""
+        return Scrubber((*self._forms, *forms))
+
+    @property
+    def longest(self) -> int:
+        return len(self._text[0]) if self._text else 0
+
     def reply(self, data: bytes) -> tuple[bytes, bool]:
-        """*data* without the forms; ``True`` when the parsed value needs :meth:`value`."""
+        """*data* without the forms; ``True`` when the parsed value needs :meth:`value`
+        (the text holds an escape, which may spell a form)."""
         for form in self._bytes:
             if form in data:
                 data = data.replace(form, _REDACTED.encode())
-        return data, b"\\u" in data
+        return data, b"\\" in data
 
     def text(self, data: str) -> tuple[str, bool]:
         """:meth:`reply` for text."""
         for form in self._text:
             if form in data:
                 data = data.replace(form, _REDACTED)
-        return data, "\\u" in data
+        return data, "\\" in data
 
-    def _clean(self, text: str) -> str:
+    def clean(self, text: str) -> str:
+        """*text* (a decoded string) without the forms."""
         for form in self._text:
             if form in text:
                 text = text.replace(form, _REDACTED)
         return text
 
+    _clean = clean
+
+    def dirty(self, value: Any) -> bool:
+        """Whether a string or key of *value* (parsed JSON) holds a form: one serialization
+        and a search per form, at C speed (a form with a quote, a backslash or a control
+        character is found by its JSON-escaped spelling)."""
+        try:
+            data = orjson.dumps(value)
+        except (TypeError, orjson.JSONEncodeError):  # not plain JSON: the slow walk decides
+            return self._walk_finds(value)
+        return any(form in data for form in self._bytes)
+
+    def _walk_finds(self, value: Any) -> bool:
+        pending: list[Any] = [value]
+        while pending:
+            item = pending.pop()
+            if item.__class__ is str:
+                if self._clean(item) != item:
+                    return True
+            elif isinstance(item, dict):
+                pending.extend(item.keys())
+                pending.extend(item.values())
+            elif isinstance(item, list | tuple):
+                pending.extend(item)
+        return False
+
     def value(self, value: Any) -> Any:
         """*value* (parsed JSON) with every string and key cleaned, without recursion.
         Returns *value* itself when nothing was found."""
-        found = False
-        pending: list[Any] = [value]
-        while pending and not found:
-            item = pending.pop()
-            if item.__class__ is str:
-                found = self._clean(item) != item
-            elif item.__class__ is dict:
-                pending.extend(item.keys())
-                pending.extend(item.values())
-            elif item.__class__ is list:
-                pending.extend(item)
-        if not found:
+        if not self._text or not self.dirty(value):
             return value
         return self._rebuild(value)
 
@@ -100,3 +149,208 @@ class Scrubber:
                 else:
                     target.append(copy)
         return root
+
+    # -- deltas ------------------------------------------------------------------------
+
+    def _held(self, decoded: str) -> int:
+        """How many characters at the end of *decoded* could begin a form (fewer than the
+        longest form has)."""
+        if not self._text:
+            return 0
+        return min(_starts(self._text).depth(decoded[-self.longest :]), self.longest - 1)
+
+    def split(self, text: str, *, json_text: bool = False) -> tuple[str, str]:
+        """(what may go out now, what to hold back) for the text a block has so far.
+
+        *json_text*: *text* is JSON text the caller will decode (``partial_json``): forms
+        are looked for in its decoded view, and an unfinished escape is held back too.
+        """
+        if not json_text or "\\" not in text:
+            text = self.clean(text)
+            keep = self._held(text)
+            return (text[: len(text) - keep], text[len(text) - keep :]) if keep else (text, "")
+        text = self._clean_json(text)
+        decoded, offsets, unfinished = _decode(text)
+        cut = offsets[len(decoded) - self._held(decoded)]
+        if unfinished is not None:
+            cut = min(cut, unfinished)
+        return text[:cut], text[cut:]
+
+    def _clean_json(self, text: str) -> str:
+        text = self.clean(text)
+        decoded, offsets, _ = _decode(text)
+        spans: list[tuple[int, int]] = []
+        for form in self._text:
+            start = decoded.find(form)
+            while start != -1:
+                spans.append((offsets[start], offsets[start + len(form)]))
+                start = decoded.find(form, start + len(form))
+        if not spans:
+            return text
+        spans.sort()
+        pieces: list[str] = []
+        position = 0
+        for start, end in spans:
+            if end <= position:
+                continue
+            pieces.append(text[position : max(start, position)])
+            pieces.append(_REDACTED)
+            position = end
+        pieces.append(text[position:])
+        return "".join(pieces)
+
+
+class _Starts:
+    """An Aho-Corasick automaton over the forms (goto, fail, depth): the state it reaches
+    on a text is the longest end of that text that begins a form, found in one pass."""
+
+    __slots__ = ("_depth", "_fail", "_goto")
+
+    def __init__(self, forms: tuple[str, ...]) -> None:
+        goto: list[dict[str, int]] = [{}]
+        depth = [0]
+        for form in forms:
+            state = 0
+            for char in form:
+                following = goto[state].get(char)
+                if following is None:
+                    goto.append({})
+                    depth.append(depth[state] + 1)
+                    following = goto[state][char] = len(goto) - 1
+                state = following
+        fail = [0] * len(goto)
+        queue = collections.deque(goto[0].values())
+        while queue:
+            state = queue.popleft()
+            for char, following in goto[state].items():
+                queue.append(following)
+                back = fail[state]
+                while back and char not in goto[back]:
+                    back = fail[back]
+                target = goto[back].get(char, 0)
+                fail[following] = target if target != following else 0
+        self._goto, self._fail, self._depth = goto, fail, depth
+
+    def depth(self, text: str) -> int:
+        goto, fail, state = self._goto, self._fail, 0
+        for char in text:
+            while state and char not in goto[state]:
+                state = fail[state]
+            state = goto[state].get(char, 0)
+        return self._depth[state]
+
+
+@functools.lru_cache(maxsize=16)
+def _starts(forms: tuple[str, ...]) -> _Starts:
+    return _Starts(forms)
+
+
+def _decode(text: str) -> tuple[str, list[int], int | None]:
+    """The decoded view of JSON text: (decoded, the offset in *text* of each decoded
+    character and of the end, where an unfinished escape or lone high surrogate at the
+    end starts, if any). An escape JSON does not know is read as its characters."""
+    pieces: list[str] = []
+    offsets: list[int] = []
+    position = 0
+    unfinished: int | None = None
+    high: tuple[int, int] | None = None  # a high surrogate not yet paired: (its offset, code)
+    for match in _ESCAPE.finditer(text):
+        start, end = match.span()
+        if start > position:
+            if high is not None:
+                pieces.append("\ufffd")
+                offsets.append(high[0])
+                high = None
+            pieces.append(text[position:start])
+            offsets.extend(range(position, start))
+        position = end
+        escape = match.group()
+        if end == len(text) and (len(escape) == 1 or (escape[1] == "u" and len(escape) < 6)):
+            unfinished = start if high is None else high[0]
+            high = None
+            break
+        char = _SIMPLE.get(escape[1]) if escape[1] != "u" else chr(int(escape[2:], 16))
+        if char is None:  # not a JSON escape: its characters as they are
+            pieces.append(escape)
+            offsets.extend(range(start, end))
+            continue
+        code = ord(char)
+        if high is not None:
+            if 0xDC00 <= code <= 0xDFFF:
+                pieces.append(chr(0x10000 + ((high[1] - 0xD800) << 10) + (code - 0xDC00)))
+                offsets.append(high[0])
+                high = None
+                continue
+            pieces.append("\ufffd")
+            offsets.append(high[0])
+            high = None
+        if 0xD800 <= code <= 0xDBFF:
+            high = (start, code)
+            continue
+        pieces.append(char)
+        offsets.append(start)
+    else:
+        if high is not None:
+            if position == len(text):
+                unfinished = high[0]  # its low half may come with the next delta
+            else:
+                pieces.append("\ufffd")
+                offsets.append(high[0])
+        if position < len(text):
+            pieces.append(text[position:])
+            offsets.extend(range(position, len(text)))
+            position = len(text)
+    decoded = "".join(pieces)
+    offsets.append(unfinished if unfinished is not None else len(text))
+    return decoded, offsets, unfinished
+
+
+class DeltaScrubber:
+    """One stream's deltas through a :class:`Scrubber`, each block's end held back while
+    it could begin a secret (see the module docstring). :meth:`events` takes the Messages
+    events of one read and returns those to deliver."""
+
+    __slots__ = ("_held", "scrub")
+
+    def __init__(self, scrub: Scrubber) -> None:
+        self.scrub = scrub
+        self._held: dict[Any, tuple[str, str]] = {}  # block index -> (delta type, text held)
+
+    def events(self, produced: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for event in produced:
+            kind = event.get("type")
+            if kind == "content_block_delta":
+                delta = event.get("delta")
+                kind = delta.get("type") if isinstance(delta, dict) else None
+                field = _DELTA_FIELDS.get(kind) if isinstance(kind, str) else None
+                if field is not None and isinstance(delta, dict):
+                    text = delta.get(field)
+                    if isinstance(text, str):
+                        index = event.get("index")
+                        before = self._held.pop(index, ("", ""))[1]
+                        ready, keep = self.scrub.split(
+                            before + text, json_text=field == "partial_json"
+                        )
+                        if keep:
+                            self._held[index] = (delta["type"], keep)
+                        if ready or not keep:
+                            out.append({**event, "delta": {**delta, field: ready}})
+                        continue
+            elif kind == "content_block_stop":
+                self._release(event.get("index"), out)
+            elif kind in ("message_delta", "message_stop"):
+                for index in list(self._held):
+                    self._release(index, out)
+            out.append(event)
+        return out
+
+    def _release(self, index: Any, out: list[dict[str, Any]]) -> None:
+        held = self._held.pop(index, None)
+        if held is None:
+            return
+        kind, text = held
+        field = _DELTA_FIELDS[kind]
+        out.append(
+            {"type": "content_block_delta", "index": index, "delta": {"type": kind, field: text}}
+        )

@@ -31,8 +31,20 @@ so a Messages caller handles it natively::
 
     {"type": "error", "error": {"type": "authentication_error", "message": "..."}}
 
-Messages never carry credentials: callers building a message from provider
-output pass it through :func:`redact` with the secrets they hold.
+Messages never carry credentials, and never tell a client which part of its input
+matches one. Two rules, by who reads the text:
+
+* A provider's text a client may see (an error message, a pass-through body) is shown
+  whole or withheld whole (:func:`withheld`, :data:`WITHHELD`), and only a whole form of
+  a secret (:func:`secret_forms`) withholds it. Such a text may quote the client's input
+  (a 404 naming the model it asked for, a 400 quoting its message): a guess that is not
+  the whole secret comes back exactly as any other guess would. (A 401, refused before
+  the request was read, quotes none of it: there a fragment of the credential withholds
+  the text, whole too.)
+* A text only the credential's holder sees (a log line, an exception of the library's
+  own making: a transport's or the HTTP client's text) goes through :func:`redact`,
+  which also removes every 8-character run of a secret and a secret's start cut short.
+  Its cost is linear in the text; the gateway cuts each log field first.
 """
 
 from __future__ import annotations
@@ -41,6 +53,7 @@ import base64
 import builtins
 import datetime
 import email.utils
+import functools
 import json
 import math
 import re
@@ -52,6 +65,7 @@ from tpx import _safe
 
 __all__ = [
     "MESSAGES_ERROR_TYPES",
+    "WITHHELD",
     "ConfigurationError",
     "ExchangeStateError",
     "HTTPStatusError",
@@ -77,80 +91,154 @@ __all__ = [
     "detached",
     "error_for_status",
     "error_message_from_body",
+    "holds_secret",
     "messages_error_type",
     "parse_retry_after",
     "redact",
     "secret_forms",
+    "withheld",
 ]
 
 _REDACTED = "[REDACTED]"
+#: What stands in place of a provider's text that held a whole secret (see the module docstring).
+WITHHELD = _REDACTED
 #: Fewest characters of a secret's start that :func:`redact` removes before a cut marker.
 _MIN_PARTIAL = 4
 #: Fewest consecutive characters of a secret that :func:`redact` removes anywhere.
 _MIN_FRAGMENT = 8
 _CUT_MARKERS = ("\u2026", "...")
+_STEP = 4
+_PROBE = _MIN_FRAGMENT - _STEP + 1  # a _MIN_FRAGMENT run holds a _PROBE piece at a _STEP multiple
 
 
-def redact(text: str, secrets: Iterable[str | None]) -> str:
-    """Return *text* with every non-empty secret replaced by ``[REDACTED]``.
+class _Patterns:
+    """What :func:`redact` looks for, derived once from a tuple of secret forms.
 
-    A secret cut short by a message (its start right before a cut marker, ``\u2026`` or
-    ``...``) is redacted too: at least :data:`_MIN_PARTIAL` characters of a secret's start
-    never survive a cut. Pass :func:`secret_forms` to catch escaped and encoded forms.
+    Every test is a set lookup, so a text costs a constant per character however long the
+    secrets are: ``probes`` (the 5-character pieces of the long forms) are looked up at
+    every 4th position, and only around a hit are the 8-character ``windows`` looked up
+    (an 8-character run starting at ``s`` holds the 5 characters at the first multiple of
+    4 from ``s``); ``short`` forms are replaced whole; a cut marker is checked against
+    ``tails`` (the last 4 characters of every proper prefix) before ``prefixes``.
     """
-    present = [s for s in secrets if s]
-    for secret in present:
-        text = text.replace(secret, _REDACTED)
-    for marker in _CUT_MARKERS:
-        if marker in text:
-            text = _redact_cut(text, marker, present)
-    return _redact_fragments(text, present)
+
+    __slots__ = ("longest", "prefixes", "probes", "short", "tails", "windows")
+
+    def __init__(self, forms: tuple[str, ...]) -> None:
+        long = [f for f in forms if len(f) >= _MIN_FRAGMENT]
+        self.windows = frozenset(
+            f[i : i + _MIN_FRAGMENT] for f in long for i in range(len(f) - _MIN_FRAGMENT + 1)
+        )
+        self.probes = frozenset(w[i : i + _PROBE] for w in self.windows for i in range(_STEP))
+        self.short = tuple(
+            sorted({f for f in forms if len(f) < _MIN_FRAGMENT}, key=lambda f: (-len(f), f))
+        )
+        self.prefixes = frozenset(f[:k] for f in forms for k in range(_MIN_PARTIAL, len(f)))
+        self.tails = frozenset(p[-_MIN_PARTIAL:] for p in self.prefixes)
+        self.longest = max((len(f) for f in forms), default=0)
+
+    def may_change(self, text: str) -> bool:
+        """False only when :meth:`apply` would return *text* unchanged."""
+        for marker in _CUT_MARKERS:
+            if marker in text:
+                return True
+        for form in self.short:
+            if form in text:
+                return True
+        probes = self.probes
+        return any(text[i : i + _PROBE] in probes for i in range(0, len(text) - _PROBE + 1, _STEP))
+
+    def apply(self, text: str) -> str:
+        text = self._fragments(text)
+        for form in self.short:
+            if form in text:
+                text = text.replace(form, _REDACTED)
+        for marker in _CUT_MARKERS:
+            if marker in text:
+                text = self._cuts(text, marker)
+        return text
+
+    def _fragments(self, text: str) -> str:
+        probes, windows, size = self.probes, self.windows, len(text)
+        hits = [q for q in range(0, size - _PROBE + 1, _STEP) if text[q : q + _PROBE] in probes]
+        if not hits:
+            return text
+        spans: list[tuple[int, int]] = []
+        for q in hits:
+            for s in range(max(0, q - _STEP + 1), min(q, size - _MIN_FRAGMENT) + 1):
+                if text[s : s + _MIN_FRAGMENT] in windows:
+                    spans.append((s, s + _MIN_FRAGMENT))
+        return _replaced(text, spans)
+
+    def _cuts(self, text: str, marker: str) -> str:
+        spans: list[tuple[int, int]] = []
+        position = text.find(marker)
+        while position != -1:
+            if text[position - _MIN_PARTIAL : position] in self.tails:
+                for k in range(min(self.longest - 1, position), _MIN_PARTIAL - 1, -1):
+                    if text[position - k : position] in self.prefixes:
+                        spans.append((position - k, position))
+                        break
+            position = text.find(marker, position + len(marker))
+        return _replaced(text, spans)
 
 
-def _redact_fragments(text: str, secrets: list[str]) -> str:
-    """Every run of at least :data:`_MIN_FRAGMENT` characters of a secret, wherever it
-    stands: a secret broken up by escapes no form foresaw (a ``repr`` inside JSON inside
-    a ``repr``, ...) leaves no readable piece."""
-    spans: list[tuple[int, int]] = []
-    size = len(text)
-    for secret in secrets:
-        if len(secret) < _MIN_FRAGMENT:
-            continue
-        start = 0
-        while start <= size - _MIN_FRAGMENT:
-            if text[start : start + _MIN_FRAGMENT] in secret:
-                end = start + _MIN_FRAGMENT
-                while end < size and text[start : end + 1] in secret:
-                    end += 1
-                spans.append((start, end))
-                start = end
-            else:
-                start += 1
+def _replaced(text: str, spans: list[tuple[int, int]]) -> str:
+    """*text* with the union of *spans* (sorted by start) each replaced by ``[REDACTED]``."""
     if not spans:
         return text
     pieces: list[str] = []
     position = 0
-    for start, end in sorted(spans):
-        if end <= position:
+    run_start, run_end = spans[0]
+    for start, end in spans[1:]:
+        if start <= run_end:
+            run_end = max(run_end, end)
             continue
-        pieces.append(text[position : max(start, position)])
+        pieces.append(text[position:run_start])
         pieces.append(_REDACTED)
-        position = end
-    pieces.append(text[position:])
+        position = run_end
+        run_start, run_end = start, end
+    pieces.append(text[position:run_start])
+    pieces.append(_REDACTED)
+    pieces.append(text[run_end:])
     return "".join(pieces)
 
 
-def _redact_cut(text: str, marker: str, secrets: list[str]) -> str:
-    pieces = text.split(marker)
-    for position in range(len(pieces) - 1):
-        before = pieces[position]
-        for secret in secrets:
-            for size in range(min(len(secret) - 1, len(before)), _MIN_PARTIAL - 1, -1):
-                if before.endswith(secret[:size]):
-                    before = before[:-size] + _REDACTED
-                    break
-        pieces[position] = before
-    return marker.join(pieces)
+@functools.lru_cache(maxsize=64)
+def _patterns(forms: tuple[str, ...]) -> _Patterns:
+    return _Patterns(forms)
+
+
+def redact(text: str, secrets: Iterable[str | None]) -> str:
+    """Return *text* with every non-empty secret replaced by ``[REDACTED]``: for logs and
+    errors the caller alone sees, never for a text a client's input may have reached.
+
+    Every run of at least :data:`_MIN_FRAGMENT` characters of a secret goes, wherever it
+    stands, and a secret cut short (its start, at least :data:`_MIN_PARTIAL` characters,
+    right before a cut marker, ``\u2026`` or ``...``) too. Pass :func:`secret_forms` to
+    catch escaped and encoded forms. The cost is linear in *text* (a few set lookups per
+    4 characters). Which parts are replaced shows which parts match a secret: a text
+    that may quote a client goes through :func:`withheld` instead.
+    """
+    present = tuple(s for s in secrets if s)
+    if not present or not text:
+        return text
+    return _patterns(present).apply(text)
+
+
+def holds_secret(text: str, forms: Iterable[str | None]) -> bool:
+    """Whether a whole form of a secret stands in *text* (no fragments, no cuts)."""
+    return any(form and form in text for form in forms)
+
+
+def withheld(text: str, forms: Iterable[str | None]) -> str:
+    """*text* whole, or :data:`WITHHELD` in its place when a whole secret form stands in it.
+
+    For a provider's text a client will see (it may quote the client's own input): only a
+    whole form counts, so the reply to a client depends on its input's match with a secret
+    only when that input holds the whole secret (see the module docstring).
+    """
+    return WITHHELD if holds_secret(text, forms) else text
 
 
 def _base64_forms(raw: bytes) -> set[str]:
@@ -476,14 +564,21 @@ def error_for_status(
     401/403 -> :class:`UnauthorizedError`, 429 -> :class:`RateLimitedError` (with
     ``retry_after``), 529/503 -> :class:`OverloadedError` (with ``retry_after``), any
     other status -> :class:`HTTPStatusError` with the status kept. The provider's
-    message is read from its error body (either API's shape) and redacted.
+    message is read from its error body (either API's shape) and shown whole, or withheld
+    whole (:data:`WITHHELD`): when a whole form of *secrets* stands in it or, for a 401
+    (the credential refused before the request was read, so the text quotes none of it),
+    when :func:`redact` would change it. Never partly: an error body may quote the
+    client's input, and what is replaced would show which part matched a secret.
     """
     secrets = tuple(secrets)
     message, err_type = error_message_from_body(body)
     if message is None:
         text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
         message = " ".join(text.split())
-    message = redact(message, secrets)
+    if status == 401:  # refused before the request was read: the fragment rule, whole
+        message = WITHHELD if redact(message, secrets) != message else message
+    else:  # it may quote the request: only a whole secret counts (before the cut below)
+        message = withheld(message, secrets)
     if len(message) > _MAX_PROVIDER_MESSAGE:
         message = message[:_MAX_PROVIDER_MESSAGE] + "..."
     who = provider or "provider"
