@@ -23,11 +23,11 @@ import orjson
 import pytest
 
 import tpx.transport
+from tests.gateway.conftest import make_settings
 from tpx.gateway.core import Gateway
 from tpx.gateway.settings import Credential
 from tpx.gateway.upstream import SyncUpstream
 from tpx.sdk import GatewayTransport
-from tests.gateway.conftest import make_settings
 
 #: a token with a slash (OAuth tokens are base64: ``/`` and ``+`` are theirs)
 TOKEN = "sk-proj-Ab/cdEFgh+ijKLmnopQRstuvWXyz0123456789abcdefghijkl"
@@ -341,7 +341,9 @@ def test_no_spelling_of_the_token_reaches_a_gateway_client(case: str) -> None:
     for body in bodies():
         content_type = "text/event-stream" if stream else "application/json"
 
-        def reply(request: httpx2.Request, body: bytes = body) -> httpx2.Response:
+        def reply(
+            request: httpx2.Request, body: bytes = body, content_type: str = content_type
+        ) -> httpx2.Response:
             return httpx2.Response(200, headers={"content-type": content_type}, content=body)
 
         seen = gateway_sees(provider, reply, stream=stream, credential=Credential(TOKEN))
