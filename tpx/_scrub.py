@@ -23,14 +23,14 @@ scrubber of that request: :meth:`Scrubber.joined`.
 
 from __future__ import annotations
 
-import collections
-import functools
 import json
 import re
 from collections.abc import Iterable
 from typing import Any
 
 import orjson
+
+from tpx.errors import _starts
 
 __all__ = ["DeltaScrubber", "Scrubber"]
 
@@ -198,51 +198,6 @@ class Scrubber:
             position = end
         pieces.append(text[position:])
         return "".join(pieces)
-
-
-class _Starts:
-    """An Aho-Corasick automaton over the forms (goto, fail, depth): the state it reaches
-    on a text is the longest end of that text that begins a form, found in one pass."""
-
-    __slots__ = ("_depth", "_fail", "_goto")
-
-    def __init__(self, forms: tuple[str, ...]) -> None:
-        goto: list[dict[str, int]] = [{}]
-        depth = [0]
-        for form in forms:
-            state = 0
-            for char in form:
-                following = goto[state].get(char)
-                if following is None:
-                    goto.append({})
-                    depth.append(depth[state] + 1)
-                    following = goto[state][char] = len(goto) - 1
-                state = following
-        fail = [0] * len(goto)
-        queue = collections.deque(goto[0].values())
-        while queue:
-            state = queue.popleft()
-            for char, following in goto[state].items():
-                queue.append(following)
-                back = fail[state]
-                while back and char not in goto[back]:
-                    back = fail[back]
-                target = goto[back].get(char, 0)
-                fail[following] = target if target != following else 0
-        self._goto, self._fail, self._depth = goto, fail, depth
-
-    def depth(self, text: str) -> int:
-        goto, fail, state = self._goto, self._fail, 0
-        for char in text:
-            while state and char not in goto[state]:
-                state = fail[state]
-            state = goto[state].get(char, 0)
-        return self._depth[state]
-
-
-@functools.lru_cache(maxsize=16)
-def _starts(forms: tuple[str, ...]) -> _Starts:
-    return _Starts(forms)
 
 
 def _decode(text: str) -> tuple[str, list[int], int | None]:

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import base64
 import builtins
+import collections
 import datetime
 import email.utils
 import functools
@@ -111,6 +112,66 @@ _STEP = 4
 _PROBE = _MIN_FRAGMENT - _STEP + 1  # a _MIN_FRAGMENT run holds a _PROBE piece at a _STEP multiple
 
 
+class _Starts:
+    """An Aho-Corasick automaton over the forms (goto, fail, depth): the state it reaches
+    on a text is the longest end of that text that begins a form, found in one pass."""
+
+    __slots__ = ("_depth", "_fail", "_goto")
+
+    def __init__(self, forms: tuple[str, ...]) -> None:
+        goto: list[dict[str, int]] = [{}]
+        depth = [0]
+        for form in forms:
+            state = 0
+            for char in form:
+                following = goto[state].get(char)
+                if following is None:
+                    goto.append({})
+                    depth.append(depth[state] + 1)
+                    following = goto[state][char] = len(goto) - 1
+                state = following
+        fail = [0] * len(goto)
+        queue = collections.deque(goto[0].values())
+        while queue:
+            state = queue.popleft()
+            for char, following in goto[state].items():
+                queue.append(following)
+                back = fail[state]
+                while back and char not in goto[back]:
+                    back = fail[back]
+                target = goto[back].get(char, 0)
+                fail[following] = target if target != following else 0
+        self._goto, self._fail, self._depth = goto, fail, depth
+
+    def depth(self, text: str) -> int:
+        """The length of the longest end of *text* that begins a form."""
+        goto, fail, state = self._goto, self._fail, 0
+        for char in text:
+            while state and char not in goto[state]:
+                state = fail[state]
+            state = goto[state].get(char, 0)
+        return self._depth[state]
+
+    def depths(self, text: str, ends: list[int]) -> list[int]:
+        """:meth:`depth` of ``text[:end]`` for each of *ends* (ascending), in one pass."""
+        goto, fail, depth, state = self._goto, self._fail, self._depth, 0
+        out: list[int] = []
+        position = 0
+        for end in ends:
+            for char in text[position:end]:
+                while state and char not in goto[state]:
+                    state = fail[state]
+                state = goto[state].get(char, 0)
+            position = end
+            out.append(depth[state])
+        return out
+
+
+@functools.lru_cache(maxsize=16)
+def _starts(forms: tuple[str, ...]) -> _Starts:
+    return _Starts(forms)
+
+
 class _Patterns:
     """What :func:`redact` looks for, derived once from a tuple of secret forms.
 
@@ -119,12 +180,14 @@ class _Patterns:
     every 4th position, and only around a hit are the 8-character ``windows`` looked up
     (an 8-character run starting at ``s`` holds the 5 characters at the first multiple of
     4 from ``s``); ``short`` forms are replaced whole; a cut marker is checked against
-    ``tails`` (the last 4 characters of every proper prefix) before ``prefixes``.
+    ``tails`` (the last 4 characters of every proper prefix of a form) before the
+    automaton of the forms' starts (:class:`_Starts`) measures the start it ends.
     """
 
-    __slots__ = ("longest", "prefixes", "probes", "short", "tails", "windows")
+    __slots__ = ("forms", "longest", "probes", "short", "tails", "windows")
 
     def __init__(self, forms: tuple[str, ...]) -> None:
+        self.forms = forms
         long = [f for f in forms if len(f) >= _MIN_FRAGMENT]
         self.windows = frozenset(
             f[i : i + _MIN_FRAGMENT] for f in long for i in range(len(f) - _MIN_FRAGMENT + 1)
@@ -133,8 +196,9 @@ class _Patterns:
         self.short = tuple(
             sorted({f for f in forms if len(f) < _MIN_FRAGMENT}, key=lambda f: (-len(f), f))
         )
-        self.prefixes = frozenset(f[:k] for f in forms for k in range(_MIN_PARTIAL, len(f)))
-        self.tails = frozenset(p[-_MIN_PARTIAL:] for p in self.prefixes)
+        self.tails = frozenset(
+            f[k - _MIN_PARTIAL : k] for f in forms for k in range(_MIN_PARTIAL, len(f))
+        )
         self.longest = max((len(f) for f in forms), default=0)
 
     def may_change(self, text: str) -> bool:
@@ -171,15 +235,27 @@ class _Patterns:
         return _replaced(text, spans)
 
     def _cuts(self, text: str, marker: str) -> str:
-        spans: list[tuple[int, int]] = []
+        """A secret's start (at least :data:`_MIN_PARTIAL` characters) right before
+        *marker*: the longest one, found by the automaton of the forms' starts."""
+        tails = self.tails
+        ends: list[int] = []
         position = text.find(marker)
         while position != -1:
-            if text[position - _MIN_PARTIAL : position] in self.tails:
-                for k in range(min(self.longest - 1, position), _MIN_PARTIAL - 1, -1):
-                    if text[position - k : position] in self.prefixes:
-                        spans.append((position - k, position))
-                        break
+            if text[position - _MIN_PARTIAL : position] in tails:
+                ends.append(position)
             position = text.find(marker, position + len(marker))
+        if not ends:
+            return text
+        starts = _starts(self.forms)
+        spans: list[tuple[int, int]] = []
+        if len(ends) * self.longest > len(text):  # dense: one pass over the whole text
+            depths = starts.depths(text, ends)
+        else:  # sparse: the window before each end (no start is longer than a form)
+            depths = [starts.depth(text[max(0, end - self.longest) : end]) for end in ends]
+        for end, depth in zip(ends, depths, strict=True):
+            size = min(depth, self.longest - 1)
+            if size >= _MIN_PARTIAL:
+                spans.append((end - size, end))
         return _replaced(text, spans)
 
 
