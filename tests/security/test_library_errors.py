@@ -19,7 +19,7 @@ import httpx2
 import pytest
 
 import tpx.transport
-from tpx.errors import NetworkError, TpxError
+from tpx.errors import NetworkError, TpxError, redact
 
 TOKEN = "sk-proj-Zx9Qw8Er7Ty6Ui5Op4As3Df2Gh1Jk0LzXcVbNmQwErTyUiOpAsDf"
 KEY = "sk-ant-api03-Mn8Bv7Cx6Zl5Kj4Hg3Fd2Sa1Qp0Wo9Ei8Ru7Ty6Yu5Io4Pa3Sd"
@@ -141,3 +141,26 @@ def test_building_and_sending_fail_alike(provider: str, monkeypatch: pytest.Monk
     assert built.__context__ is sent.__context__ is None
     assert str(built).endswith("TransportBug: [REDACTED]")
     assert str(sent).endswith("TransportBug: [REDACTED]")
+
+
+def test_an_unforeseen_send_error_re_raised_as_it_is_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The seeded bug: the HTTP client's own exception handed to the caller unchanged (as
+    when only httpx2's errors were mapped): the checks above see the credential in it."""
+
+    def as_it_is(self: Any, exc: Exception, what: str) -> Exception:
+        return exc
+
+    monkeypatch.setattr(tpx.transport._Core, "_local_failure", as_it_is)
+    error = raised("TPX", "create", slice(None), False)
+    assert not isinstance(error, NetworkError)
+    assert TOKEN in str(error)
+
+
+def test_an_error_text_redacted_in_pieces_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The seeded bug: the exception's text redacted piece by piece (a secret's start before
+    a cut, the runs of 8): what is left around the pieces shows; withheld whole, nothing."""
+    monkeypatch.setattr(tpx.transport, "scrubbed", redact)
+    error = raised("TPX", "create", slice(None), False)
+    assert "header [REDACTED]" in str(error)  # the text around the credential survived

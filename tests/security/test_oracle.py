@@ -25,6 +25,7 @@ import httpx2
 import orjson
 import pytest
 
+import tpx.errors
 from tests.gateway.conftest import make_settings
 from tpx.gateway.core import Gateway
 from tpx.gateway.settings import Credential
@@ -239,3 +240,13 @@ def test_a_whole_secret_echoed_by_the_upstream_is_withheld_whole() -> None:
 @pytest.mark.parametrize(("provider", "channel"), PAIRS)
 def test_ten_thousand_guesses_learn_nothing(provider: str, channel: str) -> None:
     assert learns_nothing(provider, channel, count=10_000, seed=1) == []
+
+
+@pytest.mark.parametrize("provider", ["TPX", "ANTHROPIC"])
+def test_a_redactor_that_cuts_into_the_text_is_caught(
+    provider: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The seeded bug: a provider's error text redacted piece by piece again (the fragment
+    rule on what a client sees). The guess-and-see check finds the guesses it gives away."""
+    monkeypatch.setattr(tpx.errors, "withheld", tpx.errors.redact)
+    assert learns_nothing(provider, "model", count=20)

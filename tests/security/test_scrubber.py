@@ -22,6 +22,8 @@ import httpx2
 import orjson
 import pytest
 
+import tpx._scrub
+import tpx.gateway.turn
 import tpx.transport
 from tests.gateway.conftest import make_settings
 from tpx.gateway.core import Gateway
@@ -386,3 +388,47 @@ def test_a_token_fetched_after_a_401_joins_the_scrubber(
     assert sent == [f"Bearer {TOKEN}", f"Bearer {fresh}"]  # the refresh did happen
     assert fresh not in seen
     assert "[REDACTED]" in seen
+
+
+# -- seeded bugs: each rule taken away, the checks above find the token
+
+
+def _leaks(case: str) -> bool:
+    provider, stream, bodies = CASES[case]
+    return any(
+        TOKEN in library_sees(provider, body, stream=stream, asynchronous=False)
+        for body in bodies()
+    )
+
+
+def test_a_scrubber_that_reads_only_the_wire_spelling_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The seeded bug: parsed values never looked at (only the bytes on the wire are
+    searched): a ``\\/`` inside the token, escapes inside tool arguments slip through."""
+    monkeypatch.setattr(tpx._scrub.Scrubber, "dirty", lambda self, value: False)
+    assert _leaks("tpx-text-slash")
+    assert _leaks("tpx-arguments-escaped")
+    assert not _leaks("tpx-text-split")  # the hold-back works on the deltas still
+
+
+def test_a_stream_without_the_hold_back_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The seeded bug: deltas cleaned one by one, nothing held back at their boundaries."""
+    monkeypatch.setattr(tpx._scrub.DeltaScrubber, "events", lambda self, produced: produced)
+    assert _leaks("tpx-text-split")
+    assert _leaks("anthropic-input-split")
+
+
+def test_a_turn_that_keeps_its_first_scrubber_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The seeded bug: the token fetched after a 401 not joining the request's scrubber."""
+    monkeypatch.setattr(tpx.gateway.turn.Conversation, "join", lambda self, current: None)
+
+    def reply(request: httpx2.Request) -> httpx2.Response:
+        if request.headers["authorization"] == f"Bearer {TOKEN}":
+            return httpx2.Response(401, json={"error": {"message": "expired"}})
+        return httpx2.Response(200, content=openai_text("your token: " + FRESH))
+
+    seen = gateway_sees("TPX", reply, stream=False, credential=_token_command(tmp_path))
+    assert FRESH in seen
