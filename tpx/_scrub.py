@@ -23,14 +23,13 @@ scrubber of that request: :meth:`Scrubber.joined`.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable
 from typing import Any
 
 import orjson
-
-from tpx.errors import _starts
 
 __all__ = ["DeltaScrubber", "Scrubber"]
 
@@ -43,13 +42,14 @@ _DELTA_FIELDS = {
 }
 #: A JSON escape: complete (``\\uXXXX``, ``\\x``) or unfinished at the end of the text.
 _ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{4}|u[0-9a-fA-F]{0,3}\Z|\Z|[^u])", re.DOTALL)
+_ANCHOR = 8
 _SIMPLE = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 
 
 class Scrubber:
     """Removes the given secret forms from reply text and parsed values."""
 
-    __slots__ = ("_bytes", "_forms", "_text")
+    __slots__ = ("_anchors", "_byte_anchors", "_bytes", "_forms", "_text")
 
     def __init__(self, forms: Iterable[str]) -> None:
         self._forms = tuple(f for f in forms if f)
@@ -60,6 +60,10 @@ class Scrubber:
         ordered = sorted((t for t in text if t), key=lambda t: (-len(t), t))
         self._text = tuple(ordered)
         self._bytes = tuple(t.encode("utf-8", "surrogatepass") for t in ordered)
+        # Each form's first characters: a form can only stand where they do, and searching
+        # for a few short anchors is much cheaper than for every (long) form.
+        self._anchors = frozenset(t[:_ANCHOR] for t in ordered)
+        self._byte_anchors = frozenset(t[:_ANCHOR] for t in self._bytes)
 
     def __bool__(self) -> bool:
         return bool(self._text)
@@ -75,23 +79,24 @@ class Scrubber:
     def reply(self, data: bytes) -> tuple[bytes, bool]:
         """*data* without the forms; ``True`` when the parsed value needs :meth:`value`
         (the text holds an escape, which may spell a form)."""
-        for form in self._bytes:
-            if form in data:
-                data = data.replace(form, _REDACTED.encode())
+        present = {anchor for anchor in self._byte_anchors if anchor in data}
+        if present:
+            for form in self._bytes:
+                if form[:_ANCHOR] in present and form in data:
+                    data = data.replace(form, _REDACTED.encode())
         return data, b"\\" in data
 
     def text(self, data: str) -> tuple[str, bool]:
         """:meth:`reply` for text."""
-        for form in self._text:
-            if form in data:
-                data = data.replace(form, _REDACTED)
-        return data, "\\" in data
+        return self.clean(data), "\\" in data
 
     def clean(self, text: str) -> str:
-        """*text* (a decoded string) without the forms."""
-        for form in self._text:
-            if form in text:
-                text = text.replace(form, _REDACTED)
+        """*text* (a decoded string) without the forms (longest first)."""
+        present = {anchor for anchor in self._anchors if anchor in text}
+        if present:
+            for form in self._text:
+                if form[:_ANCHOR] in present and form in text:
+                    text = text.replace(form, _REDACTED)
         return text
 
     _clean = clean
@@ -104,7 +109,10 @@ class Scrubber:
             data = orjson.dumps(value)
         except (TypeError, orjson.JSONEncodeError):  # not plain JSON: the slow walk decides
             return self._walk_finds(value)
-        return any(form in data for form in self._bytes)
+        present = {anchor for anchor in self._byte_anchors if anchor in data}
+        return bool(present) and any(
+            form[:_ANCHOR] in present and form in data for form in self._bytes
+        )
 
     def _walk_finds(self, value: Any) -> bool:
         pending: list[Any] = [value]
@@ -157,16 +165,33 @@ class Scrubber:
         longest form has)."""
         if not self._text:
             return 0
-        return min(_starts(self._text).depth(decoded[-self.longest :]), self.longest - 1)
+        pairs, starts = _tails(self._text)
+        for match in pairs.finditer(decoded, max(0, len(decoded) - self.longest + 1)):
+            if decoded[match.start() :] in starts:  # the leftmost: the longest
+                return len(decoded) - match.start()
+        return 1 if decoded[-1:] in starts else 0  # a start one character long
 
-    def split(self, text: str, *, json_text: bool = False) -> tuple[str, str]:
-        """(what may go out now, what to hold back) for the text a block has so far.
+    def _spans(self, held: str, text: str) -> bool:
+        """Whether a form starts in *held* (the end of the text so far that could begin
+        one: its start is one of held's ends) and stands whole in *text* (held + delta)."""
+        starts = _tails(self._text)[1]
+        for position in range(len(held)):
+            for form in starts.get(held[position:], ()):
+                if text.startswith(form, position):
+                    return True
+        return False
 
-        *json_text*: *text* is JSON text the caller will decode (``partial_json``): forms
-        are looked for in its decoded view, and an unfinished escape is held back too.
+    def split(self, held: str, text: str, *, json_text: bool = False) -> tuple[str, str]:
+        """(what may go out now, what to hold back) for the text a block has so far: what
+        was *held* back, then a delta's *text* (cleaned with its event already).
+
+        *json_text*: the text is JSON the caller will decode (``partial_json``): forms are
+        looked for in its decoded view, and an unfinished escape is held back too.
         """
+        text = held + text
         if not json_text or "\\" not in text:
-            text = self.clean(text)
+            if held and self._spans(held, text):  # a form across the boundary
+                text = self.clean(text)
             keep = self._held(text)
             return (text[: len(text) - keep], text[len(text) - keep :]) if keep else (text, "")
         text = self._clean_json(text)
@@ -198,6 +223,19 @@ class Scrubber:
             position = end
         pieces.append(text[position:])
         return "".join(pieces)
+
+
+@functools.lru_cache(maxsize=16)
+def _tails(forms: tuple[str, ...]) -> tuple[re.Pattern[str], dict[str, tuple[str, ...]]]:
+    """(a pattern matching where a form's first two characters stand, every proper start
+    of a form with the forms it begins)."""
+    pairs = sorted({form[:2] for form in forms if len(form) > 2})
+    starts: dict[str, list[str]] = {}
+    for form in forms:
+        for size in range(1, len(form)):
+            starts.setdefault(form[:size], []).append(form)
+    pattern = re.compile("(?=" + "|".join(map(re.escape, pairs)) + ")")
+    return pattern, {start: tuple(found) for start, found in starts.items()}
 
 
 def _decode(text: str) -> tuple[str, list[int], int | None]:
@@ -285,11 +323,13 @@ class DeltaScrubber:
                         index = event.get("index")
                         before = self._held.pop(index, ("", ""))[1]
                         ready, keep = self.scrub.split(
-                            before + text, json_text=field == "partial_json"
+                            before, text, json_text=field == "partial_json"
                         )
                         if keep:
                             self._held[index] = (delta["type"], keep)
-                        if ready or not keep:
+                        if not keep and not before and ready == text:
+                            out.append(event)  # as it came: nothing held, nothing found
+                        elif ready or not keep:
                             out.append({**event, "delta": {**delta, field: ready}})
                         continue
             elif kind == "content_block_stop":

@@ -805,7 +805,7 @@ class Exchange:
             raise ProtocolError("response body is not JSON") from None
         if not isinstance(decoded, dict):
             raise ProtocolError("response body is not a JSON object")
-        if walk:
+        if walk and self._provider is Provider.ANTHROPIC:  # TPX: its translation is walked
             decoded = self._scrub.value(decoded)
         if self._provider is Provider.ANTHROPIC:
             ids = _check_messages_response(decoded)
@@ -821,7 +821,7 @@ class Exchange:
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             raise ProtocolError(f"cannot translate the response: {type(exc).__name__}") from None
         delivered = dict(translated)
-        if self._scrub:  # tool arguments are JSON in a string: what their input decodes to
+        if walk:  # an escape (tool arguments: JSON in a string) may spell a secret
             delivered = self._scrub.value(delivered)
         ids = _check_messages_response(delivered)
         if len(ids) != len(wire_ids):
