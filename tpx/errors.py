@@ -41,10 +41,13 @@ matches one. Two rules, by who reads the text:
   the whole secret comes back exactly as any other guess would. (A 401, refused before
   the request was read, quotes none of it: there a fragment of the credential withholds
   the text, whole too.)
-* A text only the credential's holder sees (a log line, an exception of the library's
-  own making: a transport's or the HTTP client's text) goes through :func:`redact`,
+* A text only the credential's holder sees (a log line) goes through :func:`redact`,
   which also removes every 8-character run of a secret and a secret's start cut short.
-  Its cost is linear in the text; the gateway cuts each log field first.
+  Its cost is linear in the text; the gateway cuts each log field first. A text of tpx's
+  own making that a client may see (an HTTP client's error) is withheld whole when
+  :func:`redact` would change it (:func:`tpx._http.scrubbed`).
+
+See docs/threat-model.md for who sees what and how the rules are checked.
 """
 
 from __future__ import annotations
