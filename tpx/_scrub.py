@@ -14,8 +14,10 @@ will decode, not the bytes on the wire:
 * a stream's text, thinking and tool-argument deltas go through a :class:`DeltaScrubber`:
   the text a block has so far (its ``partial_json`` read as the JSON the caller will
   decode) is cleaned, and the end that could still begin a secret (at most the longest
-  form less one character, plus an unfinished escape) is held back until the next delta
-  or the block's end, so a secret split across deltas is caught whole.
+  secret less one character, plus an unfinished escape) is held back until the next delta
+  or the block's end, so a secret split across deltas is caught whole. (The hold-back is
+  for the secrets as the caller decodes them; an encoded spelling, base64 say, is caught
+  within a delta, not across two.)
 
 A credential that changes mid-request (a token command run again after a 401) joins the
 scrubber of that request: :meth:`Scrubber.joined`.
@@ -43,15 +45,18 @@ _DELTA_FIELDS = {
 #: A JSON escape: complete (``\\uXXXX``, ``\\x``) or unfinished at the end of the text.
 _ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{4}|u[0-9a-fA-F]{0,3}\Z|\Z|[^u])", re.DOTALL)
 _ANCHOR = 8
+_NOTHING = ("", "")
 _SIMPLE = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 
 
 class Scrubber:
     """Removes the given secret forms from reply text and parsed values."""
 
-    __slots__ = ("_anchors", "_byte_anchors", "_bytes", "_forms", "_text")
+    __slots__ = ("_anchors", "_byte_anchors", "_bytes", "_forms", "_plain", "_tails", "_text")
 
-    def __init__(self, forms: Iterable[str]) -> None:
+    def __init__(self, forms: Iterable[str], *, plain: Iterable[str] | None = None) -> None:
+        """*forms*: every form to remove; *plain*: the secrets themselves, what a stream's
+        deltas are held back for (the default: every form)."""
         self._forms = tuple(f for f in forms if f)
         text: set[str] = set()
         for form in self._forms:
@@ -64,17 +69,20 @@ class Scrubber:
         # for a few short anchors is much cheaper than for every (long) form.
         self._anchors = frozenset(t[:_ANCHOR] for t in ordered)
         self._byte_anchors = frozenset(t[:_ANCHOR] for t in self._bytes)
+        if plain is None:
+            self._plain = self._text
+        else:
+            spelled = {spelling for v in plain if v for spelling in (v, json.dumps(v)[1:-1])}
+            self._plain = tuple(sorted(spelled, key=lambda t: (-len(t), t)))
+        self._tails: _Tails | None = None  # built when a stream first needs it
 
     def __bool__(self) -> bool:
         return bool(self._text)
 
-    def joined(self, forms: Iterable[str]) -> Scrubber:
-        """A scrubber for these forms and *forms* too (a credential fetched mid-request)."""
-        return Scrubber((*self._forms, *forms))
-
-    @property
-    def longest(self) -> int:
-        return len(self._text[0]) if self._text else 0
+    def joined(self, forms: Iterable[str], *, plain: Iterable[str] = ()) -> Scrubber:
+        """A scrubber for these forms and *forms* too (a credential fetched mid-request;
+        *plain*: that credential itself)."""
+        return Scrubber((*self._forms, *forms), plain=(*self._plain, *plain))
 
     def reply(self, data: bytes) -> tuple[bytes, bool]:
         """*data* without the forms; ``True`` when the parsed value needs :meth:`value`
@@ -161,20 +169,27 @@ class Scrubber:
     # -- deltas ------------------------------------------------------------------------
 
     def _held(self, decoded: str) -> int:
-        """How many characters at the end of *decoded* could begin a form (fewer than the
-        longest form has)."""
-        if not self._text:
+        """How many characters at the end of *decoded* could begin a secret (fewer than
+        the longest has)."""
+        if not self._plain:
             return 0
-        pairs, starts = _tails(self._text)
-        for match in pairs.finditer(decoded, max(0, len(decoded) - self.longest + 1)):
-            if decoded[match.start() :] in starts:  # the leftmost: the longest
-                return len(decoded) - match.start()
+        if self._tails is None:
+            self._tails = _tails(self._plain)
+        pairs, pattern, starts = self._tails
+        window = max(0, len(decoded) - len(self._plain[0]) + 1)
+        tail = decoded[window:] if window else decoded
+        if any(pair in tail for pair in pairs):  # else no start of 2 characters or more
+            for match in pattern.finditer(decoded, window):
+                if decoded[match.start() :] in starts:  # the leftmost: the longest
+                    return len(decoded) - match.start()
         return 1 if decoded[-1:] in starts else 0  # a start one character long
 
     def _spans(self, held: str, text: str) -> bool:
-        """Whether a form starts in *held* (the end of the text so far that could begin
+        """Whether a secret starts in *held* (the end of the text so far that could begin
         one: its start is one of held's ends) and stands whole in *text* (held + delta)."""
-        starts = _tails(self._text)[1]
+        if self._tails is None:
+            self._tails = _tails(self._plain)
+        starts = self._tails[2]
         for position in range(len(held)):
             for form in starts.get(held[position:], ()):
                 if text.startswith(form, position):
@@ -225,17 +240,20 @@ class Scrubber:
         return "".join(pieces)
 
 
+_Tails = tuple[tuple[str, ...], re.Pattern[str], dict[str, tuple[str, ...]]]
+
+
 @functools.lru_cache(maxsize=16)
-def _tails(forms: tuple[str, ...]) -> tuple[re.Pattern[str], dict[str, tuple[str, ...]]]:
-    """(a pattern matching where a form's first two characters stand, every proper start
-    of a form with the forms it begins)."""
+def _tails(forms: tuple[str, ...]) -> _Tails:
+    """(the forms' first two characters, a pattern matching where they stand, every proper
+    start of a form with the forms it begins)."""
     pairs = sorted({form[:2] for form in forms if len(form) > 2})
     starts: dict[str, list[str]] = {}
     for form in forms:
         for size in range(1, len(form)):
             starts.setdefault(form[:size], []).append(form)
     pattern = re.compile("(?=" + "|".join(map(re.escape, pairs)) + ")")
-    return pattern, {start: tuple(found) for start, found in starts.items()}
+    return tuple(pairs), pattern, {start: tuple(found) for start, found in starts.items()}
 
 
 def _decode(text: str) -> tuple[str, list[int], int | None]:
@@ -311,17 +329,18 @@ class DeltaScrubber:
 
     def events(self, produced: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
+        held = self._held
         for event in produced:
             kind = event.get("type")
             if kind == "content_block_delta":
                 delta = event.get("delta")
-                kind = delta.get("type") if isinstance(delta, dict) else None
-                field = _DELTA_FIELDS.get(kind) if isinstance(kind, str) else None
-                if field is not None and isinstance(delta, dict):
+                kind = delta.get("type") if delta.__class__ is dict else None
+                field = _DELTA_FIELDS.get(kind) if kind.__class__ is str else None
+                if field is not None and delta.__class__ is dict:
                     text = delta.get(field)
-                    if isinstance(text, str):
+                    if text.__class__ is str:
                         index = event.get("index")
-                        before = self._held.pop(index, ("", ""))[1]
+                        before = held.pop(index, _NOTHING)[1] if held else ""
                         ready, keep = self.scrub.split(
                             before, text, json_text=field == "partial_json"
                         )

@@ -432,11 +432,12 @@ class Exchange:
         # The upstream profile and the thinking signer (tpx.translate.profiles / .signing).
         self._profile = get_profile(profile)
         self._signer = signer_for(thinking_secret)
-        if isinstance(thinking_secret, str):
-            secrets = (*secrets, thinking_secret)
+        values = tuple(v for v in secrets if v)
+        if isinstance(thinking_secret, str) and thinking_secret:
+            values = (*values, thinking_secret)
         # Every rendered form of each secret (repr / bytes repr / JSON escapes too).
-        self._secrets: tuple[str, ...] = secret_forms(secrets)
-        self._scrub = Scrubber(self._secrets)  # echoes in delivered replies
+        self._secrets: tuple[str, ...] = secret_forms(values)
+        self._scrub = Scrubber(self._secrets, plain=values)  # echoes in delivered replies
         self._turn = 0
         self._phase: Phase = "idle"
         self._pending: frozenset[str] = frozenset()

@@ -38,13 +38,14 @@ class Redactor:
 class Secrets:
     """Everything derived from one set of secret values (built once, shared by requests)."""
 
-    __slots__ = ("forms", "redact", "scrubber")
+    __slots__ = ("forms", "redact", "scrubber", "values")
 
     def __init__(self, values: tuple[str, ...]) -> None:
+        self.values = values
         #: every rendered form (:func:`tpx.errors.secret_forms`)
         self.forms = secret_forms(values)
         #: what an :class:`~tpx.exchange.Exchange` holding *values* scrubs replies with
-        self.scrubber = Scrubber(self.forms)
+        self.scrubber = Scrubber(self.forms, plain=values)
         self.redact = Redactor(self.forms)
 
 
