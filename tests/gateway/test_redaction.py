@@ -49,6 +49,21 @@ def test_redactor_equals_redact(text: str) -> None:
     assert Redactor(FORMS)(text) == redact(text, FORMS)
 
 
+_WINDOWS = {f[i : i + 8] for f in FORMS if len(f) >= 8 for i in range(len(f) - 7)}
+_STARTS = {f[:k] for f in FORMS for k in range(4, len(f))}
+
+
+@settings(max_examples=600, deadline=None)
+@given(texts())
+def test_redact_leaves_no_run_of_8_and_no_start_before_a_cut(text: str) -> None:
+    out = redact(text, FORMS)
+    assert not any(out[i : i + 8] in _WINDOWS for i in range(len(out) - 7)), out
+    assert not any(form in out for form in FORMS if len(form) < 8), out
+    for marker in ("\u2026", "..."):
+        for piece in out.split(marker)[:-1]:
+            assert not any(piece[-k:] in _STARTS for k in range(4, len(piece) + 1)), out
+
+
 def test_redactor_catches_every_8_character_piece_at_every_offset() -> None:
     redactor = Redactor(FORMS)
     secret = SECRETS[0]
