@@ -167,6 +167,13 @@ def test_redaction_cost_is_linear_and_small() -> None:
     assert GATEWAY_KEY[:5] not in redacted  # each is a secret's start, cut
 
 
+#: a request the gateway refuses after reading it whole (a tool_result nothing asked for),
+#: so its model name is in the log line
+_UNPAIRED = [
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_x", "content": "a"}]}
+]
+
+
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_a_huge_refused_request_does_not_hold_a_concurrent_healthz(tmp_path: Path) -> None:
@@ -178,7 +185,7 @@ def test_a_huge_refused_request_does_not_hold_a_concurrent_healthz(tmp_path: Pat
     from tests.e2e import procs
 
     def worst_healthz(url: str, model: str) -> float:
-        body = orjson.dumps({"model": model, "max_tokens": 1})
+        body = orjson.dumps({"model": model, "max_tokens": 1, "messages": _UNPAIRED})
         headers = {"x-api-key": procs.GATEWAY_KEY, "content-type": "application/json"}
         worst = 0.0
         with httpx2.Client(base_url=url, timeout=120) as client:
@@ -198,6 +205,7 @@ def test_a_huge_refused_request_does_not_hold_a_concurrent_healthz(tmp_path: Pat
         procs.fake_upstream(tmp_path, "bash") as upstream,
         procs.gateway(tmp_path, upstream) as served,
     ):
-        plain = worst_healthz(served.url, "m" * len(hostile))
-        worst = worst_healthz(served.url, hostile)
+        # the best of two rounds each (a shared machine's noise is not the request's)
+        plain = min(worst_healthz(served.url, "m" * len(hostile)) for _ in range(2))
+        worst = min(worst_healthz(served.url, hostile) for _ in range(2))
     assert worst < plain + 0.1, f"/healthz: {worst * 1000:.0f} ms (plain: {plain * 1000:.0f} ms)"
