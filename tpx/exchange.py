@@ -806,7 +806,7 @@ class Exchange:
             raise ProtocolError("response body is not JSON") from None
         if not isinstance(decoded, dict):
             raise ProtocolError("response body is not a JSON object")
-        if walk and self._provider is Provider.ANTHROPIC:  # TPX: its translation is walked
+        if walk:  # an escape may spell a secret (and an error may quote what it decodes to)
             decoded = self._scrub.value(decoded)
         if self._provider is Provider.ANTHROPIC:
             ids = _check_messages_response(decoded)
@@ -822,7 +822,7 @@ class Exchange:
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             raise ProtocolError(f"cannot translate the response: {type(exc).__name__}") from None
         delivered = dict(translated)
-        if walk:  # an escape (tool arguments: JSON in a string) may spell a secret
+        if walk:  # tool arguments are JSON in a string: what their input decodes to
             delivered = self._scrub.value(delivered)
         ids = _check_messages_response(delivered)
         if len(ids) != len(wire_ids):
