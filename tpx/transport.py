@@ -88,6 +88,7 @@ from tpx.errors import (
     NetworkError,
     ProtocolError,
     detached,
+    redact,
     secret_forms,
 )
 from tpx.exchange import Exchange, ExchangeObserver, OutboundRequest, Provider
@@ -156,6 +157,13 @@ class _Core:
     def _secrets(self) -> tuple[str, ...]:
         """The credential in every form it may take inside an error text."""
         return secret_forms((self._secret.value,)) if self._secret else ()
+
+    def _log_failed(self, error: ModelError) -> None:
+        """The failure's log record: its message redacted (a log is no client: every piece
+        of the credential goes, :func:`tpx.errors.redact`)."""
+        if logger.isEnabledFor(logging.INFO):
+            message = redact(error.message, self._secrets())
+            logger.info("tpx exchange failed: %s: %s", error.code, message)
 
     def _auth_headers(self) -> dict[str, str]:
         assert self._secret is not None
@@ -228,7 +236,7 @@ class _Core:
                 provider=self.provider.name,
             )
         )
-        logger.info("tpx exchange failed: %s: %s", error.code, error.message)
+        self._log_failed(error)
         return error
 
     def _transport_failed(self, exc: httpx2.HTTPError) -> ModelError:
@@ -243,7 +251,7 @@ class _Core:
         if self.exchange.phase != "req":  # nothing to fail: only hand back the mapped error
             return mapped
         error = self.exchange.fail(mapped)
-        logger.info("tpx exchange failed: %s: %s", error.code, error.message)
+        self._log_failed(error)
         return error
 
     def _interrupted(self) -> None:
@@ -277,7 +285,7 @@ class _Core:
         )
         if ex.phase == "req":
             error = ex.fail(error)  # type: ignore[assignment]
-        logger.info("tpx exchange failed: %s: %s", error.code, error.message)
+        self._log_failed(error)
         return error
 
     def _receive(self, response: httpx2.Response) -> None:
@@ -293,13 +301,13 @@ class _Core:
             if ex.phase == "idle":  # ProviderFail
                 error = ex.last_error
                 assert error is not None
-                logger.info("tpx exchange failed: %s: %s", error.code, error.message)
+                self._log_failed(error)
                 raise error
             return
         try:
             self.exchange.receive(response.status_code, response.headers, response.content)
         except ModelError as error:
-            logger.info("tpx exchange failed: %s: %s", error.code, error.message)
+            self._log_failed(error)
             raise
 
     # -- streaming helpers (shared by both shells) ------------------------------------
@@ -320,7 +328,7 @@ class _Core:
         try:
             self.exchange.receive_stream_start(response.status_code, response.headers, body)
         except ModelError as error:
-            logger.info("tpx exchange failed: %s: %s", error.code, error.message)
+            self._log_failed(error)
             raise
 
     def _hand_over(
@@ -363,7 +371,7 @@ class _Core:
     def _stream_failed(self, out: _Handover) -> None:
         error = self.exchange.last_error
         assert error is not None
-        logger.info("tpx exchange failed: %s: %s", error.code, error.message)
+        self._log_failed(error)
         out.error = error
         out.done = True
 
@@ -397,7 +405,7 @@ class _Core:
             error = self.exchange.fail(
                 NetworkError("the stream was closed or interrupted before it completed")
             )
-            logger.info("tpx exchange failed: %s: %s", error.code, error.message)
+            self._log_failed(error)
 
     def _finish(self, response: httpx2.Response) -> dict[str, Any]:
         self._receive(response)

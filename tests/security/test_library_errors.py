@@ -19,6 +19,7 @@ import httpx2
 import pytest
 
 import tpx.transport
+from tpx import errors
 from tpx.errors import NetworkError, TpxError, redact
 
 TOKEN = "sk-proj-Zx9Qw8Er7Ty6Ui5Op4As3Df2Gh1Jk0LzXcVbNmQwErTyUiOpAsDf"
@@ -164,3 +165,28 @@ def test_an_error_text_redacted_in_pieces_is_caught(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(tpx.transport, "scrubbed", redact)
     error = raised("TPX", "create", slice(None), False)
     assert "header [REDACTED]" in str(error)  # the text around the credential survived
+
+
+def test_the_library_logs_a_failure_redacted(caplog: pytest.LogCaptureFixture) -> None:
+    """A log is no client: the provider's message, shown whole to the caller (it holds only
+    a piece of the credential), is logged with every piece redacted."""
+    quoted = f"key {TOKEN[:14]}... is not allowed here"
+
+    def reply(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(400, json={"error": {"message": quoted}})
+
+    caplog.set_level("INFO", logger="tpx.transport")
+    with (
+        tpx.transport.boot(
+            oauth_token=TOKEN,
+            tpx_base_url="http://upstream.test/v1",
+            env={},
+            transport=httpx2.MockTransport(reply),
+        ) as transport,
+        pytest.raises(errors.HTTPStatusError) as caught,
+    ):
+        transport.create(REQUEST)
+    assert quoted in str(caught.value)  # whole: it may quote the caller's own input
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "tpx exchange failed: MODEL_HTTP" in logged
+    assert TOKEN[:14] not in logged
