@@ -366,7 +366,7 @@ def _token_command(tmp_path: Path) -> Credential:
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
-@pytest.mark.parametrize("status", [200, 500])
+@pytest.mark.parametrize("status", [200, 500, 401])
 def test_a_token_fetched_after_a_401_joins_the_scrubber(
     tmp_path: Path, status: int, stream: bool
 ) -> None:
