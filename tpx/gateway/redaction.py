@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import functools
 
+from tpx._redact import _MIN_FRAGMENT, _patterns, secret_forms
 from tpx._scrub import Scrubber
-from tpx.errors import _MIN_FRAGMENT, _patterns, secret_forms
 
 __all__ = ["FRAGMENT", "Redactor", "Secrets", "prepared"]
 
