@@ -178,10 +178,12 @@ class Scrubber:
         pairs, pattern, starts = self._tails
         window = max(0, len(decoded) - len(self._plain[0]) + 1)
         tail = decoded[window:] if window else decoded
-        if any(pair in tail for pair in pairs):  # else no start of 2 characters or more
-            for match in pattern.finditer(decoded, window):
-                if decoded[match.start() :] in starts:  # the leftmost: the longest
-                    return len(decoded) - match.start()
+        for pair in pairs:  # none of them in the tail: no start of 2 characters or more
+            if pair in tail:
+                for match in pattern.finditer(decoded, window):
+                    if decoded[match.start() :] in starts:  # the leftmost: the longest
+                        return len(decoded) - match.start()
+                break
         return 1 if decoded[-1:] in starts else 0  # a start one character long
 
     def _spans(self, held: str, text: str) -> bool:
@@ -329,7 +331,7 @@ class DeltaScrubber:
 
     def events(self, produced: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        held = self._held
+        held, scrub = self._held, self.scrub
         for event in produced:
             kind = event.get("type")
             if kind == "content_block_delta":
@@ -341,7 +343,10 @@ class DeltaScrubber:
                     if text.__class__ is str:
                         index = event.get("index")
                         before = held.pop(index, _NOTHING)[1] if held else ""
-                        ready, keep = self.scrub.split(
+                        if not before and field != "partial_json" and not scrub._held(text):
+                            out.append(event)  # the common case: as it came
+                            continue
+                        ready, keep = scrub.split(
                             before, text, json_text=field == "partial_json"
                         )
                         if keep:
