@@ -346,9 +346,7 @@ class DeltaScrubber:
                         if not before and field != "partial_json" and not scrub._held(text):
                             out.append(event)  # the common case: as it came
                             continue
-                        ready, keep = scrub.split(
-                            before, text, json_text=field == "partial_json"
-                        )
+                        ready, keep = scrub.split(before, text, json_text=field == "partial_json")
                         if keep:
                             self._held[index] = (delta["type"], keep)
                         if not keep and not before and ready == text:
