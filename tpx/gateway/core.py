@@ -121,6 +121,8 @@ class Gateway:
         return prepared(self.settings.secret_values())
 
     def redact(self, text: str) -> str:
+        """*text* for a log (every piece of a secret removed); never for a text a client
+        sees, which is shown whole or withheld whole (:func:`tpx.errors.withheld`)."""
         return self.secrets.redact(text)
 
     # -- entry point ---------------------------------------------------------------------
