@@ -267,3 +267,41 @@ def test_httpx_error_messages_are_redacted_in_escaped_forms_too() -> None:
     assert "SECRET" not in error.message
     assert "LocalProtocolError" in error.message
     assert "[REDACTED]" in error.message
+
+
+_TOKEN = "sk-proj-Q7wE3rT9yU1iO5pA8sD2fG6hJ4kL0zXcVbNm"
+
+
+def test_a_provider_message_is_shown_whole_or_withheld_whole() -> None:
+    forms = errors.secret_forms([_TOKEN])
+    quoting = {"error": {"message": f"The model `{_TOKEN[:20]}...` does not exist"}}
+    error = errors.error_for_status(404, {}, orjson.dumps(quoting), secrets=forms)
+    assert (
+        error.message == f"provider returned HTTP 404: The model `{_TOKEN[:20]}...` does not exist"
+    )
+    echoing = {"error": {"message": f"The model `{_TOKEN}` does not exist"}}
+    error = errors.error_for_status(404, {}, orjson.dumps(echoing), secrets=forms)
+    assert error.message == "provider returned HTTP 404: [REDACTED]"
+    assert error.body()["error"]["type"] == "not_found_error"
+    long = {"error": {"message": "x" * 490 + _TOKEN}}  # whole before the cut, withheld
+    error = errors.error_for_status(400, {}, orjson.dumps(long), secrets=forms)
+    assert error.message == "provider returned HTTP 400: [REDACTED]"
+
+
+def test_a_401_is_withheld_for_any_piece_of_the_credential() -> None:
+    forms = errors.secret_forms([_TOKEN])
+    body = {"error": {"message": f"Incorrect API key provided: {_TOKEN[:12]}****{_TOKEN[-4:]}"}}
+    error = errors.error_for_status(401, {}, orjson.dumps(body), secrets=forms)
+    assert error.message == "provider returned HTTP 401: [REDACTED]"
+    assert isinstance(error, errors.UnauthorizedError)
+    plain = {"error": {"message": "invalid x-api-key"}}
+    error = errors.error_for_status(401, {}, orjson.dumps(plain), secrets=forms)
+    assert error.message == "provider returned HTTP 401: invalid x-api-key"
+
+
+def test_withheld_and_redact_differ_as_the_rules_say() -> None:
+    forms = errors.secret_forms([_TOKEN])
+    text = f"quoting {_TOKEN[3:15]} and {_TOKEN[:6]}..."
+    assert errors.withheld(text, forms) == text  # pieces only: shown whole
+    assert errors.redact(text, forms) == "quoting [REDACTED] and [REDACTED]..."
+    assert errors.withheld(f"a {_TOKEN} b", forms) == errors.WITHHELD

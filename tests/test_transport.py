@@ -480,8 +480,10 @@ def test_redirect_is_not_followed() -> None:
 
 def test_a_non_httpx_failure_still_ends_the_exchange() -> None:
     t, _ = anthropic(RuntimeError("handler bug"))
-    with t, pytest.raises(RuntimeError, match="handler bug"):
+    with t, pytest.raises(errors.NetworkError, match="RuntimeError: handler bug") as caught:
         t.create(REQUEST)
+    assert caught.value.__cause__ is None
+    assert caught.value.__context__ is None
     assert (t.exchange.phase, t.exchange.last_outcome) == ("idle", "err")
 
 

@@ -31,27 +31,46 @@ so a Messages caller handles it natively::
 
     {"type": "error", "error": {"type": "authentication_error", "message": "..."}}
 
-Messages never carry credentials: callers building a message from provider
-output pass it through :func:`redact` with the secrets they hold.
+Messages never carry credentials, and never tell a client which part of its input
+matches one. Two rules, by who reads the text:
+
+* A provider's text a client may see (an error message, a pass-through body) is shown
+  whole or withheld whole (:func:`withheld`, :data:`WITHHELD`), and only a whole form of
+  a secret (:func:`secret_forms`) withholds it. Such a text may quote the client's input
+  (a 404 naming the model it asked for, a 400 quoting its message): a guess that is not
+  the whole secret comes back exactly as any other guess would. (A 401, refused before
+  the request was read, quotes none of it: there a fragment of the credential withholds
+  the text, whole too.)
+* A text only the credential's holder sees (a log line) goes through :func:`redact`,
+  which also removes every 8-character run of a secret and a secret's start cut short.
+  Its cost is linear in the text; the gateway cuts each log field first. A text of tpx's
+  own making that a client may see (an HTTP client's error) is withheld whole when
+  :func:`redact` would change it (:func:`tpx._http.scrubbed`).
+
+See docs/threat-model.md for who sees what and how the rules are checked.
 """
 
 from __future__ import annotations
 
-import base64
 import builtins
 import datetime
 import email.utils
-import json
 import math
-import re
-import urllib.parse
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from tpx import _safe
+from tpx._redact import (
+    WITHHELD,
+    holds_secret,
+    redact,
+    secret_forms,
+    withheld,
+)
 
 __all__ = [
     "MESSAGES_ERROR_TYPES",
+    "WITHHELD",
     "ConfigurationError",
     "ExchangeStateError",
     "HTTPStatusError",
@@ -77,127 +96,13 @@ __all__ = [
     "detached",
     "error_for_status",
     "error_message_from_body",
+    "holds_secret",
     "messages_error_type",
     "parse_retry_after",
     "redact",
     "secret_forms",
+    "withheld",
 ]
-
-_REDACTED = "[REDACTED]"
-#: Fewest characters of a secret's start that :func:`redact` removes before a cut marker.
-_MIN_PARTIAL = 4
-#: Fewest consecutive characters of a secret that :func:`redact` removes anywhere.
-_MIN_FRAGMENT = 8
-_CUT_MARKERS = ("\u2026", "...")
-
-
-def redact(text: str, secrets: Iterable[str | None]) -> str:
-    """Return *text* with every non-empty secret replaced by ``[REDACTED]``.
-
-    A secret cut short by a message (its start right before a cut marker, ``\u2026`` or
-    ``...``) is redacted too: at least :data:`_MIN_PARTIAL` characters of a secret's start
-    never survive a cut. Pass :func:`secret_forms` to catch escaped and encoded forms.
-    """
-    present = [s for s in secrets if s]
-    for secret in present:
-        text = text.replace(secret, _REDACTED)
-    for marker in _CUT_MARKERS:
-        if marker in text:
-            text = _redact_cut(text, marker, present)
-    return _redact_fragments(text, present)
-
-
-def _redact_fragments(text: str, secrets: list[str]) -> str:
-    """Every run of at least :data:`_MIN_FRAGMENT` characters of a secret, wherever it
-    stands: a secret broken up by escapes no form foresaw (a ``repr`` inside JSON inside
-    a ``repr``, ...) leaves no readable piece."""
-    spans: list[tuple[int, int]] = []
-    size = len(text)
-    for secret in secrets:
-        if len(secret) < _MIN_FRAGMENT:
-            continue
-        start = 0
-        while start <= size - _MIN_FRAGMENT:
-            if text[start : start + _MIN_FRAGMENT] in secret:
-                end = start + _MIN_FRAGMENT
-                while end < size and text[start : end + 1] in secret:
-                    end += 1
-                spans.append((start, end))
-                start = end
-            else:
-                start += 1
-    if not spans:
-        return text
-    pieces: list[str] = []
-    position = 0
-    for start, end in sorted(spans):
-        if end <= position:
-            continue
-        pieces.append(text[position : max(start, position)])
-        pieces.append(_REDACTED)
-        position = end
-    pieces.append(text[position:])
-    return "".join(pieces)
-
-
-def _redact_cut(text: str, marker: str, secrets: list[str]) -> str:
-    pieces = text.split(marker)
-    for position in range(len(pieces) - 1):
-        before = pieces[position]
-        for secret in secrets:
-            for size in range(min(len(secret) - 1, len(before)), _MIN_PARTIAL - 1, -1):
-                if before.endswith(secret[:size]):
-                    before = before[:-size] + _REDACTED
-                    break
-        pieces[position] = before
-    return marker.join(pieces)
-
-
-def _base64_forms(raw: bytes) -> set[str]:
-    """Base64 (standard and URL-safe) of *raw* at each of the three alignments it may take
-    inside a longer encoded text: only the characters that depend on *raw* alone."""
-    forms: set[str] = set()
-    for offset in range(3):
-        padded = b"\0" * offset + raw
-        first = -(-8 * offset // 6)  # characters touched by the padding bytes
-        last = (len(padded) * 8) // 6  # characters made of whole bits of *raw*
-        for encode in (base64.b64encode, base64.urlsafe_b64encode):
-            forms.add(encode(padded).decode("ascii")[first:last])
-    return forms
-
-
-def secret_forms(secrets: Iterable[str | None]) -> tuple[str, ...]:
-    """Every non-empty secret plus the escaped and encoded forms it takes in a text.
-
-    Exact-string redaction misses a secret shown through ``repr`` of a str (with either
-    quote escaped, ``\\'``) or of its bytes (``b'Bearer tok\\nX'``, ``\\xc3\\xa9``),
-    ``unicode_escape``, JSON (``\\u00e9``), every character ``\\u``-escaped, base64 (any
-    alignment, both alphabets) or URL-encoding; pass the result to :func:`redact` instead
-    of the bare secrets. Longest first, so a form is never half-replaced by a shorter one.
-    """
-    forms: set[str] = set()
-    for secret in secrets:
-        if not secret:
-            continue
-        forms.add(secret)
-        escaped = secret.encode("unicode_escape").decode("ascii")
-        forms.add(escaped)
-        forms.add(repr(secret)[1:-1])
-        forms.add(escaped.replace("'", "\\'"))
-        forms.add(escaped.replace('"', '\\"'))
-        forms.add(json.dumps(secret)[1:-1])
-        forms.add(json.dumps(secret, ensure_ascii=False)[1:-1])
-        for digits in ("04x", "04X"):
-            forms.add("".join(f"\\u{ord(c):{digits}}" for c in secret if ord(c) < 0x10000))
-        for encoding in ("utf-8", "latin-1"):
-            forms.add(repr(secret.encode(encoding, "backslashreplace"))[2:-1])
-        raw = secret.encode("utf-8", "surrogatepass")
-        forms.update(_base64_forms(raw))
-        for quoted in (urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret)):
-            forms.add(quoted)
-            forms.add(re.sub("%[0-9A-F]{2}", lambda m: m.group().lower(), quoted))
-    forms.update([json.dumps(form)[1:-1] for form in forms])  # each form inside JSON text
-    return tuple(sorted((f for f in forms if len(f) >= _MIN_PARTIAL), key=lambda f: (-len(f), f)))
 
 
 def detached(error: BaseException) -> BaseException:
@@ -476,14 +381,21 @@ def error_for_status(
     401/403 -> :class:`UnauthorizedError`, 429 -> :class:`RateLimitedError` (with
     ``retry_after``), 529/503 -> :class:`OverloadedError` (with ``retry_after``), any
     other status -> :class:`HTTPStatusError` with the status kept. The provider's
-    message is read from its error body (either API's shape) and redacted.
+    message is read from its error body (either API's shape) and shown whole, or withheld
+    whole (:data:`WITHHELD`): when a whole form of *secrets* stands in it or, for a 401
+    (the credential refused before the request was read, so the text quotes none of it),
+    when :func:`redact` would change it. Never partly: an error body may quote the
+    client's input, and what is replaced would show which part matched a secret.
     """
     secrets = tuple(secrets)
     message, err_type = error_message_from_body(body)
     if message is None:
         text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
         message = " ".join(text.split())
-    message = redact(message, secrets)
+    if status == 401:  # refused before the request was read: the fragment rule, whole
+        message = WITHHELD if redact(message, secrets) != message else message
+    else:  # it may quote the request: only a whole secret counts (before the cut below)
+        message = withheld(message, secrets)
     if len(message) > _MAX_PROVIDER_MESSAGE:
         message = message[:_MAX_PROVIDER_MESSAGE] + "..."
     who = provider or "provider"

@@ -114,8 +114,9 @@ import orjson
 
 from tpx import _safe
 from tpx._safe import quote
-from tpx._scrub import Scrubber
+from tpx._scrub import DeltaScrubber, Scrubber
 from tpx.errors import (
+    WITHHELD,
     ExchangeStateError,
     ModelError,
     PairingError,
@@ -124,7 +125,7 @@ from tpx.errors import (
     UnsupportedError,
     detached,
     error_for_status,
-    redact,
+    holds_secret,
     secret_forms,
 )
 from tpx.shape import check_event, check_message
@@ -349,11 +350,15 @@ class _StreamState:
     """The stream being read: SSE parser, reader/translator, and (TPX) an accumulator
     of the events produced for the caller (the delivered body is built from them)."""
 
-    __slots__ = ("own", "parser", "reader")
+    __slots__ = ("hold", "own", "parser", "reader")
 
-    def __init__(self, reader: AnthropicStreamReader | OpenAIStreamTranslator) -> None:
+    def __init__(
+        self, reader: AnthropicStreamReader | OpenAIStreamTranslator, scrub: Scrubber
+    ) -> None:
         self.parser = SSEParser()
         self.reader = reader
+        #: the deltas' ends held back while they could begin a secret (tpx._scrub)
+        self.hold = DeltaScrubber(scrub) if scrub else None
         self.own = MessageAccumulator() if isinstance(reader, OpenAIStreamTranslator) else None
 
 
@@ -427,11 +432,12 @@ class Exchange:
         # The upstream profile and the thinking signer (tpx.translate.profiles / .signing).
         self._profile = get_profile(profile)
         self._signer = signer_for(thinking_secret)
-        if isinstance(thinking_secret, str):
-            secrets = (*secrets, thinking_secret)
+        values = tuple(v for v in secrets if v)
+        if isinstance(thinking_secret, str) and thinking_secret:
+            values = (*values, thinking_secret)
         # Every rendered form of each secret (repr / bytes repr / JSON escapes too).
-        self._secrets: tuple[str, ...] = secret_forms(secrets)
-        self._scrub = Scrubber(self._secrets)  # echoes in delivered replies
+        self._secrets: tuple[str, ...] = secret_forms(values)
+        self._scrub = Scrubber(self._secrets, plain=values)  # echoes in delivered replies
         self._turn = 0
         self._phase: Phase = "idle"
         self._pending: frozenset[str] = frozenset()
@@ -800,7 +806,7 @@ class Exchange:
             raise ProtocolError("response body is not JSON") from None
         if not isinstance(decoded, dict):
             raise ProtocolError("response body is not a JSON object")
-        if walk:
+        if walk:  # an escape may spell a secret (and an error may quote what it decodes to)
             decoded = self._scrub.value(decoded)
         if self._provider is Provider.ANTHROPIC:
             ids = _check_messages_response(decoded)
@@ -816,6 +822,8 @@ class Exchange:
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             raise ProtocolError(f"cannot translate the response: {type(exc).__name__}") from None
         delivered = dict(translated)
+        if walk:  # tool arguments are JSON in a string: what their input decodes to
+            delivered = self._scrub.value(delivered)
         ids = _check_messages_response(delivered)
         if len(ids) != len(wire_ids):
             raise ProtocolError(
@@ -835,8 +843,9 @@ class Exchange:
 
     def _provider_fail(self, error: ModelError) -> ModelError:
         detached(error)
-        if self._secrets:
-            error.message = redact(error.message, self._secrets)
+        if self._secrets and holds_secret(error.message, self._secrets):
+            # whole or not at all: the text may quote the caller's input (tpx.errors)
+            error.message = f"{self._provider.name}: {WITHHELD}"
             error.args = (error.message,)
         if error.provider is None:
             error.provider = self._provider.name
@@ -885,7 +894,7 @@ class Exchange:
             reader = OpenAIStreamTranslator(
                 default_model=self._wire_model, provider=name, secret=self._signer
             )
-        self._stream = _StreamState(reader)
+        self._stream = _StreamState(reader, self._scrub)
 
     def feed(self, chunk: bytes) -> list[dict[str, Any]]:
         """The Messages stream events for the next bytes of the streamed body.
@@ -963,6 +972,8 @@ class Exchange:
             produced = stream.reader.on_event(event)
             if walk:
                 produced = [scrub.value(item) for item in produced]
+            if stream.hold is not None:  # a secret split across deltas, escapes decoded
+                produced = stream.hold.events(produced)
             if stream.own is not None:
                 stream.own.add_all(produced)
             for item in produced:  # ShapeInv: only Messages events reach the caller

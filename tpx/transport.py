@@ -43,7 +43,10 @@ are token68-like): anything else is refused at boot with a
 value. A :class:`~tpx.errors.ModelError` raised for a transport failure is not
 chained to the httpx2 exception (whose message and ``.request.headers`` may hold the
 credential): ``__cause__`` and ``__context__`` are ``None`` and the message keeps the
-httpx2 exception's class name and redacted text.
+httpx2 exception's class name and its text, withheld whole when it holds any part of a
+credential. Any other ``Exception`` raised while the request is built or sent (a custom
+transport's own error) is the same: a :class:`~tpx.errors.NetworkError` naming its class,
+unchained, its text withheld in the same way.
 
 ``boot(..., observer=f)`` / ``aboot(..., observer=f)`` hand *f* to the exchange
 (:class:`~tpx.exchange.Exchange`): ``f(action, snapshot)`` runs after every spec action
@@ -77,7 +80,7 @@ from tpx._config import (
 )
 from tpx._config import _check_credential as _check_credential  # re-exported for the gateway
 from tpx._config import _configure as _configure  # re-exported for the gateway
-from tpx._http import error_from_httpx
+from tpx._http import error_from_httpx, scrubbed
 from tpx.errors import (
     ConfigurationError,
     ExchangeStateError,
@@ -104,6 +107,8 @@ __all__ = [
 logger = logging.getLogger("tpx.transport")
 
 _CREDENTIAL_HEADERS = ("authorization", "x-api-key")
+#: what a :class:`~tpx.errors.NetworkError` says when the HTTP client raised something unforeseen
+_SEND_FAILED = "the HTTP client failed to send the request"
 
 
 class _Handover:
@@ -152,6 +157,13 @@ class _Core:
     def _secrets(self) -> tuple[str, ...]:
         """The credential in every form it may take inside an error text."""
         return secret_forms((self._secret.value,)) if self._secret else ()
+
+    def _log_failed(self, error: ModelError) -> None:
+        """The failure's log record: its message redacted (a log is no client: every piece
+        of the credential goes, :func:`tpx.errors.redact`)."""
+        if logger.isEnabledFor(logging.INFO):
+            message = redact(error.message, self._secrets())
+            logger.info("tpx exchange failed: %s: %s", error.code, message)
 
     def _auth_headers(self) -> dict[str, str]:
         assert self._secret is not None
@@ -216,8 +228,7 @@ class _Core:
         """``ProviderFail`` for *exc*, an error raised on this side of the wire."""
         if isinstance(exc, httpx2.HTTPError):
             return self._transport_failed(exc)
-        secrets = self._secrets()
-        detail = redact(str(exc), secrets)
+        detail = scrubbed(str(exc), self._secrets())
         name = type(exc).__name__
         error = self.exchange.fail(
             NetworkError(
@@ -225,7 +236,7 @@ class _Core:
                 provider=self.provider.name,
             )
         )
-        logger.info("tpx exchange failed: %s: %s", error.code, error.message)
+        self._log_failed(error)
         return error
 
     def _transport_failed(self, exc: httpx2.HTTPError) -> ModelError:
@@ -240,7 +251,7 @@ class _Core:
         if self.exchange.phase != "req":  # nothing to fail: only hand back the mapped error
             return mapped
         error = self.exchange.fail(mapped)
-        logger.info("tpx exchange failed: %s: %s", error.code, error.message)
+        self._log_failed(error)
         return error
 
     def _interrupted(self) -> None:
@@ -274,7 +285,7 @@ class _Core:
         )
         if ex.phase == "req":
             error = ex.fail(error)  # type: ignore[assignment]
-        logger.info("tpx exchange failed: %s: %s", error.code, error.message)
+        self._log_failed(error)
         return error
 
     def _receive(self, response: httpx2.Response) -> None:
@@ -290,13 +301,13 @@ class _Core:
             if ex.phase == "idle":  # ProviderFail
                 error = ex.last_error
                 assert error is not None
-                logger.info("tpx exchange failed: %s: %s", error.code, error.message)
+                self._log_failed(error)
                 raise error
             return
         try:
             self.exchange.receive(response.status_code, response.headers, response.content)
         except ModelError as error:
-            logger.info("tpx exchange failed: %s: %s", error.code, error.message)
+            self._log_failed(error)
             raise
 
     # -- streaming helpers (shared by both shells) ------------------------------------
@@ -317,7 +328,7 @@ class _Core:
         try:
             self.exchange.receive_stream_start(response.status_code, response.headers, body)
         except ModelError as error:
-            logger.info("tpx exchange failed: %s: %s", error.code, error.message)
+            self._log_failed(error)
             raise
 
     def _hand_over(
@@ -360,7 +371,7 @@ class _Core:
     def _stream_failed(self, out: _Handover) -> None:
         error = self.exchange.last_error
         assert error is not None
-        logger.info("tpx exchange failed: %s: %s", error.code, error.message)
+        self._log_failed(error)
         out.error = error
         out.done = True
 
@@ -394,7 +405,7 @@ class _Core:
             error = self.exchange.fail(
                 NetworkError("the stream was closed or interrupted before it completed")
             )
-            logger.info("tpx exchange failed: %s: %s", error.code, error.message)
+            self._log_failed(error)
 
     def _finish(self, response: httpx2.Response) -> dict[str, Any]:
         self._receive(response)
@@ -441,10 +452,13 @@ class Transport(_Core):
             raise ExchangeStateError(
                 f"roundtrip needs a request built by begin(): phase={self.exchange.phase!r}"
             )
+        unforeseen: Exception | None = None
         try:
             response = self.client.send(http_request, follow_redirects=False)
         except httpx2.HTTPError as exc:
             failure = exc
+        except Exception as exc:  # a custom transport's own error: its text may hold anything
+            unforeseen = exc
         except BaseException:
             self._interrupted()
             raise
@@ -459,6 +473,8 @@ class Transport(_Core):
             if isinstance(settled, ModelError):
                 raise detached(settled)  # outside the handler: not chained to it
             raise settled
+        if unforeseen is not None:  # outside the handler: not chained to it
+            raise self._local_failure(unforeseen, _SEND_FAILED)
         raise self._transport_failed(failure)  # outside the handler: not chained to it
 
     def finish(self) -> dict[str, Any]:
@@ -494,11 +510,16 @@ class Transport(_Core):
         # httpx2 failures are kept by the handlers and mapped (ProviderFail) outside them,
         # so nothing raised is chained to the httpx2 exception (see _transport_failed).
         failure: httpx2.HTTPError | None = None
+        unforeseen: Exception | None = None
         try:
             try:
                 response = self.client.send(http_request, stream=True, follow_redirects=False)
             except httpx2.HTTPError as exc:
                 failure = exc
+            except Exception as exc:  # a custom transport's own error
+                unforeseen = exc
+            if unforeseen is not None:
+                raise self._local_failure(unforeseen, _SEND_FAILED)
             if failure is not None:
                 raise self._transport_failed(failure)
             try:
@@ -561,10 +582,13 @@ class AsyncTransport(_Core):
     async def create(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """Run one exchange; return the Messages response body or raise a ModelError."""
         http_request = self._open(self.client, request)
+        unforeseen: Exception | None = None
         try:
             response = await self.client.send(http_request, follow_redirects=False)
         except httpx2.HTTPError as exc:
             failure = exc
+        except Exception as exc:  # a custom transport's own error: its text may hold anything
+            unforeseen = exc
         except BaseException:  # cancellation included: the exchange must not stay in "req"
             self._interrupted()
             raise
@@ -577,6 +601,8 @@ class AsyncTransport(_Core):
             if isinstance(settled, ModelError):
                 raise detached(settled)  # outside the handler: not chained to it
             raise settled
+        if unforeseen is not None:  # outside the handler: not chained to it
+            raise self._local_failure(unforeseen, _SEND_FAILED)
         raise self._transport_failed(failure)  # outside the handler: not chained to it
 
     async def stream(self, request: Mapping[str, Any]) -> AsyncIterator[bytes]:
@@ -588,11 +614,16 @@ class AsyncTransport(_Core):
         # httpx2 failures are kept by the handlers and mapped (ProviderFail) outside them,
         # so nothing raised is chained to the httpx2 exception (see _transport_failed).
         failure: httpx2.HTTPError | None = None
+        unforeseen: Exception | None = None
         try:
             try:
                 response = await self.client.send(http_request, stream=True, follow_redirects=False)
             except httpx2.HTTPError as exc:
                 failure = exc
+            except Exception as exc:  # a custom transport's own error
+                unforeseen = exc
+            if unforeseen is not None:
+                raise self._local_failure(unforeseen, _SEND_FAILED)
             if failure is not None:
                 raise self._transport_failed(failure)
             try:

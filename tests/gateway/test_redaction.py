@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+import time
+from pathlib import Path
+
+import httpx2
 import orjson
 import pytest
 from hypothesis import given, settings
@@ -9,12 +14,12 @@ from hypothesis import strategies as st
 
 from tpx.errors import redact, secret_forms
 from tpx.exchange import Exchange, Provider
-from tpx.gateway.core import Gateway
+from tpx.gateway.core import LOG_FIELD_LIMIT, Gateway
 from tpx.gateway.redaction import Redactor, prepared
 from tpx.gateway.settings import Credential
 from tpx.gateway.turn import Conversation
 
-from .conftest import make_settings
+from .conftest import GATEWAY_KEY, UPSTREAM_TOKEN, make_settings
 
 SECRETS = ("tok-upstream-SECRET-1234", "gw-key-0001", "abcd", "thinking-secret-\u00e9\u00e8")
 FORMS = secret_forms(SECRETS)
@@ -42,6 +47,21 @@ def texts(draw: st.DrawFn) -> str:
 @given(texts())
 def test_redactor_equals_redact(text: str) -> None:
     assert Redactor(FORMS)(text) == redact(text, FORMS)
+
+
+_WINDOWS = {f[i : i + 8] for f in FORMS if len(f) >= 8 for i in range(len(f) - 7)}
+_STARTS = {f[:k] for f in FORMS for k in range(4, len(f))}
+
+
+@settings(max_examples=600, deadline=None)
+@given(texts())
+def test_redact_leaves_no_run_of_8_and_no_start_before_a_cut(text: str) -> None:
+    out = redact(text, FORMS)
+    assert not any(out[i : i + 8] in _WINDOWS for i in range(len(out) - 7)), out
+    assert not any(form in out for form in FORMS if len(form) < 8), out
+    for marker in ("\u2026", "..."):
+        for piece in out.split(marker)[:-1]:
+            assert not any(piece[-k:] in _STARTS for k in range(4, len(piece) + 1)), out
 
 
 def test_redactor_catches_every_8_character_piece_at_every_offset() -> None:
@@ -110,3 +130,82 @@ def test_log_line_redacts_values_and_keeps_the_keys(caplog: pytest.LogCaptureFix
     assert "upstream-t" not in line
     assert "tpx-e2e-u" not in line
     assert logged["upstream_model"] == "[REDACTED]model"  # "-upstream-": a run of the token
+
+
+def _huge_model(size: int) -> str:
+    """A model name made of 5 characters of the gateway key and cut markers: the text that
+    made every position of a log line a candidate for the fragment search."""
+    unit = GATEWAY_KEY[:5] + "..."
+    return (unit * (size // len(unit) + 1))[:size]
+
+
+def test_a_huge_log_field_costs_the_event_loop_little(caplog: pytest.LogCaptureFixture) -> None:
+    settings = make_settings("TPX", gateway_key=GATEWAY_KEY)
+    gateway = Gateway(settings)
+    caplog.set_level("INFO", logger="tpx.gateway")
+    record = {"request_id": "req_tpx0", "endpoint": "messages", "model": _huge_model(30_000_000)}
+    began = time.thread_time()
+    gateway.log(record, failed=True)
+    spent = time.thread_time() - began
+    assert spent < 0.05, f"{spent * 1000:.1f} ms of CPU for one log line"
+    (line,) = [r.getMessage() for r in caplog.records]
+    logged = orjson.loads(line)["model"]
+    assert len(logged) <= 4 * LOG_FIELD_LIMIT  # cut first (its pieces then redacted)
+    assert GATEWAY_KEY[:8] not in line
+
+
+def test_redaction_cost_is_linear_and_small() -> None:
+    """1 MB of the worst text (a hit of the prefilter at every position, a cut marker
+    every 8 characters) costs well under a second of CPU (it took about 3 s per MB when
+    every position was searched in every form)."""
+    forms = secret_forms((GATEWAY_KEY, UPSTREAM_TOKEN, "0123456789abcdef" * 4))
+    text = _huge_model(1_000_000)
+    began = time.thread_time()
+    redacted = redact(text, forms)
+    spent = time.thread_time() - began
+    assert spent < 0.6, f"{spent * 1000:.0f} ms of CPU for 1 MB"
+    assert GATEWAY_KEY[:5] not in redacted  # each is a secret's start, cut
+
+
+#: a request the gateway refuses after reading it whole (a tool_result nothing asked for),
+#: so its model name is in the log line
+_UNPAIRED = [
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_x", "content": "a"}]}
+]
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_a_huge_refused_request_does_not_hold_a_concurrent_healthz(tmp_path: Path) -> None:
+    """Through ``tpx serve`` (its own process): a refused request whose model name is 30 MB
+    of the gateway key's first characters and cut markers, and /healthz asked meanwhile
+    answers within 100 ms beyond what the same request with a plain name costs (parsing
+    30 MB of JSON): the log line's redaction holds the event loop for nothing like the
+    7.6 s a 1.3 MB name once did."""
+    from tests.e2e import procs
+
+    def worst_healthz(url: str, model: str) -> float:
+        body = orjson.dumps({"model": model, "max_tokens": 1, "messages": _UNPAIRED})
+        headers = {"x-api-key": procs.GATEWAY_KEY, "content-type": "application/json"}
+        worst = 0.0
+        with httpx2.Client(base_url=url, timeout=120) as client:
+            client.get("/healthz")
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                posted = pool.submit(client.post, "/v1/messages", content=body, headers=headers)
+                while not posted.done():
+                    began = time.perf_counter()
+                    assert client.get("/healthz").status_code == 200
+                    worst = max(worst, time.perf_counter() - began)
+                assert posted.result().status_code == 400
+        return worst
+
+    unit = procs.GATEWAY_KEY[:5] + "..."
+    hostile = (unit * (30_000_000 // len(unit) + 1))[:30_000_000]
+    with (
+        procs.fake_upstream(tmp_path, "bash") as upstream,
+        procs.gateway(tmp_path, upstream) as served,
+    ):
+        # the best of two rounds each (a shared machine's noise is not the request's)
+        plain = min(worst_healthz(served.url, "m" * len(hostile)) for _ in range(2))
+        worst = min(worst_healthz(served.url, hostile) for _ in range(2))
+    assert worst < plain + 0.1, f"/healthz: {worst * 1000:.0f} ms (plain: {plain * 1000:.0f} ms)"

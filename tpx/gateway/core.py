@@ -36,6 +36,7 @@ from typing import Any
 import attrs
 import orjson
 
+from tpx import _safe
 from tpx.errors import PairingError, ProtocolError, UnsupportedError
 from tpx.exchange import ExchangeSnapshot, Provider
 from tpx.gateway import history
@@ -121,6 +122,8 @@ class Gateway:
         return prepared(self.settings.secret_values())
 
     def redact(self, text: str) -> str:
+        """*text* for a log (every piece of a secret removed); never for a text a client
+        sees, which is shown whole or withheld whole (:func:`tpx.errors.withheld`)."""
         return self.secrets.redact(text)
 
     # -- entry point ---------------------------------------------------------------------
@@ -437,15 +440,28 @@ class _Sent:
         return cls(body, decoded, obligations)
 
 
-def _redacted(value: Any, redact: Callable[[str], str]) -> Any:
+#: The most characters a log field keeps (a client's model name, say): a longer one is cut,
+#: the cut marked, before it is redacted, so a line costs the same whatever a client sent.
+LOG_FIELD_LIMIT = 256
+#: The same for the bodies ``--log-bodies`` writes.
+LOG_BODY_LIMIT = 16384
+_BODIES = frozenset({"request_body", "response_body"})
+
+
+def _redacted(value: Any, redact: Callable[[str], str], limit: int = LOG_FIELD_LIMIT) -> Any:
     """*value* (a log record: the gateway's own keys and shallow values) with every string
-    value redacted. Values only: the keys are the gateway's constants, and a credential
-    made of words (``...-upstream-...``) would otherwise cut them up (``upstream_status``)
-    and make every line pay the full redaction."""
+    value cut to *limit* characters (the bodies to :data:`LOG_BODY_LIMIT`), then redacted
+    (a secret cut short is redacted too: :func:`tpx.errors.redact`). Values only: the keys
+    are the gateway's constants, and a credential made of words (``...-upstream-...``)
+    would otherwise cut them up (``upstream_status``) and make every line pay the full
+    redaction."""
     if isinstance(value, str):
-        return redact(value)
+        return redact(value if len(value) <= limit else value[:limit] + _safe.CUT)
     if isinstance(value, dict):
-        return {k: _redacted(v, redact) for k, v in value.items()}
+        return {
+            k: _redacted(v, redact, LOG_BODY_LIMIT if k in _BODIES else limit)
+            for k, v in value.items()
+        }
     if isinstance(value, list | tuple):
-        return [_redacted(v, redact) for v in value]
+        return [_redacted(v, redact, limit) for v in value]
     return value

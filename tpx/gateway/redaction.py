@@ -1,77 +1,51 @@
 """The gateway's secrets, prepared once: their rendered forms, the reply scrubber, a fast redactor.
 
-:func:`tpx.errors.redact` looks for every run of 8 characters of every secret form at every
-position of a text, in Python: about 1.2 ms for one 360-character log line with 16 forms,
-more than the rest of a request's core. :class:`Redactor` gives the same result (it
-calls :func:`tpx.errors.redact` whenever that could change anything) after a check that
-costs one set lookup per 4 characters: the text is returned as it is when it holds no
-8-character piece of any form of 8 or more characters, no whole shorter form and no cut
-marker, which are exactly the texts :func:`tpx.errors.redact` returns unchanged. (An
-8-character piece starting at position ``s`` holds the 5 characters at the first multiple
-of 4 from ``s``, at most ``s + 3``: so only the 5-character pieces of the forms are looked
-up, at every 4th position; a hit only means the full redaction runs.)
-
-:func:`prepared` caches one :class:`Secrets` per tuple of secret values (a token command
-may change the credential: a new value gets its own entry).
+:class:`Redactor` is :func:`tpx.errors.redact` with the patterns it derives from the forms
+built once (a few set lookups per 4 characters of text; a text with no hit is returned as
+it is). :func:`prepared` caches one :class:`Secrets` per tuple of secret values (a token
+command may change the credential: a new value gets its own entry).
 """
 
 from __future__ import annotations
 
 import functools
 
+from tpx._redact import _MIN_FRAGMENT, _patterns, secret_forms
 from tpx._scrub import Scrubber
-from tpx.errors import _CUT_MARKERS, _MIN_FRAGMENT, redact, secret_forms
 
 __all__ = ["FRAGMENT", "Redactor", "Secrets", "prepared"]
 
 #: :func:`tpx.errors.redact` removes any run of this many characters of a secret form
 #: (its own constant: the two cannot drift apart).
 FRAGMENT = _MIN_FRAGMENT
-_STEP = 4
-_PROBE = FRAGMENT - _STEP + 1  # a FRAGMENT-long run holds a _PROBE-long piece at a _STEP multiple
 
 
 class Redactor:
     """``Redactor(forms)(text)`` == ``tpx.errors.redact(text, forms)``, faster when clean."""
 
-    __slots__ = ("_forms", "_short", "_windows")
+    __slots__ = ("_forms", "_patterns")
 
     def __init__(self, forms: tuple[str, ...]) -> None:
-        self._forms = forms
-        self._windows = frozenset(
-            form[i : i + _PROBE]
-            for form in forms
-            if len(form) >= FRAGMENT
-            for i in range(len(form) - _PROBE + 1)
-        )
-        self._short = tuple(form for form in forms if 0 < len(form) < FRAGMENT)
+        self._forms = tuple(f for f in forms if f)
+        self._patterns = _patterns(self._forms)
 
     def __call__(self, text: str) -> str:
-        if self._forms and self._may_change(text):
-            return redact(text, self._forms)
+        if self._forms and self._patterns.may_change(text):
+            return self._patterns.apply(text)
         return text
-
-    def _may_change(self, text: str) -> bool:
-        for marker in _CUT_MARKERS:
-            if marker in text:
-                return True
-        for form in self._short:
-            if form in text:
-                return True
-        windows = self._windows
-        return any(text[i : i + _PROBE] in windows for i in range(0, len(text) - _PROBE + 1, _STEP))
 
 
 class Secrets:
     """Everything derived from one set of secret values (built once, shared by requests)."""
 
-    __slots__ = ("forms", "redact", "scrubber")
+    __slots__ = ("forms", "redact", "scrubber", "values")
 
     def __init__(self, values: tuple[str, ...]) -> None:
+        self.values = values
         #: every rendered form (:func:`tpx.errors.secret_forms`)
         self.forms = secret_forms(values)
         #: what an :class:`~tpx.exchange.Exchange` holding *values* scrubs replies with
-        self.scrubber = Scrubber(self.forms)
+        self.scrubber = Scrubber(self.forms, plain=values)
         self.redact = Redactor(self.forms)
 
 

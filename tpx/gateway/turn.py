@@ -10,7 +10,8 @@ from typing import Any, Protocol
 
 import orjson
 
-from tpx.errors import ModelError, NetworkError
+from tpx import _safe
+from tpx.errors import ModelError, NetworkError, holds_secret
 from tpx.exchange import Exchange, Provider
 from tpx.gateway.monitoring import SpecViolationError
 from tpx.gateway.redaction import Secrets
@@ -51,10 +52,11 @@ class Conversation(Exchange):
     and scrubber built once at boot, in place of ``secrets=``, which an
     :class:`~tpx.exchange.Exchange` renders anew each time (~0.1 ms a request). Pass the
     thinking secret as its signer then (``thinking_secret=settings.signer``; a str would
-    be rendered again).
+    be rendered again). A credential fetched while the request is in flight (a token
+    command run again after a 401) joins them: :meth:`join`.
     """
 
-    __slots__ = ()
+    __slots__ = ("_prepared",)
 
     def __init__(
         self,
@@ -70,9 +72,25 @@ class Conversation(Exchange):
             raise TypeError("prepared= replaces secrets= and a str thinking_secret=")
         super().__init__(provider, **kwargs)
         self._pending = frozenset(pending)
+        self._prepared = prepared
         if prepared is not None:  # what Exchange.__init__ derives from the secrets
             self._secrets = prepared.forms
             self._scrub = prepared.scrubber
+
+    def join(self, current: Secrets) -> None:
+        """Scrub replies and withhold errors with the forms of *current* too, from now on
+        (the stream being read included): a fresh credential is caught in this very reply."""
+        if current is self._prepared:
+            return
+        self._prepared = current
+        known = set(self._secrets)
+        fresh = tuple(form for form in current.forms if form not in known)
+        if not fresh:
+            return
+        self._secrets = tuple(sorted({*known, *fresh}, key=lambda f: (-len(f), f)))
+        self._scrub = self._scrub.joined(fresh, plain=current.values)
+        if self._stream is not None and self._stream.hold is not None:
+            self._stream.hold.scrub = self._scrub
 
 
 class Turn:
@@ -123,6 +141,7 @@ class Turn:
     def reply(self, status: int, headers: Mapping[str, str], body: bytes) -> Response:
         """``ProviderReply`` + ``Deliver`` (or ``ProviderFail``): the client's response."""
         self.upstream_status(status)
+        self._join()
         try:
             self.exchange.receive(status, headers, body)
             message = self.exchange.deliver()
@@ -134,6 +153,12 @@ class Turn:
         if self.gateway.settings.log_bodies:
             self._log["response_body"] = data.decode()  # redacted in Gateway.log
         return json_response(200, data, self.request_id)
+
+    def _join(self) -> None:
+        """The upstream answered: the credential it was sent (a token command may have run
+        again for it) is one of the secrets this exchange scrubs."""
+        if isinstance(self.exchange, Conversation):
+            self.exchange.join(self.gateway.secrets)
 
     def error_response(self, error: ModelError | None = None) -> Response:
         error = error or self._stopped_by or self.exchange.last_error
@@ -150,6 +175,7 @@ class Turn:
         """The upstream's status and headers (*body*: a non-2xx reply's body). ``None``:
         the stream begins (send :data:`SSE_HEADERS`); else the error response."""
         self.upstream_status(status)
+        self._join()
         try:
             self.exchange.receive_stream_start(status, headers, body)
         except ModelError as error:
@@ -316,14 +342,33 @@ class Forward:
         self.call = call
 
     def respond(self, status: int, headers: Mapping[str, str], body: bytes) -> Response:
-        text = self.gateway.redact(body.decode("utf-8", "replace"))
+        """The upstream's reply passed on whole, or replaced whole (an error) when it holds
+        a whole secret, as the client would decode it: never partly redacted, since it may
+        quote the client's input (see :mod:`tpx.errors`)."""
+        text = body.decode("utf-8", "replace")
         if status in (401, 403):  # the upstream refused the gateway's credential
             response = error_response(
                 502, "api_error", "the upstream refused the gateway", self.request_id
             )
+        elif self._holds_secret(text):
+            response = error_response(
+                502, "api_error", "the upstream's reply was withheld", self.request_id
+            )
         else:
             response = json_response(status, text.encode(), self.request_id)
         return self._count(response)
+
+    def _holds_secret(self, text: str) -> bool:
+        secrets = self.gateway.secrets
+        if holds_secret(text, secrets.forms):
+            return True
+        if "\\" not in text:
+            return False
+        try:  # an escape may spell a secret: the strings as the client decodes them
+            value = _safe.loads(text)
+        except ValueError:
+            return False
+        return secrets.scrubber.dirty(value)
 
     def failed(self, error: ModelError) -> Response:
         return self._count(model_error_response(error, self.request_id))
