@@ -33,10 +33,13 @@ __all__ = ["Conversation", "Forward", "Host", "Turn"]
 
 class Host(Protocol):
     """What a turn needs of the gateway that made it (:class:`tpx.gateway.core.Gateway`):
-    its settings, a counter, the log line and the redactor."""
+    its settings and secrets, a counter, the log line and the redactor."""
 
     @property
     def settings(self) -> Settings: ...
+
+    @property
+    def secrets(self) -> Secrets: ...
 
     def count(self, endpoint: str, status: int) -> None: ...
 
