@@ -94,7 +94,10 @@ class Offload:
                 counts.shutdown(wait=False, cancel_futures=True)
                 await self.start()
                 raise
+            # what the worker's own gateway counted stays there: counted here again
             self.gateway.count(endpoint_label(request.path), response.status)
+            if response.status >= 400:
+                self.gateway.metrics.errors.labels(f"GATEWAY_{response.status}").inc()
             return response
         return await loop.run_in_executor(self._thread_pool(), self.gateway.handle, request)
 
