@@ -178,7 +178,7 @@ class Limits:
     tail_cache: int = 16
     #: the request line and headers, at most (tpx.gateway.protocol: 431 past it)
     max_header_bytes: int = 64 * 1024
-    #: request bodies larger than this are parsed, translated and counted in a thread
+    #: request bodies larger than this are handled off the event loop (tpx.gateway.offload)
     offload_bytes: int = 256 * 1024
     #: the threads doing that work (a bounded pool: more such requests wait their turn)
     cpu_threads: int = 2
