@@ -4,6 +4,7 @@ it, and the fast test that must then fail (so each test can fail, and does for t
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 import tpx.gateway.core
 from tests.security import test_client_bounds as bounds
 from tests.security import test_low as low
+from tpx.gateway import tokens
 from tpx.gateway.asgi import GatewayApp, _BodyError
 from tpx.gateway.core import Gateway
 from tpx.gateway.offload import Offload
@@ -105,6 +107,11 @@ def _trace_write_raises(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(Gateway, "log", strict)
 
 
+def _pieces_cut_anywhere(mp: pytest.MonkeyPatch) -> None:
+    """A long text cut every PIECE characters, wherever that falls."""
+    mp.setattr(tokens, "_CUT", re.compile(r"(?!x)x"))
+
+
 def _no_figures(finding: str, what: str, value: str) -> None:
     pass
 
@@ -133,6 +140,10 @@ BUGS: dict[str, tuple[Patch, Callable[[pytest.MonkeyPatch], None]]] = {
     "head_without_length": (
         _head_without_length,
         lambda mp: low.test_head_says_what_get_sends("/"),
+    ),
+    "pieces_cut_anywhere": (
+        _pieces_cut_anywhere,
+        lambda mp: bounds.test_a_long_text_is_counted_in_pieces_exactly(),
     ),
     "metrics_key_ignored": (
         _metrics_key_ignored,

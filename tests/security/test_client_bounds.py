@@ -318,6 +318,9 @@ def test_a_long_text_is_counted_in_pieces_exactly() -> None:
     assert len(text) > 3 * tokens.PIECE
     whole = len(tokens.encoding().encode(text, disallowed_special=()))
     assert tokens._text(text) == whole
+    regular = "hello " * 40_000  # PIECE falls inside a word: the cut goes back to a space
+    assert tokens.PIECE % len("hello ") != 0
+    assert tokens._text(regular) == len(tokens.encoding().encode(regular))
     word = "x" * (3 * tokens.PIECE)  # no space to cut before: cut anyway, bounded calls
     assert 0 < tokens._text(word) <= len(word)
 
