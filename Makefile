@@ -81,6 +81,7 @@ bench-gateway: $(STAMP)
 ## loopback), its memory read from /proc; prints the figures per finding (RSS before/after, latencies).
 .PHONY: redteam
 redteam: $(STAMP)
+	mkdir -p .cache
 	nice -n 5 $(PY) -m pytest tests/security -p no:xdist -q --basetemp=.cache/redteam-tmp
 
 ## End to end: the Claude Code CLI (installed into .cache/claude-code, pinned) through `tpx serve`
