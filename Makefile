@@ -77,6 +77,13 @@ bench: $(STAMP)
 bench-gateway: $(STAMP)
 	$(PY) -m benchmarks.gateway_latency
 
+## Red team: tests/security against a real `tpx serve` (heavy attacks included: hundreds of MB on
+## loopback), its memory read from /proc; prints the figures per finding (RSS before/after, latencies).
+.PHONY: redteam
+redteam: $(STAMP)
+	mkdir -p .cache
+	nice -n 5 $(PY) -m pytest tests/security -p no:xdist -q --basetemp=.cache/redteam-tmp
+
 ## End to end: the Claude Code CLI (installed into .cache/claude-code, pinned) through `tpx serve`
 ## to a scripted fake OpenAI upstream (tests/e2e). Loopback only; not part of `make test`.
 CLAUDE_CODE_VERSION ?= 2.1.197

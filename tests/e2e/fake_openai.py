@@ -15,6 +15,8 @@ retried request gets the same reply. Tags in the user text steer a conversation:
 - ``[hold:SECONDS]``: a streamed reply pauses that long after its first chunk (open streams);
   ``[hold:gate]`` pauses until ``POST /_release`` (at most 300 s), so a test can keep any number
   of streams open at once without guessing how long opening them takes;
+- ``[flood:MB]``: a streamed reply carries MB megabytes of text (16 KiB deltas, written as
+  fast as the gateway reads them): a client that never reads its stream;
 - ``[reasoning:1]``: every reply carries ``reasoning_content`` (``reasoning <conv> turn <n>``),
   streamed as its own deltas first; the ledger counts assistant turns that come back carrying
   reasoning (``reasoning_back``).
@@ -51,7 +53,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 JSON = dict[str, Any]
 
-TAG = re.compile(r"\[(conv|fail-turn|fail-status|turns|hold|reasoning):([\w.-]+)\]")
+TAG = re.compile(r"\[(conv|fail-turn|fail-status|turns|hold|reasoning|flood):([\w.-]+)\]")
 DEFAULT_COMMAND = "echo tpx-e2e-ok > tpx-e2e.txt"
 
 
@@ -213,7 +215,8 @@ class FakeOpenAI:
             conv.streamed += 1
             hold = tags.get("hold", "0")
             wait = self.gate if hold == "gate" else float(hold)
-            await _stream(send, request, text, calls, wait, reasoning)
+            flood = int(float(tags.get("flood", "0")) * (1 << 20))
+            await _stream(send, request, text, calls, wait, reasoning, flood)
         else:
             await _respond(send, 200, _completion(request, text, calls, reasoning))
 
@@ -350,6 +353,7 @@ async def _stream(
     calls: list[Call],
     hold: float | asyncio.Event,
     reasoning: str | None = None,
+    flood: int = 0,
 ) -> None:
     await send(
         {
@@ -382,6 +386,9 @@ async def _stream(
         half = len(reasoning) // 2
         await emit(chunk({"reasoning_content": reasoning[:half]}))
         await emit(chunk({"reasoning_content": reasoning[half:]}))
+    piece = "x" * (16 << 10)
+    for _ in range(flood // len(piece)):
+        await emit(chunk({"content": piece}))
     if text is not None:
         half = len(text) // 2
         await emit(chunk({"content": text[:half]}))

@@ -9,6 +9,9 @@
   once ``GET /healthz`` answers; every server is stopped at the end of the test. *upstream* is
   the fake (default) or any base URL (a hostile upstream of a test's own); *limits* become a
   ``[limits]`` table of a TOML file passed with ``--config``.
+* :func:`local_gateway`: the same gateway in THIS process (uvicorn in a thread, the
+  upstream a :class:`tests.gateway.fakes.FakeUpstream`), for the fast tests: its settings
+  as :func:`tests.gateway.conftest.make_settings` takes them; yields the base URL and the app.
 * ``figures``: ``figures(finding, what, value)`` records a measured figure; ``make redteam``
   (``pytest -s``) prints them all at the end, one line each.
 
@@ -22,7 +25,9 @@ are also marked ``slow`` here, so ``make test`` leaves them to ``make redteam``.
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
@@ -32,9 +37,14 @@ from typing import Any
 
 import httpx2
 import pytest
+import uvicorn
 
 from tests.e2e import procs
 from tests.e2e.procs import GATEWAY_KEY, UPSTREAM_TOKEN, HarnessError, Proc
+from tests.gateway.conftest import make_settings
+from tests.gateway.fakes import FakeUpstream
+from tpx.gateway.asgi import GatewayApp, create_app
+from tpx.gateway.protocol import HeaderTimeoutProtocol
 
 MB = 1 << 20
 
@@ -231,3 +241,85 @@ def settle(server: Server, seconds: float = 0.5) -> None:
 
 def mb(n: int) -> str:
     return f"{n / MB:.1f} MB"
+
+
+@contextlib.contextmanager
+def local_gateway(
+    provider: str = "TPX", fake: FakeUpstream | None = None, **changes: Any
+) -> Iterator[tuple[str, GatewayApp]]:
+    """The gateway in this process on 127.0.0.1:<ephemeral> (key ``GATEWAY_KEY``); the
+    protocol's limits are the settings' (as ``tpx serve`` sets them)."""
+    fake = fake or FakeUpstream(provider)
+    changes.setdefault("gateway_key", GATEWAY_KEY)
+    settings = make_settings(provider, **changes)
+    app = create_app(settings, transport=fake.transport())
+    limits = settings.limits
+    protocol = type(
+        "Protocol",
+        (HeaderTimeoutProtocol,),
+        {"header_timeout": limits.header_timeout, "max_header_bytes": limits.max_header_bytes},
+    )
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=0,
+        loop="uvloop",
+        http=protocol,
+        lifespan="on",
+        log_level="warning",
+        access_log=False,
+    )
+    sock = config.bind_socket()
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive(), "the server thread died"
+        assert time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}", app
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()
+
+
+class Reader(threading.Thread):
+    """Reads a socket until EOF or an error, in the background: what the server answered
+    reaches the test even while the test is still sending (the server may answer early)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__(daemon=True)
+        self.sock = sock
+        self.data = bytearray()
+        self.error: OSError | None = None
+        self.first: float | None = None  # monotonic time of the first byte
+        self.start()
+
+    def run(self) -> None:
+        try:
+            while True:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    return
+                if self.first is None:
+                    self.first = time.monotonic()
+                self.data += chunk
+        except OSError as exc:
+            self.error = exc
+
+    def status(self) -> int | None:
+        """The status of the first response received (``None``: none yet)."""
+        line = bytes(self.data).split(b"\r\n", 1)[0].split()
+        return int(line[1]) if len(line) >= 2 and line[1].isdigit() else None
+
+    def wait(self, timeout: float) -> bytes:
+        self.join(timeout)
+        return bytes(self.data)
+
+
+def port_of(url: str) -> int:
+    return int(url.rsplit(":", 1)[1])

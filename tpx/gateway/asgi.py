@@ -1,9 +1,11 @@
 """The ASGI shell around the sans-I/O :class:`~tpx.gateway.core.Gateway` (run by uvicorn).
 
-Reads the request body (size limit, read timeout), hands the request to the core, sends
-what comes back. A turn runs in the request's own task while a second task watches for the
-client going away: then the turn is cancelled (the upstream response is closed) and the
-exchange fails as the spec says (``ProviderFail``).
+Asks the core whether the request is refused before its body is read (route, method, key:
+:meth:`~tpx.gateway.core.Gateway.preflight`), reads the body (size limit, one deadline for
+all of it), hands the request to the core (off the event loop when the body is large:
+:mod:`tpx.gateway.offload`), sends what comes back. A turn runs in the request's own task
+while a second task watches for the client going away: then the turn is cancelled (the
+upstream response is closed) and the exchange fails as the spec says (``ProviderFail``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from tpx.exchange import Provider
 from tpx.gateway.core import Forward, Gateway, Request, Response, Turn, error_body, new_request_id
+from tpx.gateway.offload import Offload
 from tpx.gateway.settings import Settings
 from tpx.gateway.upstream import AsyncUpstream, forward, run_turn
 
@@ -44,6 +47,7 @@ class GatewayApp:
         self.gateway = gateway
         self.upstream = upstream
         self.settings: Settings = gateway.settings
+        self.offload = Offload(gateway)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -52,29 +56,42 @@ class GatewayApp:
             return
         if kind != "http":
             return
-        try:
-            body = await self._body(scope, receive)
-        except _BodyError as problem:
-            request_id = new_request_id()
-            data = error_body(problem.error_type, problem.message, request_id)
-            await _send(
-                send,
-                Response(
-                    problem.status,
-                    (
-                        ("content-type", "application/json"),
-                        ("request-id", request_id),
-                        ("connection", "close"),  # the rest of the body is not read
-                    ),
-                    data,
-                ),
-            )
-            return
         headers: dict[str, str] = {}
         for raw_name, raw_value in scope.get("headers", ()):
             headers[raw_name.decode("latin-1").lower()] = raw_value.decode("latin-1")
+        method: str = scope["method"]
+        # the route, the method and the key first: a refused request's body is never read
+        # (nor asked for with 100 Continue)
+        refused = self.gateway.preflight(method, scope["path"], headers)
+        if refused is not None:
+            if method not in ("GET", "HEAD"):  # its body (if any) is not read
+                refused = Response(
+                    refused.status, (*refused.headers, ("connection", "close")), refused.body
+                )
+            await _send(send, refused, head=method == "HEAD")
+            return
+        body = b""
+        if method.upper() == "POST":  # the only routes that take a body
+            try:
+                body = await self._body(scope, receive)
+            except _BodyError as problem:
+                request_id = new_request_id()
+                data = error_body(problem.error_type, problem.message, request_id)
+                await _send(
+                    send,
+                    Response(
+                        problem.status,
+                        (
+                            ("content-type", "application/json"),
+                            ("request-id", request_id),
+                            ("connection", "close"),  # the rest of the body is not read
+                        ),
+                        data,
+                    ),
+                )
+                return
         request = Request(
-            scope["method"],
+            method,
             scope["path"],
             scope.get("query_string", b"").decode("latin-1"),
             headers,
@@ -88,7 +105,10 @@ class GatewayApp:
             await send(message)
 
         try:
-            result = self.gateway.handle(request)
+            if len(body) > self.settings.limits.offload_bytes:
+                result = await self.offload.handle(request)
+            else:
+                result = self.gateway.handle(request)
             if isinstance(result, Response):
                 await _send(tracked, result, head=scope["method"] == "HEAD")
             elif isinstance(result, Forward):
@@ -116,8 +136,10 @@ class GatewayApp:
                     from tpx.gateway.tokens import encoding
 
                     await asyncio.to_thread(encoding)  # load the tokenizer before serving
+                await self.offload.start()  # after: its workers inherit the tokenizer
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                await self.offload.aclose()
                 await self.upstream.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
@@ -139,25 +161,26 @@ class GatewayApp:
         parts: list[bytes] = []
         size = 0
         more = True
-        while more:
-            try:
-                # asyncio.timeout: no task per chunk as wait_for makes
-                async with asyncio.timeout(self.settings.limits.body_timeout):
+        try:
+            # one deadline for the whole body (a body trickled a byte at a time ends there);
+            # asyncio.timeout: one timer, no task as wait_for makes
+            async with asyncio.timeout(self.settings.limits.body_timeout):
+                while more:
                     message = await receive()
-            except TimeoutError:
-                raise _BodyError(
-                    408, "timeout_error", "Timed out reading the request body"
-                ) from None
-            if message["type"] == "http.disconnect":
-                raise _BodyError(400, "invalid_request_error", "the client disconnected")
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise _BodyError(
-                    413, "request_too_large", f"Request exceeds the maximum size of {limit} bytes"
-                )
-            parts.append(chunk)
-            more = bool(message.get("more_body", False))
+                    if message["type"] == "http.disconnect":
+                        raise _BodyError(400, "invalid_request_error", "the client disconnected")
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > limit:
+                        raise _BodyError(
+                            413,
+                            "request_too_large",
+                            f"Request exceeds the maximum size of {limit} bytes",
+                        )
+                    parts.append(chunk)
+                    more = bool(message.get("more_body", False))
+        except TimeoutError:
+            raise _BodyError(408, "timeout_error", "Timed out reading the request body") from None
         return b"".join(parts)
 
     async def _turn(self, turn: Turn, receive: Receive, send: Send) -> None:

@@ -1,9 +1,9 @@
 """``tpx serve``: run the gateway with uvicorn (uvloop, httptools).
 
 ``tpx serve [--host 127.0.0.1] [--port 8082] [--workers N] [--config FILE.toml]
-[--log-bodies] [--monitor] [--trace-dir DIR]``. Flags win over the environment, which
-wins over the TOML file (:mod:`tpx.gateway.settings`). ``--port 0`` picks a free port.
-Once the socket is bound one line goes to stderr::
+[--log-bodies] [--monitor] [--trace-dir DIR] [--metrics-auth]``. Flags win over the
+environment, which wins over the TOML file (:mod:`tpx.gateway.settings`). ``--port 0``
+picks a free port. Once the socket is bound one line goes to stderr::
 
     tpx serve: listening on http://127.0.0.1:8082 (provider TPX, 1 worker)
 
@@ -77,6 +77,11 @@ def add_serve_parser(sub: Any) -> argparse.ArgumentParser:
     serve_p.add_argument(
         "--trace-dir", type=Path, default=None, help="write one JSON-lines trace per exchange"
     )
+    serve_p.add_argument(
+        "--metrics-auth",
+        action="store_true",
+        help="GET /metrics needs the gateway key (TPX_GATEWAY_KEY) too; else it is open",
+    )
     serve_p.set_defaults(func=serve)
     return serve_p
 
@@ -93,7 +98,23 @@ def _settings(args: argparse.Namespace) -> Any:
         trace_dir=args.trace_dir,
         monitor=args.monitor,
         profile=args.profile,
+        metrics_auth=getattr(args, "metrics_auth", False),
     )
+
+
+def _trace_dir(path: Path) -> None:
+    """Create ``--trace-dir`` and prove it writable, or stop at start with why."""
+    from tpx.errors import ConfigurationError
+
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".tpx-probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigurationError(
+            f"--trace-dir {path}: cannot write traces there ({exc.strerror or exc})"
+        ) from None
 
 
 def worker_app() -> Any:
@@ -111,10 +132,12 @@ def worker_app() -> Any:
         trace_dir=Path(saved["trace_dir"]) if saved.get("trace_dir") else None,
         monitor=bool(saved.get("monitor")),
         profile=saved.get("profile"),
+        metrics_auth=bool(saved.get("metrics_auth")),
     )
     _logging()
     settings = _settings(args)
     HeaderTimeoutProtocol.header_timeout = settings.limits.header_timeout
+    HeaderTimeoutProtocol.max_header_bytes = settings.limits.max_header_bytes
     return create_app(settings)
 
 
@@ -148,11 +171,12 @@ def serve(args: argparse.Namespace) -> int:
     from tpx.gateway.protocol import HeaderTimeoutProtocol
 
     if args.trace_dir is not None:
-        args.trace_dir.mkdir(parents=True, exist_ok=True)
+        _trace_dir(args.trace_dir)
     settings = _settings(args)
     _logging()
     _raise_open_files_limit()
     HeaderTimeoutProtocol.header_timeout = settings.limits.header_timeout
+    HeaderTimeoutProtocol.max_header_bytes = settings.limits.max_header_bytes
     common: dict[str, Any] = {
         "host": settings.host,
         "port": settings.port,
@@ -183,6 +207,7 @@ def serve(args: argparse.Namespace) -> int:
                 "trace_dir": str(args.trace_dir) if args.trace_dir else None,
                 "monitor": args.monitor,
                 "profile": args.profile,
+                "metrics_auth": args.metrics_auth,
             }
         )
         config = uvicorn.Config(

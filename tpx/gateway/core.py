@@ -147,32 +147,56 @@ class Gateway:
             )
         child.inc()
 
+    def preflight(self, method: str, path: str, headers: Mapping[str, str]) -> Response | None:
+        """What a request gets before its body is read: its refusal when the route, the
+        method or the key already refuses it (``None``: read the body, then :meth:`handle`).
+        The I/O shell asks first, so a client without the key cannot make the gateway hold
+        (or ask for, ``100 Continue``) a body."""
+        try:
+            self._admit(method, path, headers)
+        except Refusal as refusal:
+            self.metrics.errors.labels(f"GATEWAY_{refusal.status}").inc()
+            self.count(endpoint_label(path), refusal.status)
+            return error_response(
+                refusal.status, refusal.error_type, refusal.message, new_request_id()
+            )
+        return None
+
+    def _admit(self, method: str, path: str, headers: Mapping[str, str]) -> str:
+        """Raise the :class:`Refusal` the route, the method or the key gives; the route."""
+        route = path.rstrip("/") or "/"
+        method = method.upper()
+        if route == "/":
+            if method not in ("GET", "HEAD"):
+                raise Refusal(f"{method} / is not supported", status=405)
+        elif route == "/healthz":
+            self._method(method, "GET", route)
+        elif route == "/metrics":
+            if self.settings.metrics_auth:
+                self._authenticate(headers)
+            self._method(method, "GET", route)
+        elif route not in (MESSAGES, COUNT, MODELS):
+            raise Refusal(f"Not found: {method} {path}", status=404)
+        else:
+            self._authenticate(headers)
+            self._method(method, "GET" if route == MODELS else "POST", route)
+        return route
+
     def _handle(self, request: Request) -> Response | Turn | Forward:
         request_id = new_request_id()
-        path = request.path.rstrip("/") or "/"
-        method = request.method.upper()
         try:
-            if path == "/":
-                if method not in ("GET", "HEAD"):
-                    raise Refusal(f"{method} / is not supported", status=405)
-                body = b"" if method == "HEAD" else b'{"service":"tpx","status":"ok"}'
-                return json_response(200, body, request_id)
+            path = self._admit(request.method, request.path, request.headers)
+            if path == "/":  # HEAD: the same headers, content-length included
+                return json_response(200, b'{"service":"tpx","status":"ok"}', request_id)
             if path == "/healthz":
-                self._method(method, "GET", path)
                 return json_response(200, b'{"status":"ok"}', request_id)
             if path == "/metrics":
-                self._method(method, "GET", path)
                 data = self.metrics.render()
                 return Response(
                     200, (("content-type", CONTENT_TYPE), ("request-id", request_id)), data
                 )
-            if path not in (MESSAGES, COUNT, MODELS):
-                raise Refusal(f"Not found: {request.method} {request.path}", status=404)
-            self._authenticate(request.headers)
             if path == MODELS:
-                self._method(method, "GET", path)
                 return self._models(request, request_id)
-            self._method(method, "POST", path)
             if len(request.body) > self.settings.limits.max_body_bytes:
                 raise Refusal(
                     f"Request exceeds the maximum size of "
@@ -406,7 +430,10 @@ class Gateway:
         trace = record.pop("#trace", None)
         if trace is not None and self.settings.trace_dir is not None:
             path = self.settings.trace_dir / f"{record['request_id']}.jsonl"
-            path.write_bytes(b"".join(orjson.dumps(step) + b"\n" for step in trace))
+            try:  # a trace that cannot be written never breaks the exchange nor its line
+                path.write_bytes(b"".join(orjson.dumps(step) + b"\n" for step in trace))
+            except OSError as exc:
+                record["trace_error"] = exc.strerror or type(exc).__name__
         code = record.get("error")
         if failed and isinstance(code, str) and code.startswith("MODEL_"):
             self.metrics.errors.labels(code).inc()

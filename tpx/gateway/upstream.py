@@ -502,7 +502,9 @@ async def _stream(
         return
     # one reader task per stream feeds a queue (a task and an asyncio.wait per chunk cost
     # ~30 us each); a chunk already there is taken without waiting
-    queue: asyncio.Queue[bytes | Exception | None] = asyncio.Queue(_QUEUE)
+    queue: asyncio.Queue[bytes | Exception | None] = _Chunks(
+        upstream.settings.limits.stream_buffer_bytes
+    )
     reader = asyncio.ensure_future(_read(response, upstream.body_decoder, queue))
     try:
         while True:
@@ -576,8 +578,36 @@ def _chunks_sync(
     yield None
 
 
-#: Upstream chunks read ahead of the translation at most (then the reader waits).
-_QUEUE = 64
+#: A chunk larger than this is queued in pieces of this size: each stage after the reader
+#: (the queue, the translation, the client's write buffer) then holds a piece, not a whole
+#: burst of the upstream (up to the connection's read buffer, 1 MiB).
+_PIECE = 64 * 1024
+
+
+class _Chunks(asyncio.Queue[bytes | Exception | None]):
+    """The upstream chunks read ahead of the translation, bounded in BYTES: the reader waits
+    while ``limit`` bytes are queued, and while it waits the upstream connection stops being
+    read (its buffer fills and the socket is paused), so a client that does not read its
+    stream holds about ``limit`` bytes here and one chunk in each stage, not a queue of them."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self._limit = limit
+        self._bytes = 0
+
+    def _put(self, item: bytes | Exception | None) -> None:
+        super()._put(item)
+        if isinstance(item, bytes):
+            self._bytes += len(item)
+
+    def _get(self) -> bytes | Exception | None:
+        item = super()._get()
+        if isinstance(item, bytes):
+            self._bytes -= len(item)
+        return item
+
+    def full(self) -> bool:
+        return self._bytes >= self._limit
 
 
 async def _read(
@@ -600,6 +630,12 @@ async def _read(
                         await queue.put(chunk[:cut])
                         await asyncio.sleep(0)
                         chunk = chunk[cut:]
+                if len(chunk) > _PIECE:  # a burst read at once (the client was slow): in pieces
+                    starts = range(0, len(chunk), _PIECE)
+                    for start in starts[:-1]:
+                        await queue.put(chunk[start : start + _PIECE])
+                        await asyncio.sleep(0)
+                    chunk = chunk[starts[-1] :]
                 await queue.put(chunk)
                 # let the consumer translate and send this chunk before the next is read:
                 # the chunks an upstream wrote at once are all buffered, and reading on

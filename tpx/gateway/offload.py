@@ -1,0 +1,116 @@
+"""CPU work of large requests off the event loop (one event loop serves every client).
+
+:meth:`Offload.handle` runs :meth:`Gateway.handle` for a request whose body is larger than
+``limits.offload_bytes``:
+
+* ``POST /v1/messages/count_tokens`` with the TPX provider (parse, checks, translation,
+  tiktoken: all pure, the answer a few bytes) in a small PROCESS pool
+  (``limits.count_processes``): its parse and token count hold that process's interpreter,
+  never the server's. The workers are forked at start-up (from the loaded gateway: they
+  share its settings and tokenizer without anything being pickled) and a worker that dies
+  is replaced by a fresh pool;
+* anything else (a ``/v1/messages`` turn's parse, checks and translation build state the
+  turn then uses) in a bounded THREAD pool (``limits.cpu_threads``): the event loop gets the
+  interpreter between the steps of that work, but not during one long C call such as
+  ``orjson.loads`` of the whole body (docs/limits.md has the figures).
+
+More such requests than workers wait for one (their bodies are already read and bounded).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import multiprocessing
+import signal
+from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool, ProcessPoolExecutor
+
+import attrs
+
+from tpx.exchange import Provider
+from tpx.gateway.core import Forward, Gateway, Request, Response, Turn
+from tpx.gateway.wire import COUNT, endpoint_label
+
+__all__ = ["Offload"]
+
+_CHILD: Gateway | None = None
+_PR_SET_PDEATHSIG = 1
+
+
+def _child_start(gateway: Gateway) -> None:
+    """A count worker's own gateway (the parent's settings, no monitor, no metrics kept).
+    It ends with its parent: the server's signal handlers (inherited) are dropped, and the
+    kernel sends it SIGTERM when the parent goes (Linux), whatever way the parent ends."""
+    global _CHILD
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles ^C, then ends this
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    _CHILD = Gateway(attrs.evolve(gateway.settings, monitor=False))
+
+
+def _ready() -> bool:
+    return _CHILD is not None
+
+
+def _count_in_child(request: Request) -> Response:
+    assert _CHILD is not None
+    result = _CHILD.handle(request)
+    assert isinstance(result, Response)  # TPX counts locally: never a Turn or a Forward
+    return result
+
+
+class Offload:
+    """The CPU pools of one gateway process (:meth:`start` in the lifespan, :meth:`close`)."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self._threads: ThreadPoolExecutor | None = None
+        self._counts: ProcessPoolExecutor | None = None
+
+    async def start(self) -> None:
+        """Fork the count workers now, while the process is quiet (TPX only)."""
+        settings = self.gateway.settings
+        if settings.provider is Provider.TPX and settings.limits.count_processes > 0:
+            self._counts = ProcessPoolExecutor(
+                settings.limits.count_processes,
+                mp_context=multiprocessing.get_context("fork"),
+                initializer=_child_start,
+                initargs=(self.gateway,),  # forked: inherited, never pickled
+            )
+            await asyncio.get_running_loop().run_in_executor(self._counts, _ready)
+
+    async def handle(self, request: Request) -> Response | Turn | Forward:
+        loop = asyncio.get_running_loop()
+        counts = self._counts
+        if counts is not None and request.path.rstrip("/") == COUNT:
+            try:
+                response = await loop.run_in_executor(counts, _count_in_child, request)
+            except BrokenProcessPool:  # a worker died (killed, out of memory): start again
+                self._counts = None
+                counts.shutdown(wait=False, cancel_futures=True)
+                await self.start()
+                raise
+            # what the worker's own gateway counted stays there: counted here again
+            self.gateway.count(endpoint_label(request.path), response.status)
+            if response.status >= 400:
+                self.gateway.metrics.errors.labels(f"GATEWAY_{response.status}").inc()
+            return response
+        return await loop.run_in_executor(self._thread_pool(), self.gateway.handle, request)
+
+    def _thread_pool(self) -> Executor:
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(
+                self.gateway.settings.limits.cpu_threads, thread_name_prefix="tpx-cpu"
+            )
+        return self._threads
+
+    async def aclose(self) -> None:
+        """Stop both pools: work not started is dropped, the count workers exit."""
+        pools = [pool for pool in (self._threads, self._counts) if pool is not None]
+        self._threads = self._counts = None
+        for pool in pools:
+            await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
