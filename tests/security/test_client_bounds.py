@@ -552,7 +552,7 @@ def test_stream_clients_that_never_read_hold_bounded_memory(serve: Serve, figure
     )
     figures("3 stalled streams", "/healthz meanwhile", f"{health * 1e3:.1f} ms")
     # what one such client holds: the upstream connection's read-ahead (tpx.gateway.h1,
-    # 4 MiB) and one read of it in flight, limits.stream_buffer_bytes, the text of the reply
-    # it took before it stopped (the exchange keeps it) and the allocator's slack; with a
-    # 1 MiB read-ahead the same attack measures under 16 MB a client (docs/limits.md)
-    assert per_client < 24 * MB
+    # 1 MiB) and one read of it in flight, limits.stream_buffer_bytes, the text of the reply
+    # it took before it stopped (the exchange keeps it) and the allocator's slack
+    # (docs/limits.md)
+    assert per_client < 16 * MB
