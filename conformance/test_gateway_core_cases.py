@@ -202,7 +202,9 @@ def test_methods_paths_and_sizes(provider: Provider) -> None:
         assert c.get("/healthz").json() == {"status": "ok"}
         assert c.request("HEAD", "/healthz").status_code == 200
         assert c.get("/").json() == {"service": "tpx", "status": "ok"}
-        assert c.request("HEAD", "/").content == b""
+        head = c.request("HEAD", "/")
+        assert head.content == b""
+        assert head.headers["content-length"] == str(len(c.get("/").content))
         assert c.get("/healthz/").status_code == 200
         big = {**BASE, "metadata": {"pad": "x" * (rig.settings.limits.max_body_bytes + 1)}}
         too_big = _post(rig, big)

@@ -56,7 +56,11 @@ def _request(request: httpx2.Request, body: bytes) -> Request:
     )
 
 
-def _response(response: Response) -> httpx2.Response:
+def _response(response: Response, method: str = "POST") -> httpx2.Response:
+    """As an HTTP server sends it: a HEAD answer has GET's headers and no body."""
+    if method.upper() == "HEAD":
+        headers = [*response.headers, ("content-length", str(len(response.body)))]
+        return httpx2.Response(response.status, headers=headers)
     return httpx2.Response(response.status, headers=list(response.headers), content=response.body)
 
 
@@ -110,7 +114,7 @@ class GatewayTransport(httpx2.BaseTransport):
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         result = self.gateway.handle(_request(request, request.read()))
         if isinstance(result, Response):
-            return _response(result)
+            return _response(result, request.method)
         if isinstance(result, Forward):
             return _response(forward_sync(result, self.upstream))
         items = run_turn_sync(result, self.upstream)
@@ -139,7 +143,7 @@ class AsyncGatewayTransport(httpx2.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         result = self.gateway.handle(_request(request, await request.aread()))
         if isinstance(result, Response):
-            return _response(result)
+            return _response(result, request.method)
         if isinstance(result, Forward):
             return _response(await forward(result, self.upstream))
         items = run_turn(result, self.upstream)
