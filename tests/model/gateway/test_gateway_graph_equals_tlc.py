@@ -28,6 +28,7 @@ CASES: dict[str, tuple[Path, dict[str, TLAValue]]] = {
         },
     ),
     "convs1-turns3-ids2": (CFG, {"Convs": mvs("solo"), "MaxTurns": 3, "ToolIds": mvs("a", "b")}),
+    "keys2": (CFG, {"MaxKeys": 2}),  # Rotate, retired keys: 5,372 states
 }
 
 SLOW_CASES: dict[str, tuple[Path, dict[str, TLAValue]]] = {
