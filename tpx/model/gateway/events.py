@@ -5,7 +5,8 @@ variable's value read from an event (:func:`ids`), and trace events built when r
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from tpx.model.gateway.conversation import ConvState, Ids
@@ -19,11 +20,12 @@ __all__ = [
     "ids",
     "render",
     "rendered",
+    "request_kind",
     "snapshot_of_exchange",
 ]
 
 #: The actions whose ``pending`` is the history's obligations (see snapshot_of_exchange).
-KEEPS_OBLIGATIONS = ("ProviderFail", "CallerAbort")
+KEEPS_OBLIGATIONS = ("ProviderFail", "ClientGone", "CallerAbort")
 
 
 def _sorted(ids: Iterable[Any]) -> list[Any]:
@@ -43,9 +45,9 @@ def snapshot_of_exchange(
 
     The gateway runs one seed exchange per request, and the seed's ProviderFail and
     CallerAbort discard the exchange's ``pending``; the conversation's obligations are
-    its history's all the same (the gateway spec). Pass the request history's obligations
-    as *obligations* with the *action* and, for those two actions, they are the snapshot's
-    ``pending``.
+    its history's all the same (the gateway spec). Pass the request history's
+    obligations as *obligations* with the *action* and, for ProviderFail, ClientGone
+    and CallerAbort, they are the snapshot's ``pending``.
 
     ``wireIds`` / ``emitted`` keep a wire id the provider repeated once per call (the
     snapshot's ``wire_list`` / ``emitted_list``): a monitor with ``to_wire`` counts them
@@ -130,3 +132,23 @@ Event = dict[str, Any] | Seen
 
 def rendered(trace: list[Event]) -> tuple[Mapping[str, Any], ...]:
     return tuple(render(e) if isinstance(e, tuple) else e for e in trace)
+
+
+def request_kind(
+    obligations: AbstractSet[str],
+    answers: Sequence[str],
+    verifies: Callable[[str], bool] | None = None,
+) -> str:
+    """What a client's request is, in the spec's ``Requests``: ``"ok"`` when its last user
+    turn answers each obligation of its history exactly once; else how it is wrong
+    (``Wrong``): an id that does not verify (*verifies*: a gateway that signs the ids it
+    hands out) ``"retired"``, an answer twice ``"duplicated"``, an answer for an id that is
+    no obligation ``"unknown"``, an obligation unanswered ``"missing"``."""
+    if verifies is not None and not all(map(verifies, (*obligations, *answers))):
+        return "retired"
+    answered = set(answers)
+    if len(answered) != len(answers):
+        return "duplicated"
+    if not answered <= obligations:
+        return "unknown"
+    return "ok" if answered == obligations else "missing"
