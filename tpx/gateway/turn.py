@@ -13,7 +13,7 @@ import orjson
 from tpx import _safe
 from tpx.errors import ModelError, NetworkError, holds_secret
 from tpx.exchange import Exchange, Provider
-from tpx.gateway.monitoring import SpecViolationError
+from tpx.gateway.monitoring import LiveMonitor, SpecViolationError
 from tpx.gateway.redaction import Secrets
 from tpx.gateway.settings import Settings
 from tpx.gateway.wire import (
@@ -33,13 +33,16 @@ __all__ = ["Conversation", "Forward", "Host", "Turn"]
 
 class Host(Protocol):
     """What a turn needs of the gateway that made it (:class:`tpx.gateway.core.Gateway`):
-    its settings and secrets, a counter, the log line and the redactor."""
+    its settings, secrets and monitor, a counter, the log line and the redactor."""
 
     @property
     def settings(self) -> Settings: ...
 
     @property
     def secrets(self) -> Secrets: ...
+
+    @property
+    def monitor(self) -> LiveMonitor | None: ...
 
     def count(self, endpoint: str, status: int) -> None: ...
 
