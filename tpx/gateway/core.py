@@ -203,6 +203,12 @@ class Gateway:
                     f"{self.settings.limits.max_body_bytes} bytes",
                     status=413,
                 )
+            if _too_many_containers(request.body, self.settings.limits.max_json_containers):
+                raise Refusal(
+                    f"Request holds more than {self.settings.limits.max_json_containers} "
+                    "JSON objects and arrays",
+                    status=413,
+                )
             if path == COUNT:
                 return self._count(request, request_id)
             sent = _Sent.read(request.body, self.bodies) if self.monitor is not None else None
@@ -444,6 +450,16 @@ class Gateway:
             self.metrics.errors.labels(code).inc()
         if logger.isEnabledFor(logging.INFO):
             logger.info("%s", orjson.dumps(_redacted(record, self.secrets.redact)).decode())
+
+
+def _too_many_containers(body: bytes, limit: int) -> bool:
+    """Does *body* hold more than *limit* ``{`` and ``[`` (an upper bound of its JSON objects
+    and arrays: brackets inside strings count too)? A container takes two bytes at least,
+    so a body of up to ``2 * limit`` bytes is not scanned (Claude Code's turns are not)."""
+    if len(body) <= 2 * limit:
+        return False
+    opens = body.count(b"{")
+    return opens > limit or opens + body.count(b"[") > limit
 
 
 @attrs.frozen

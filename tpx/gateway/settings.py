@@ -32,6 +32,7 @@ TOML file (every key optional)::
 
     [limits]
     max_body_bytes = 33554432
+    max_json_containers = 50000   # JSON objects and arrays in one request body (else 413)
     header_timeout = 30.0         # seconds to receive the request line and headers
     max_header_bytes = 65536      # the request line and headers, at most (else 431)
     body_timeout = 60.0           # seconds to receive a WHOLE request body (else 408)
@@ -224,6 +225,10 @@ class ModelRoute:
 @attrs.frozen
 class Limits:
     max_body_bytes: int = 32 * 1024 * 1024
+    #: JSON objects and arrays in one request body, at most (413 past it): parsing costs
+    #: about a microsecond per value in one call that holds the interpreter, so this bounds
+    #: the pause a body can cause (a Claude Code turn holds a few hundred)
+    max_json_containers: int = 50_000
     header_timeout: float = 30.0
     body_timeout: float = 60.0
     connect_timeout: float = 10.0
