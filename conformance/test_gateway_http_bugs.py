@@ -11,6 +11,7 @@ from conformance.gateway_http.behaviours import (
     RETRY,
     SHIPPED,
     SMALL,
+    TWO_TOOLS,
     all_behaviours,
     cover_behaviours,
     mirror_graph,
@@ -32,6 +33,15 @@ CASES: dict[str, tuple[Config, bool, tuple[str, ...]]] = {
     "retry_dup": (RETRY, False, ("Refinement",)),
     # a retry of a turn carrying tool_results needs MaxTurns = 3
     "retry_loses_obligation": (RETRY, False, ("PairingInv",)),
+    # parallel calls: one conversation, two tool ids
+    "results_reversed": (TWO_TOOLS, False, ("Binding",)),
+    "ids_permuted": (TWO_TOOLS, False, ("Binding",)),
+    "results_in_order": (TWO_TOOLS, False, ("Refinement",)),
+    # a history with two tool rounds needs three turns
+    "earlier_results_dropped": (RETRY, False, ("Binding",)),
+    "resend_on_5xx": (SMALL, False, ("OneRequest",)),
+    # two conversations of one session in flight together
+    "session_guard": (SMALL, False, ("Refinement",)),
 }
 
 

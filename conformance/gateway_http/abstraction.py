@@ -27,9 +27,13 @@ upstream :class:`~conformance.gateway_http.upstream.Channel`):
 ``hasKey`` / ``hasToken``  the credentials the process was started with
 =============  ==================================================================
 
-Ids are abstract ``<<c, t>>``: a client-side id through the arguments the fake planted in
-its tool_use, a wire id through its own text (``call_KEY_T_N``); an id of neither kind is
-``<<?, id>>`` (TypeOK and PairingInv then fail). Beside the state, :func:`byte_problems`
+Ids are abstract ``<<c, t>>``: a wire id through its own text (``call_KEY_T_N``), a
+client-side id through the wire id it stands for (TPX: the signed id verified with the
+gateway's secret and decoded; ANTHROPIC: the id itself); an id of neither kind is
+``<<?, id>>`` (TypeOK and PairingInv then fail). :func:`binding_problems` checks which
+call each id, call and result is about, over every round of every request and reply
+(:mod:`conformance.gateway_http.binding`), and that the upstream got one request per
+client request that reached it. Beside the state, :func:`byte_problems`
 reads the wires for what a set cannot show: an id listed twice (PairingInv), an id
 another conversation's provider emitted anywhere in c's bytes (NoCrossPairing), a
 credential header that is not the provider's own (Credential), a failure the client sees
@@ -45,13 +49,17 @@ from typing import Any
 import orjson
 
 from conformance.abstraction import assemble_messages, is_stream, sse_events
+from conformance.gateway_http import binding
 from conformance.gateway_http.client import ConvClient, Settled
-from conformance.gateway_http.harness import API_KEY, OAUTH_TOKEN
+from conformance.gateway_http.harness import API_KEY, GATEWAY_SECRET, OAUTH_TOKEN
 from conformance.gateway_http.upstream import WIRE_ID, Channel, UpstreamExchange
+from tpx.translate.ids import verify_signed_id, wire_id
 from tpx.values import Function, ModelValue, Record
 
 __all__ = [
     "Observer",
+    "binding_problems",
+    "client_call",
     "byte_problems",
     "credential_problem",
     "error_problem",
@@ -148,6 +156,12 @@ def request_ids(ex: UpstreamExchange) -> list[str]:
     return [str(b.get("tool_use_id")) for b in content if b.get("type") == "tool_result"]
 
 
+def client_call(raw: str) -> str | None:
+    """The call a client-side id names: the wire id it stands for (a signed id verified with
+    the gateway's secret, then decoded), read as ``call_KEY_T_N`` / ``toolu_KEY_T_N``."""
+    return binding.call_of_id(wire_id(verify_signed_id(raw, GATEWAY_SECRET) or raw))
+
+
 def reply_ids(data: bytes | None) -> list[str]:
     view = reply_view(data)
     return [] if view is None else view[1]
@@ -170,6 +184,8 @@ class Observer:
         self.clients = clients
         self.channels = channels
         self.conv_of = {cl.key: c for c, cl in clients.items()}
+        #: binding verdicts already taken: (conversation, "up" / "reply", index) -> problems
+        self._judged: dict[tuple[ModelValue, str, int], list[tuple[str, str]]] = {}
 
     def _abstract(self, key: str, tool: str) -> tuple[ModelValue, ModelValue]:
         c = self.conv_of.get(key)
@@ -180,8 +196,9 @@ class Observer:
         return self._abstract(m.group(1), m.group(2)) if m else (UNKNOWN, ModelValue(raw))
 
     def client_id(self, cl: ConvClient, raw: str) -> tuple[ModelValue, ModelValue]:
-        known = cl.ids.get(raw)
-        return self._abstract(*known) if known else (UNKNOWN, ModelValue(raw))
+        call = client_call(raw)
+        m = binding.CALL.fullmatch(call or "")
+        return self._abstract(m.group(1), m.group(2)) if m else (UNKNOWN, ModelValue(raw))
 
     def _latest(self) -> UpstreamExchange | None:
         latest: UpstreamExchange | None = None
@@ -319,4 +336,55 @@ def byte_problems(obs: Observer) -> list[tuple[str, str]]:
                 problems.append(("ErrorShape", f"{c}: {bad}"))
             for foreign in _scan(answer.body, cl.key):
                 problems.append(("NoCrossPairing", f"{c}: {foreign} in a response to it"))
+    return problems
+
+
+def _made(ex: UpstreamExchange) -> binding.ReplyView:
+    """The calls of the fake's reply (its own ids name them: the fake plants both)."""
+    ids = reply_ids(ex.response) if ex.status == 200 else []
+    return binding.ReplyView(
+        tuple(binding.Use(i, binding.call_of_id(i), binding.call_of_id(i)) for i in ids)
+    )
+
+
+def _upstream_binding(
+    c: ModelValue, ch: Channel, ex: UpstreamExchange, sent: bytes
+) -> list[tuple[str, str]]:
+    openai = ex.path.endswith("/chat/completions")
+    up = binding.request_view(_json(ex.body), openai)
+    mine = binding.request_view(_json(sent), False, client_call)
+    where = f"{c}: upstream request #{ex.seq} ({'TPX' if openai else 'ANTHROPIC'})"
+    return [("Binding", p) for p in binding.request_problems(up, mine, ch.rounds, where)]
+
+
+def binding_problems(obs: Observer) -> list[tuple[str, str]]:
+    """(property, message): ``Binding`` for every id, call or result about another call than
+    it should be, or a round lost, duplicated or invented, on either wire; ``OneRequest``
+    for a request on the upstream wire no client request started (one sent twice)."""
+    problems: list[tuple[str, str]] = []
+    judged = obs._judged
+    for c, cl in obs.clients.items():
+        ch = obs.channels[c]
+        claimed = {ex.seq for ex, _ in cl.forwarded}
+        for ex in ch.exchanges:
+            if ex.seq not in claimed:
+                problems.append(
+                    ("OneRequest", f"{c}: upstream request #{ex.seq} started by no client request")
+                )
+        for k, (ex, sent) in enumerate(cl.forwarded):
+            key = (c, "up", k)
+            if key not in judged:
+                judged[key] = _upstream_binding(c, ch, ex, sent)
+            problems += judged[key]
+        for k, (message, origin) in enumerate(cl.handed):
+            key = (c, "reply", k)
+            if key not in judged:
+                handed = binding.reply_view(message, client_call)
+                where = f"{c}: reply {k} handed to the client"
+                if origin is None:
+                    judged[key] = [("Binding", f"{where} answers no upstream request")]
+                else:
+                    found = binding.reply_problems(handed, _made(origin), where)
+                    judged[key] = [("Binding", p) for p in found]
+            problems += judged[key]
     return problems

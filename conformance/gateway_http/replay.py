@@ -39,8 +39,16 @@ request is sent, both really are in flight together.
 After every step the abstraction (:mod:`conformance.gateway_http.abstraction`) computes
 the 13 variables and the step is judged: ``Refinement`` when the observed state is not
 the spec's, every invariant of the cfg the observed state violates, ``SelectionStable`` on
-the observed step, and what the bytes show (:func:`byte_problems`). A problem raises
-:class:`HttpConformanceError` naming them.
+the observed step, what the bytes show (:func:`byte_problems`), and which call every id,
+call and result on both wires is about, over every round (``Binding``; a request the
+upstream got that no client request started: ``OneRequest``; :func:`binding_problems`). A
+problem raises :class:`HttpConformanceError` naming them; so does a request reaching the
+upstream while the step waits for the gateway's answer (``OneRequest``).
+
+The conversations of one behaviour share a Claude Code session id (a session's
+sub-agents); on every other pair of behaviours the clients answer parallel calls in the
+reverse order. Bodies are Claude Code's shape, so every replay also goes through the
+gateway's tail cache (:meth:`HttpReplayer.tail_hits`).
 """
 
 from __future__ import annotations
@@ -53,10 +61,16 @@ from typing import Any
 
 import httpx2
 
-from conformance.gateway_http.abstraction import Observer, byte_problems, refusal_problem
+from conformance.gateway_http.abstraction import (
+    Observer,
+    binding_problems,
+    byte_problems,
+    refusal_problem,
+)
 from conformance.gateway_http.behaviours import conversation_of
 from conformance.gateway_http.client import ABORT_STYLES, ConvClient, Settled
 from conformance.gateway_http.harness import GATEWAY_KEY, STEP_GUARD_S, Gateway, Harness
+from conformance.gateway_http.serve import TAIL_HITS
 from conformance.gateway_http.upstream import FAIL_KINDS, STREAM_FAIL_KINDS, Channel, Plan
 from conformance.replay import Behaviour, Coverage
 from tpx.model.gateway import INVARIANTS, Config, SelectionStable, State
@@ -87,7 +101,7 @@ def _show(v: Any) -> str:
 
 class HttpReplayer:
     """Replays behaviours of *config* through ``harness``'s gateways (``bug``: through
-    processes with that seeded bug)."""
+    processes with that seeded bug; ``monitor``: processes started with ``--monitor``)."""
 
     def __init__(
         self,
@@ -97,8 +111,11 @@ class HttpReplayer:
         bug: str | None = None,
         streaming: bool | None = False,
         ping_interval: float | None = None,
+        monitor: bool = False,
     ) -> None:
         self.harness = harness
+        self.monitor = monitor
+        self.gateways: dict[str, Gateway] = {}  # every process it replayed through, by URL
         self.config = config
         self.bug = bug
         #: True: every request streams; None: every second behaviour (odd indices) does
@@ -115,8 +132,33 @@ class HttpReplayer:
     def replay(self, behaviour: Behaviour, index: int = 0) -> None:
         """Replay one behaviour (from the test's thread); raises HttpConformanceError."""
         init = behaviour.init
-        gw = self.harness.gateway(init["hasKey"], init["hasToken"], self.bug, self.ping_interval)
+        gw = self.harness.gateway(
+            init["hasKey"], init["hasToken"], self.bug, self.ping_interval, self.monitor
+        )
+        self.gateways[gw.url] = gw
         self.harness.run(self._replay(gw, behaviour, index))
+
+    def tail_hits(self) -> int:
+        """Bodies the gateways it replayed through parsed with a kept tail (their
+        ``/metrics``; a process serves every replayer of its boot: a lower bound of none)."""
+        return sum(
+            int(self.harness.metrics(gw).get(TAIL_HITS, 0))
+            for gw in self.gateways.values()
+            if gw.popen.poll() is None
+        )
+
+    def monitor_violations(self) -> dict[str, int]:
+        """``tpx_gateway_monitor_violations_total`` of its gateways, by property."""
+        out: dict[str, int] = {}
+        prefix = 'tpx_gateway_monitor_violations_total{property="'
+        for gw in self.gateways.values():
+            if gw.popen.poll() is not None:
+                continue
+            for name, value in self.harness.metrics(gw).items():
+                if name.startswith(prefix):
+                    prop = name[len(prefix) : -2]
+                    out[prop] = out.get(prop, 0) + int(value)
+        return out
 
     def replay_all(self, behaviours: Sequence[Behaviour], coverage: Coverage | None = None) -> int:
         for i, b in enumerate(behaviours):
@@ -150,9 +192,17 @@ class HttpReplayer:
         clients: dict[ModelValue, ConvClient] = {}
         channels: dict[ModelValue, Channel] = {}
         stream = self.streaming if self.streaming is not None else index % 2 == 1
+        session = f"session-{next(_KEYS)}"
         for c in self.config.Convs:
             key = f"b{next(_KEYS)}{c.name}"
-            clients[c] = ConvClient(c, key, self._client(gw, c), stream=stream)
+            clients[c] = ConvClient(
+                c,
+                key,
+                self._client(gw, c),
+                stream=stream,
+                session=session,
+                reverse=index // 2 % 2 == 1,
+            )
             channels[c] = upstreams.channel(key)
         obs = Observer(
             behaviour.init["hasKey"], behaviour.init["hasToken"], gw.provider, clients, channels
@@ -215,9 +265,9 @@ class HttpReplayer:
             ex = self._held(cl)
             kinds = STREAM_FAIL_KINDS if cl.stream else FAIL_KINDS
             ex.plan.set_result(Plan("fail", fail=kinds[salt % len(kinds)]))
-            await self._settle(cl)
+            await self._settle(cl, ch)
         elif action == "Deliver":
-            await self._settle(cl)
+            await self._settle(cl, ch)
         elif action == "ClientGone":
             ex = self._held(cl)
             assert cl.outstanding is not None
@@ -258,6 +308,8 @@ class HttpReplayer:
         if arrival in done:
             cl.arrived = arrival.result()
             cl.accepted = cl.sent
+            assert cl.last_body is not None
+            cl.forwarded.append((cl.arrived, cl.last_body))
             return
         arrival.cancel()
         if not done:
@@ -267,10 +319,25 @@ class HttpReplayer:
                 step=0,
                 action="",
             )
-        await self._settle(cl)
+        await self._settle(cl, ch)
 
-    async def _settle(self, cl: ConvClient) -> None:
+    async def _settle(self, cl: ConvClient, ch: Channel) -> None:
+        """Wait for the gateway's answer; a request reaching the upstream meanwhile is one
+        the client did not send (``OneRequest``)."""
         assert cl.outstanding is not None
+        arrival = asyncio.ensure_future(ch.arrivals.get())
+        await asyncio.wait(
+            {arrival, cl.outstanding}, timeout=STEP_GUARD_S, return_when=asyncio.FIRST_COMPLETED
+        )
+        if arrival.done():
+            raise HttpConformanceError(
+                f"{cl.c}: upstream request #{arrival.result().seq} arrived while the client "
+                "waited for its answer: no client request started it",
+                violated=["OneRequest"],
+                step=0,
+                action="",
+            )
+        arrival.cancel()
         try:
             response = await self._guard(asyncio.shield(cl.outstanding), "the gateway's answer")
         except httpx2.HTTPError as exc:
@@ -328,6 +395,7 @@ class HttpReplayer:
             if before is not None and not SelectionStable(State.from_record(before), state):
                 problems.append(("SelectionStable", "the observed step changed the selection"))
         problems += byte_problems(obs)
+        problems += binding_problems(obs)
         if action.startswith("CallerAbort("):
             cl = obs.clients[ModelValue(action[len("CallerAbort(") : -1])]
             answered = cl.outstanding is None and bool(cl.received)
