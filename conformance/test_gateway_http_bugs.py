@@ -71,3 +71,47 @@ def test_http_replay_catches_the_seeded_bug(http_harness: Harness, name: str) ->
     for prop in props:
         assert prop in caught.value.violated, str(caught.value)
     assert caught.value.step > 0
+
+
+def _first_failure(
+    harness: Harness, name: str, *, monitor: bool
+) -> tuple[HttpConformanceError, int, dict[str, int]]:
+    """The replay of *name*'s case until its first failing behaviour: the error, that
+    behaviour's index, and the monitor's violations by property (``/metrics``)."""
+    config, cover, _ = CASES[name]
+    graph = mirror_graph(config)
+    behaviours = cover_behaviours(graph) if cover else all_behaviours(graph)
+    replayer = HttpReplayer(harness, config, bug=name, monitor=monitor)
+    try:
+        for i, behaviour in enumerate(behaviours):
+            try:
+                replayer.replay(behaviour, i)
+            except HttpConformanceError as caught:
+                return caught, i, replayer.monitor_violations()
+        raise AssertionError(f"{name}: no behaviour failed")
+    finally:
+        replayer.close()
+        harness.stop_gateways(name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_monitor_over_http_stops_what_it_can_see(http_harness: Harness, name: str) -> None:
+    """The same replays through ``tpx serve --monitor``. A bug whose steps the monitor sees
+    (``property``) is stopped there: the monitor counts a violation and the replay fails
+    at that behaviour's step, or sooner, than without the monitor (the client got the
+    monitor's 500, not the step's output). The others (which call an id or a result is
+    about, a request sent twice, a refusal or a 500 where the spec's variables look
+    alike) the monitor cannot see: it counts nothing, and the replay still catches them."""
+    bug = BUG[name]
+    plain, plain_at, _ = _first_failure(http_harness, name, monitor=False)
+    caught, at, violations = _first_failure(http_harness, name, monitor=True)
+    if bug.property:
+        # (which property it names first follows the interleaving: the in-process live
+        # tests, conformance/test_gateway_bugs_live.py, pin it)
+        assert sum(violations.values()) >= 1, str(caught)
+        assert (at, caught.step) <= (plain_at, plain.step), (str(caught), str(plain))
+    else:
+        assert violations == {}, violations
+        assert bug.replay in caught.violated, str(caught)
+        assert (at, caught.step) == (plain_at, plain.step)

@@ -116,6 +116,9 @@ class HttpReplayer:
         self.harness = harness
         self.monitor = monitor
         self.gateways: dict[str, Gateway] = {}  # every process it replayed through, by URL
+        self._hits_before: dict[str, int] = {}
+        #: requests its clients sent (each one a body the gateway parses)
+        self.requests = 0
         self.config = config
         self.bug = bug
         #: True: every request streams; None: every second behaviour (odd indices) does
@@ -135,15 +138,17 @@ class HttpReplayer:
         gw = self.harness.gateway(
             init["hasKey"], init["hasToken"], self.bug, self.ping_interval, self.monitor
         )
-        self.gateways[gw.url] = gw
+        if gw.url not in self.gateways:
+            self.gateways[gw.url] = gw
+            self._hits_before[gw.url] = int(self.harness.metrics(gw).get(TAIL_HITS, 0))
         self.harness.run(self._replay(gw, behaviour, index))
 
     def tail_hits(self) -> int:
-        """Bodies the gateways it replayed through parsed with a kept tail (their
-        ``/metrics``; a process serves every replayer of its boot: a lower bound of none)."""
+        """Bodies the gateways it replayed through parsed with a kept tail since it first
+        used each (their ``/metrics``)."""
         return sum(
-            int(self.harness.metrics(gw).get(TAIL_HITS, 0))
-            for gw in self.gateways.values()
+            int(self.harness.metrics(gw).get(TAIL_HITS, 0)) - self._hits_before[url]
+            for url, gw in self.gateways.items()
             if gw.popen.poll() is None
         )
 
@@ -245,6 +250,8 @@ class HttpReplayer:
     async def _step(
         self, action: str, cl: ConvClient, ch: Channel, emitted: frozenset[Any], salt: int
     ) -> None:
+        if action in ("CallerSend", "Retry", "CallerAbort", "NoProvider"):
+            self.requests += 1
         if action in ("CallerSend", "NoProvider"):
             cl.send(cl.fresh_body())
             await self._sent(cl, ch)
