@@ -34,8 +34,8 @@ whose spec variables are sets of ids, sees none of them (``property`` ``""``):
 * ``results_reversed`` -- the core reverses the tool_use_ids of the last turn's
   tool_results before translating: the upstream gets ``("call_A", "output of B")``, plain
   and streamed, both providers (two parallel calls);
-* ``ids_permuted`` -- the signed ids handed to the client are rotated among a reply's
-  tool_use blocks (TPX, a plain reply: each id on another call's name and input);
+* ``ids_permuted`` -- the ids handed to the client (TPX: the signed ones) are rotated among
+  a plain reply's tool_use blocks: each id on another call's name and input;
 * ``earlier_results_dropped`` -- the pass-through (ANTHROPIC) drops the tool_results of
   every user turn but the last (a history with two tool rounds);
 * ``results_in_order`` -- the exchange's pairing check compares the answered ids, unsorted,

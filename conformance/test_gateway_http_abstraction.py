@@ -184,9 +184,7 @@ def test_a_faithful_history_binds_every_result_to_its_call() -> None:
 
 
 def test_a_result_under_another_calls_id_is_caught() -> None:
-    swapped = _messages(
-        (["k1_t1_1", "k1_t2_2"], [("k1_t1_1", "k1_t2_2"), ("k1_t2_2", "k1_t1_1")])
-    )
+    swapped = _messages((["k1_t1_1", "k1_t2_2"], [("k1_t1_1", "k1_t2_2"), ("k1_t2_2", "k1_t1_1")]))
     found = round_problems(request_view(swapped, openai=False), "w")
     assert len(found) == 2
     assert "toolu_k1_t1_1 (call k1_t1_1) carries the output of k1_t2_2" in found[0]
@@ -215,7 +213,9 @@ def test_the_upstream_request_carries_the_clients_rounds_once_each() -> None:
     dropped = request_view(_messages(two), openai=False)
     assert any("1 tool rounds" in p for p in request_problems(dropped, client, emitted, "w"))
     repeated = request_view(_messages(one, one), openai=False)
-    found = request_problems(repeated, request_view(_messages(one, one), openai=False), emitted, "w")
+    found = request_problems(
+        repeated, request_view(_messages(one, one), openai=False), emitted, "w"
+    )
     assert any("carried twice" in p for p in found)
     made_up = request_view(_messages((["k1_t2_7"], [("k1_t2_7", "k1_t2_7")])), openai=False)
     assert any("no reply's" in p for p in request_problems(made_up, made_up, emitted, "w"))

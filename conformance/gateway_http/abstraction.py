@@ -59,8 +59,8 @@ from tpx.values import Function, ModelValue, Record
 __all__ = [
     "Observer",
     "binding_problems",
-    "client_call",
     "byte_problems",
+    "client_call",
     "credential_problem",
     "error_problem",
     "refusal_problem",

@@ -23,9 +23,9 @@ The judge (:func:`round_problems`, :func:`request_problems`, :func:`reply_proble
 property ``Binding``: every result answers the call its id names, every call is the call
 its id names, every call of a round is answered exactly once and nothing else is
 (nothing lost, duplicated or invented), the upstream request carries the client's rounds
-one for one (same calls in the same order, the same results), each round the calls of one reply the fake made
-(in emission order, none twice); every id handed to the client names the call the
-upstream made under it, in the reply's order.
+one for one (same calls in the same order, the same results), each round the calls of
+one reply the fake made (in emission order, none twice); every id handed to the client
+names the call the upstream made under it, in the reply's order.
 """
 
 from __future__ import annotations
@@ -138,8 +138,7 @@ class RequestView:
                     (_abstract(u.named, conv_of), _abstract(u.made, conv_of)) for u in r.uses
                 ),
                 frozenset(
-                    (_abstract(a.named, conv_of), _abstract(a.answers, conv_of))
-                    for a in r.answers
+                    (_abstract(a.named, conv_of), _abstract(a.answers, conv_of)) for a in r.answers
                 ),
             )
             for r in self.rounds
@@ -153,7 +152,9 @@ class ReplyView:
     uses: tuple[Use, ...]
 
     def spec(self, conv_of: Mapping[str, Any]) -> frozenset[Any]:
-        return frozenset((_abstract(u.named, conv_of), _abstract(u.made, conv_of)) for u in self.uses)
+        return frozenset(
+            (_abstract(u.named, conv_of), _abstract(u.made, conv_of)) for u in self.uses
+        )
 
 
 def request_view(body: Any, openai: bool, reader: IdReader = call_of_id) -> RequestView:
@@ -250,15 +251,16 @@ def round_problems(view: RequestView, where: str) -> list[str]:
         for a in r.answers:
             if a.named is None or a.named != a.answers:
                 problems.append(
-                    f"{where}, round {k}: {a.id} (call {a.named}) carries the output of "
-                    f"{a.answers}"
+                    f"{where}, round {k}: {a.id} (call {a.named}) carries the output of {a.answers}"
                 )
         called = Counter(u.named for u in r.uses)
         answered = Counter(a.named for a in r.answers)
         if answered != called:
             lost = sorted(str(c) for c in called - answered)
             extra = sorted(str(c) for c in answered - called)
-            problems.append(f"{where}, round {k}: results lost {lost}, duplicated or invented {extra}")
+            problems.append(
+                f"{where}, round {k}: results lost {lost}, duplicated or invented {extra}"
+            )
     for a in view.stray:
         problems.append(f"{where}: the result {a.id} (output of {a.answers}) follows no call")
     return problems

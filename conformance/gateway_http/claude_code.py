@@ -73,4 +73,3 @@ def recorded_headers() -> dict[str, str]:
     """The recorded turn's headers named in :data:`HEADERS` (as Claude Code sent them)."""
     headers = {k.lower(): v for k, v in _recorded()["headers"].items()}
     return {k: headers[k] for k in HEADERS if k in headers}
-

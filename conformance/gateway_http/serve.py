@@ -28,7 +28,9 @@ def _count_tail_hits(mp: pytest.MonkeyPatch) -> None:
 
     def init(self: tpx.gateway.core.Gateway, *args: Any, **kwargs: Any) -> None:
         real(self, *args, **kwargs)
-        gauge = Gauge(TAIL_HITS, "Bodies whose kept tail was reused", registry=self.metrics.registry)
+        gauge = Gauge(
+            TAIL_HITS, "Bodies whose kept tail was reused", registry=self.metrics.registry
+        )
         gauge.set_function(lambda: self.bodies.hits)
 
     mp.setattr(tpx.gateway.core.Gateway, "__init__", init)
