@@ -184,7 +184,8 @@ class Observer:
         self.clients = clients
         self.channels = channels
         self.conv_of = {cl.key: c for c, cl in clients.items()}
-        #: binding verdicts already taken: (conversation, "up" / "reply", index) -> problems
+        #: verdicts on bytes already taken (bytes that never change): (conversation, what,
+        #: index) -> problems
         self._judged: dict[tuple[ModelValue, str, int], list[tuple[str, str]]] = {}
 
     def _abstract(self, key: str, tool: str) -> tuple[ModelValue, ModelValue]:
@@ -319,23 +320,38 @@ def refusal_problem(answer: Settled | None) -> str | None:
 def byte_problems(obs: Observer) -> list[tuple[str, str]]:
     """(property, message) for what the bytes show beyond the state."""
     problems: list[tuple[str, str]] = []
+    judged = obs._judged  # a request's bytes never change: each judged once
     for c, cl in obs.clients.items():
         ch = obs.channels[c]
         for ex in ch.exchanges:
-            bad = credential_problem(ex)
-            if bad is not None:
-                problems.append(("Credential", f"{c}: {bad}"))
-            ids = request_ids(ex)
-            if len(ids) != len(set(ids)):
-                problems.append(("PairingInv", f"{c}: a tool result twice on the wire: {ids}"))
-            for foreign in _scan(ex.body, cl.key):
-                problems.append(("NoCrossPairing", f"{c}: {foreign} on its upstream wire"))
-        for answer in cl.received:
-            bad = error_problem(answer)
-            if bad is not None:
-                problems.append(("ErrorShape", f"{c}: {bad}"))
-            for foreign in _scan(answer.body, cl.key):
-                problems.append(("NoCrossPairing", f"{c}: {foreign} in a response to it"))
+            key = (c, "bytes", ex.seq)
+            if key not in judged:
+                judged[key] = _request_bytes(c, cl, ex)
+            problems += judged[key]
+        for k, answer in enumerate(cl.received):
+            key = (c, "answer", k)
+            if key not in judged:
+                found = []
+                bad = error_problem(answer)
+                if bad is not None:
+                    found.append(("ErrorShape", f"{c}: {bad}"))
+                for foreign in _scan(answer.body, cl.key):
+                    found.append(("NoCrossPairing", f"{c}: {foreign} in a response to it"))
+                judged[key] = found
+            problems += judged[key]
+    return problems
+
+
+def _request_bytes(c: ModelValue, cl: ConvClient, ex: UpstreamExchange) -> list[tuple[str, str]]:
+    problems = []
+    bad = credential_problem(ex)
+    if bad is not None:
+        problems.append(("Credential", f"{c}: {bad}"))
+    ids = request_ids(ex)
+    if len(ids) != len(set(ids)):
+        problems.append(("PairingInv", f"{c}: a tool result twice on the wire: {ids}"))
+    for foreign in _scan(ex.body, cl.key):
+        problems.append(("NoCrossPairing", f"{c}: {foreign} on its upstream wire"))
     return problems
 
 
