@@ -168,3 +168,28 @@ def test_small_cfgs_streamed_with_pings(http_harness: Harness) -> None:
         COVERAGE_REPORTS.append(summary)
         assert len(coverage.states) == len(graph.states)
         assert len(coverage.edges) == len(graph.edges)
+
+
+@pytest.mark.slow
+def test_small_cfgs_through_the_monitor(http_harness: Harness) -> None:
+    """The small cfgs through ``tpx serve --monitor``: the monitor passes every exchange
+    (no violation counted), and the replay's checks all hold."""
+    cfgs = (("small cfg, all", SMALL), ("retry cfg, all", RETRY), ("two tools cfg, all", TWO_TOOLS))
+    for name, config in cfgs:
+        graph = mirror_graph(config)
+        behaviours = all_behaviours(graph)
+        replayer = HttpReplayer(http_harness, config, streaming=None, monitor=True)
+        coverage = Coverage(name, len(graph.states), len(graph.edges), len(behaviours))
+        try:
+            replayer.replay_all(behaviours, coverage)
+            violations = replayer.monitor_violations()
+            steps = replayer.monitor_steps()
+        finally:
+            replayer.close()
+        summary = coverage.summary()
+        summary["name"] = f"gateway HTTP, {name} (every second streamed, --monitor)"
+        COVERAGE_REPORTS.append(summary)
+        assert steps > 0  # the monitor checked the exchanges' steps
+        assert violations == {}
+        assert len(coverage.states) == len(graph.states)
+        assert len(coverage.edges) == len(graph.edges)

@@ -152,6 +152,14 @@ class HttpReplayer:
             if gw.popen.poll() is None
         )
 
+    def monitor_steps(self) -> int:
+        """``tpx_gateway_monitor_steps_total`` of its gateways (0: no monitor ran)."""
+        return sum(
+            int(self.harness.metrics(gw).get("tpx_gateway_monitor_steps_total", 0))
+            for gw in self.gateways.values()
+            if gw.popen.poll() is None
+        )
+
     def monitor_violations(self) -> dict[str, int]:
         """``tpx_gateway_monitor_violations_total`` of its gateways, by property."""
         out: dict[str, int] = {}
