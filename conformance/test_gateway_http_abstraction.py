@@ -6,13 +6,15 @@ that is not a complete reply reads as none; the binding's readers and judge
 from __future__ import annotations
 
 import asyncio
-from typing import cast
+from typing import Any, cast
 
 import httpx2
 import orjson
 import pytest
 
 from conformance.gateway_http.abstraction import (
+    Observer,
+    binding_problems,
     client_call,
     credential_problem,
     error_problem,
@@ -24,6 +26,7 @@ from conformance.gateway_http.abstraction import (
 from conformance.gateway_http.binding import (
     output_for,
     reply_problems,
+    request_kind,
     request_problems,
     request_view,
     round_problems,
@@ -278,3 +281,49 @@ def test_the_fake_names_each_call_in_its_input(path: str) -> None:
     assert fake.channels["k1"].rounds == [("k1_t1_1", "k1_t2_2")]
     fake._answer(fake.channel("k1"), ex, Plan("fail", fail="break"))  # never a whole reply
     assert fake.channels["k1"].rounds == [("k1_t1_1", "k1_t2_2")]
+
+
+def test_request_kinds() -> None:
+    assert request_kind(["a", "b"], ["b", "a"]) == "ok"
+    assert request_kind([], []) == "ok"
+    assert request_kind(["a", "a", "b"], ["a", "b"]) == "duplicated"
+    assert request_kind(["a", "x"], ["a"]) == "unknown"
+    assert request_kind(["a"], ["a", "b"]) == "missing"
+
+
+def test_the_observer_reads_the_bound_variables_from_the_bytes() -> None:
+    """``calls``, ``hist``, ``wireRes`` (the spec's ids bound to calls and results): what the
+    client holds on each call of its last assistant turn, and the rounds of results its
+    requests carried upstream, each ``<<id, call>>``."""
+    fake = FakeUpstreams()
+    ch = fake.channel("k1")
+    first: dict[str, Any] = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "[conv:k1] hi"}],
+    }
+    ex0 = _exchange("/v1/messages", first, {})
+    ex0.status, ex0.response = fake._answer(ch, ex0, Plan("reply", ("t1", "t2")))
+    unused = cast(httpx2.AsyncClient, None)  # settle() does no I/O
+    c1 = ModelValue("c1")
+    client = ConvClient(c1, "k1", unused)
+    client.sent, client.arrived = first, ex0
+    client.settle(Settled(200, ex0.response))
+    ex1 = _exchange("/v1/messages", orjson.loads(client.fresh_body()), {})
+    ch.exchanges[:] = [ex0, ex1]
+    obs = Observer(True, False, "ANTHROPIC", {c1: client}, {c1: ch})
+    bound = obs.bound(client, ch)
+    t1, t2 = (c1, ModelValue("t1")), (c1, ModelValue("t2"))
+    assert bound["calls"] == frozenset({(t1, t1), (t2, t2)})
+    assert bound["wireRes"] == (frozenset({(t1, t1), (t2, t2)}),)
+    assert bound["hist"] == ()  # the reply it was handed answered a request without rounds
+    assert bound["signedBy"] == 0  # ANTHROPIC ids are the provider's own
+    assert [p for p, _ in binding_problems(obs)] == ["OneRequest", "OneRequest"]  # unclaimed
+    client.forwarded[:] = [(ex0, orjson.dumps(first)), (ex1, ex1.body)]
+    assert binding_problems(Observer(True, False, "ANTHROPIC", {c1: client}, {c1: ch})) == []
+    swapped = ex1.body.replace(b"output of k1_t1_1", b"output of k1_tX").replace(
+        b"output of k1_t2_2", b"output of k1_t1_1"
+    )
+    ex1.body = swapped.replace(b"output of k1_tX", b"output of k1_t2_2")
+    found = binding_problems(Observer(True, False, "ANTHROPIC", {c1: client}, {c1: ch}))
+    assert {p for p, _ in found} == {"Binding"}
+    assert obs.rounds(ex1) == (frozenset({(t1, t2), (t2, t1)}),)

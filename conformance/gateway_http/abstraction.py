@@ -53,10 +53,12 @@ from conformance.gateway_http import binding
 from conformance.gateway_http.client import ConvClient, Settled
 from conformance.gateway_http.harness import API_KEY, GATEWAY_SECRET, OAUTH_TOKEN
 from conformance.gateway_http.upstream import WIRE_ID, Channel, UpstreamExchange
+from tpx.model.gateway.state import VARS
 from tpx.translate.ids import verify_signed_id, wire_id
 from tpx.values import Function, ModelValue, Record
 
 __all__ = [
+    "BOUND",
     "Observer",
     "binding_problems",
     "byte_problems",
@@ -71,6 +73,9 @@ __all__ = [
 ]
 
 UNKNOWN = ModelValue("?")
+#: the spec binds ids to calls and results (its variables ``calls``, ``hist``, ``wireRes``,
+#: ``request``, ``signedBy``, ``key``, ``oldest``): the abstraction computes them too
+BOUND = "calls" in VARS
 
 
 def _json(data: bytes | None) -> Any:
@@ -236,7 +241,7 @@ class Observer:
                 emitted = frozenset(self.wire_id(i) for i in reply_ids(ex.response))
                 break
         got = "messages" if cl.delivered is None else shape_of(_json(cl.delivered))
-        return {
+        out = {
             "turn": cl.turn,
             "phase": phase,
             "pending": frozenset(self.client_id(cl, i) for i in cl.pending()),
@@ -248,6 +253,52 @@ class Observer:
             "lastOutcome": cl.last_outcome,
             "retryable": cl.retryable,
         }
+        if BOUND:
+            out.update(self.bound(cl, ch))
+        return out
+
+    # -- ids bound to calls (the spec's calls, hist, wireRes, request, signedBy) ---------
+
+    def call(self, call: str | None) -> tuple[ModelValue, ModelValue]:
+        """A call ``KEY_T_N`` as the spec names it: the id its provider emitted it under."""
+        m = binding.CALL.fullmatch(call or "")
+        return self._abstract(m.group(1), m.group(2)) if m else (UNKNOWN, ModelValue(str(call)))
+
+    def rounds(self, ex: UpstreamExchange | None) -> tuple[frozenset[Any], ...]:
+        """The rounds of tool_results a request carried upstream: per round, the
+        ``<<id, answered call>>`` pairs."""
+        if ex is None:
+            return ()
+        view = binding.request_view(_json(ex.body), ex.path.endswith("/chat/completions"))
+        rounds = [r.answers for r in view.rounds] + [view.stray] * bool(view.stray)
+        return tuple(
+            frozenset((self.wire_id(a.id), self.call(a.answers)) for a in answers)
+            for answers in rounds
+        )
+
+    def bound(self, cl: ConvClient, ch: Channel) -> dict[str, Any]:
+        last = [m for m in cl.history if m["role"] == "assistant"][-1:]
+        uses = [b for m in last for b in m["content"] if b.get("type") == "tool_use"]
+        signed = any(
+            verify_signed_id(str(b.get("id")), GATEWAY_SECRET) is not None
+            for m in cl.history
+            if m["role"] == "assistant"
+            for b in m["content"]
+            if b.get("type") == "tool_use"
+        )
+        return {
+            "calls": frozenset(
+                (
+                    self.client_id(cl, str(b.get("id"))),
+                    self.call(binding.call_of_input(b.get("input"))),
+                )
+                for b in uses
+            ),
+            "hist": self.rounds(cl.handed[-1][1] if cl.handed else None),
+            "wireRes": self.rounds(ch.exchanges[-1] if ch.exchanges else None),
+            "request": cl.request,
+            "signedBy": 1 if signed else 0,
+        }
 
     def state(self) -> Record:
         per = {c: self.conversation(c) for c in self.clients}
@@ -257,6 +308,8 @@ class Observer:
             "hasToken": self.has_token,
             "provider": self.provider(),
         }
+        if BOUND:  # one signing key, never rotated
+            record.update(key=1, oldest=1)
         for name in names:
             record[name] = Function({c: per[c][name] for c in per})
         return Record(record)

@@ -48,6 +48,7 @@ __all__ = [
     "call_of_input",
     "reply_problems",
     "reply_view",
+    "request_kind",
     "request_problems",
     "request_view",
     "round_problems",
@@ -235,6 +236,19 @@ def reply_view(message: Any, reader: IdReader = call_of_id) -> ReplyView:
             if isinstance(b, Mapping) and b.get("type") == "tool_use"
         )
     )
+
+
+def request_kind(answered: Sequence[str], pending: Sequence[str]) -> str:
+    """What a request is, by its last turn's tool_result ids against the history's
+    obligations (the spec's ``Requests``): ``ok`` when it answers each exactly once, else
+    how it is wrong (``duplicated``, ``unknown``, ``missing``: the first that applies)."""
+    if len(set(answered)) != len(answered):
+        return "duplicated"
+    if not set(answered) <= set(pending):
+        return "unknown"
+    if set(answered) != set(pending):
+        return "missing"
+    return "ok"
 
 
 # -- the judge ---------------------------------------------------------------------------

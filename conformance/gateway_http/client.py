@@ -33,7 +33,7 @@ import httpx2
 import orjson
 
 from conformance.abstraction import assemble_messages
-from conformance.gateway_http.binding import call_of_input, output_for
+from conformance.gateway_http.binding import call_of_input, output_for, request_kind
 from conformance.gateway_http.claude_code import recorded_headers, tail_members
 from conformance.gateway_http.upstream import UpstreamExchange, conv_tag
 from tpx.values import ModelValue
@@ -74,6 +74,9 @@ class ConvClient:
     sends: int = 0
     last_body: bytes | None = None  # the last request body sent
     sent: dict[str, Any] | None = None  # the request outstanding / last sent
+    #: what its last request was (the spec's ``request``): ``none`` before any, ``ok``, or
+    #: how its tool_results fail the history's obligations
+    request: str = "none"
     accepted: dict[str, Any] | None = None  # the last request the gateway did not refuse
     outstanding: asyncio.Task[httpx2.Response] | None = None
     arrived: UpstreamExchange | None = None  # the upstream exchange of the outstanding request
@@ -179,6 +182,7 @@ class ConvClient:
         assert self.outstanding is None, "one request at a time per conversation"
         self.last_body = body
         self.sent = orjson.loads(body)
+        self.request = request_kind(self.results_of(self.sent), self.pending())
         self.arrived = None
         self.retryable = False
         self.outstanding = asyncio.ensure_future(

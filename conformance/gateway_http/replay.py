@@ -37,13 +37,14 @@ so wherever a behaviour has one conversation's exchange in flight while another'
 request is sent, both really are in flight together.
 
 After every step the abstraction (:mod:`conformance.gateway_http.abstraction`) computes
-the 13 variables and the step is judged: ``Refinement`` when the observed state is not
-the spec's, every invariant of the cfg the observed state violates, ``SelectionStable`` on
-the observed step, what the bytes show (:func:`byte_problems`), and which call every id,
-call and result on both wires is about, over every round (``Binding``; a request the
-upstream got that no client request started: ``OneRequest``; :func:`binding_problems`). A
-problem raises :class:`HttpConformanceError` naming them; so does a request reaching the
-upstream while the step waits for the gateway's answer (``OneRequest``).
+the spec's variables and the step is judged: ``Refinement`` when the observed state is
+not the spec's, every invariant of the cfg the observed state violates, every step
+property of the cfg (``SelectionStable``, and those the mirror lists) on the observed
+step, what the bytes show (:func:`byte_problems`), and which call every id, call and
+result on both wires is about, over every round (``Binding``; a request the upstream got
+that no client request started: ``OneRequest``; :func:`binding_problems`). A problem
+raises :class:`HttpConformanceError` naming them; so does a request reaching the upstream
+while the step waits for the gateway's answer (``OneRequest``).
 
 The conversations of one behaviour share a Claude Code session id (a session's
 sub-agents); on every other pair of behaviours the clients answer parallel calls in the
@@ -62,6 +63,7 @@ from typing import Any
 import httpx2
 
 from conformance.gateway_http.abstraction import (
+    BOUND,
     Observer,
     binding_problems,
     byte_problems,
@@ -74,11 +76,18 @@ from conformance.gateway_http.serve import TAIL_HITS
 from conformance.gateway_http.upstream import FAIL_KINDS, STREAM_FAIL_KINDS, Channel, Plan
 from conformance.replay import Behaviour, Coverage
 from tpx.model.gateway import INVARIANTS, Config, SelectionStable, State
+from tpx.model.gateway import invariants as _invariants
 from tpx.values import ModelValue, Record
 
 __all__ = ["HttpConformanceError", "HttpReplayer"]
 
 _KEYS = itertools.count(1)
+#: the cfg's step properties (the mirror's list where it has one)
+STEP_PROPERTIES: tuple[tuple[str, Any], ...] = getattr(
+    _invariants, "PROPERTIES", (("SelectionStable", SelectionStable),)
+)
+#: the spec's wrong ``request`` -> the client's way of sending it
+ABORT_STYLE_OF = {"unknown": "unknown", "missing": "missing", "duplicated": "duplicate"}
 
 
 class HttpConformanceError(AssertionError):
@@ -236,6 +245,7 @@ class HttpReplayer:
                             channels[conv],
                             expected["emitted"][conv],
                             index + n,
+                            expected["request"][conv] if BOUND else None,
                         )
                     except HttpConformanceError as stuck:  # name the step
                         raise HttpConformanceError(
@@ -256,12 +266,23 @@ class HttpReplayer:
                 upstreams.forget(ch.key)
 
     async def _step(
-        self, action: str, cl: ConvClient, ch: Channel, emitted: frozenset[Any], salt: int
+        self,
+        action: str,
+        cl: ConvClient,
+        ch: Channel,
+        emitted: frozenset[Any],
+        salt: int,
+        wrong: str | None = None,
     ) -> None:
+        """Take *action* for *cl* (*emitted*: the ids a ProviderReply emits; *wrong*: how a
+        CallerAbort's request is wrong, when the spec says: its ``request``)."""
         if action in ("CallerSend", "Retry", "CallerAbort", "NoProvider"):
             self.requests += 1
         if action in ("CallerSend", "NoProvider"):
+            kept = cl.request
             cl.send(cl.fresh_body())
+            if action == "NoProvider":  # no provider: the spec's request is unchanged
+                cl.request = kept
             await self._sent(cl, ch)
         elif action == "Retry":
             assert cl.last_body is not None
@@ -270,7 +291,8 @@ class HttpReplayer:
             await self._sent(cl, ch)
         elif action == "CallerAbort":
             styles = [s for s in ABORT_STYLES if s == "unknown" or cl.pending()]
-            cl.send(cl.bad_body(styles[salt % len(styles)]))
+            style = styles[salt % len(styles)] if wrong is None else ABORT_STYLE_OF[wrong]
+            cl.send(cl.bad_body(style))
             await self._sent(cl, ch)
         elif action == "ProviderReply":
             ex = self._held(cl)
@@ -407,8 +429,15 @@ class HttpReplayer:
                     ok = False
                 if not ok:
                     problems.append((name, "violated by the observed state"))
-            if before is not None and not SelectionStable(State.from_record(before), state):
-                problems.append(("SelectionStable", "the observed step changed the selection"))
+            if before is not None:
+                prior = State.from_record(before)
+                for name, prop in STEP_PROPERTIES:
+                    try:
+                        ok = prop(prior, state)
+                    except (KeyError, TypeError):
+                        ok = False
+                    if not ok:
+                        problems.append((name, "violated by the observed step"))
         problems += byte_problems(obs)
         problems += binding_problems(obs)
         if action.startswith("CallerAbort("):
