@@ -27,6 +27,21 @@ upstream :class:`~conformance.gateway_http.upstream.Channel`):
 ``hasKey`` / ``hasToken``  the credentials the process was started with
 =============  ==================================================================
 
+Where the spec binds ids to calls and results (its variables include ``calls``:
+:data:`BOUND`), the abstraction also reads, per conversation:
+
+=============  ==================================================================
+``calls``      ``<<id, call>>`` of each tool_use of the client history's last assistant
+               turn: the id as the client holds it, the call its input names
+``hist``       the rounds of tool_results the request behind the last reply the client
+               was handed carried upstream: per round, ``<<id, call its content answers>>``
+``wireRes``    the same of c's last request on the upstream wire
+``request``    the client's last request (``none``, ``ok``, ``missing``, ``unknown``,
+               ``duplicated``: its tool_results against the history's obligations)
+``signedBy``   ``1`` when an id of the client's history verifies with the gateway's
+               secret, else ``0``; and, shared, ``key`` = ``oldest`` = 1 (one key)
+=============  ==================================================================
+
 Ids are abstract ``<<c, t>>``: a wire id through its own text (``call_KEY_T_N``), a
 client-side id through the wire id it stands for (TPX: the signed id verified with the
 gateway's secret and decoded; ANTHROPIC: the id itself); an id of neither kind is
