@@ -35,7 +35,8 @@ whose spec variables are sets of ids, sees none of them (``property`` ``""``):
   tool_results before translating: the upstream gets ``("call_A", "output of B")``, plain
   and streamed, both providers (two parallel calls);
 * ``ids_permuted`` -- the ids handed to the client (TPX: the signed ones) are rotated among
-  a plain reply's tool_use blocks: each id on another call's name and input;
+  a reply's tool_use blocks (a streamed one: among those of one batch of events): each id
+  on another call's name and input;
 * ``earlier_results_dropped`` -- the pass-through (ANTHROPIC) drops the tool_results of
   every user turn but the last (a history with two tool rounds);
 * ``results_in_order`` -- the exchange's pairing check compares the answered ids, unsorted,
@@ -229,7 +230,23 @@ def _ids_permuted(mp: pytest.MonkeyPatch) -> None:
         for block, i in zip(uses, ids[1:] + ids[:1], strict=True):
             block["id"] = i
 
+    real_render = tpx.gateway.turn.Turn._render
+
+    def rotated_events(self: Any, events: list[dict[str, Any]]) -> bytes:
+        starts = [
+            k
+            for k, e in enumerate(events)
+            if e.get("type") == "content_block_start"
+            and (e.get("content_block") or {}).get("type") == "tool_use"
+        ]
+        ids = [events[k]["content_block"]["id"] for k in starts]
+        events = list(events)
+        for k, i in zip(starts, ids[1:] + ids[:1], strict=True):
+            events[k] = {**events[k], "content_block": {**events[k]["content_block"], "id": i}}
+        return real_render(self, events)
+
     mp.setattr(tpx.gateway.turn.Turn, "_sign_message", rotated)
+    mp.setattr(tpx.gateway.turn.Turn, "_render", rotated_events)
 
 
 def _results_in_order(mp: pytest.MonkeyPatch) -> None:

@@ -135,12 +135,8 @@ def test_the_monitor_over_http_stops_what_it_can_see(http_harness: Harness, name
         assert bug.replay in caught.violated, str(caught)
 
 
-#: the bugs of a plain reply only (the others show in streamed exchanges too)
-PLAIN_ONLY = frozenset({"ids_permuted"})
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(set(CASES) - PLAIN_ONLY))
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_http_replay_catches_the_seeded_bug_streamed(http_harness: Harness, name: str) -> None:
     """Every request streamed: each bug is caught the same way."""
     caught, _, _, _ = _first_failure(http_harness, name, streaming=True)
