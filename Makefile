@@ -29,13 +29,15 @@ graphviz:
 	  echo "installing graphviz (dot)"; \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq graphviz >/dev/null; }
 
-## Model-check the seed spec with TLC (the main job), then the gateway spec and its
-## refinement check (GatewayRetry = FALSE: each conversation is a behaviour of the seed).
+## Model-check the seed spec with TLC (the main job), then the gateway spec on its deep cfgs
+## (two tool ids, three turns, two conversations; docs/specs.md): GatewayRetry = TRUE with key
+## rotation, and the refinement check (GatewayRetry = FALSE: each conversation is a behaviour
+## of the seed). The shipped small cfgs are checked by the tests.
 GATEWAY_SPEC ?= spec/TpxGateway.tla
 tlc: $(STAMP)
 	$(VENV)/bin/tpx tlc $(SPEC) --config $(CFG) --workers 1
-	$(VENV)/bin/tpx tlc $(GATEWAY_SPEC) --config spec/TpxGateway.cfg --workers 1
-	$(VENV)/bin/tpx tlc $(GATEWAY_SPEC) --config spec/TpxGatewayRefinement.cfg --workers 1
+	$(VENV)/bin/tpx tlc $(GATEWAY_SPEC) --config spec/TpxGatewayDeep.cfg --workers 1
+	$(VENV)/bin/tpx tlc $(GATEWAY_SPEC) --config spec/TpxGatewayRefinementDeep.cfg --workers 1
 
 ## Explore the same spec with the Python mirror.
 explore: $(STAMP)

@@ -77,11 +77,12 @@ def test_small_cfg_every_behaviour_over_http(http_harness: Harness) -> None:
 
 
 def test_retry_cfg_every_behaviour_over_http(http_harness: Harness) -> None:
-    """One conversation, ToolIds = {t1}, MaxTurns = 3: all 664 behaviours, retries of turns
-    that carry tool_results among them (147 states, 268 edges)."""
+    """One conversation, ToolIds = {t1}, MaxTurns = 3: all 766 behaviours, retries of turns
+    that carry tool_results among them (210 states, 397 edges; a refusal is one edge per
+    way the request is wrong)."""
     graph = mirror_graph(RETRY)
     behaviours = all_behaviours(graph)
-    assert len(behaviours) == 664
+    assert len(behaviours) == 766
     with_results = [
         b
         for b in behaviours
@@ -92,11 +93,11 @@ def test_retry_cfg_every_behaviour_over_http(http_harness: Harness) -> None:
 
 
 def test_two_tools_cfg_every_behaviour_over_http(http_harness: Harness) -> None:
-    """One conversation, ToolIds = {t1, t2}, MaxTurns = 2: all 184 behaviours, replies with
+    """One conversation, ToolIds = {t1, t2}, MaxTurns = 2: all 202 behaviours, replies with
     two parallel calls answered in either order (the binding of each result to its call)."""
     graph = mirror_graph(TWO_TOOLS)
     behaviours = all_behaviours(graph)
-    assert len(behaviours) == 184
+    assert len(behaviours) == 202
     _replay_all(http_harness, "gateway HTTP, two tools cfg, all", TWO_TOOLS, graph, behaviours)
 
 
@@ -114,8 +115,8 @@ def test_small_cfgs_every_behaviour_in_each_mode(http_harness: Harness, mode: st
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_shipped_cfg_edge_cover_over_http(http_harness: Harness, mode: str) -> None:
-    """spec/TpxGateway.cfg: a minimum edge cover (1,756 behaviours: proven minimum by its
-    min-flow certificate) of 1,935 states and 5,542 edges."""
+    """spec/TpxGateway.cfg: a minimum edge cover (2,084 behaviours: proven minimum by its
+    min-flow certificate) of 2,251 states and 6,402 edges."""
     graph = mirror_graph(SHIPPED)
     behaviours = cover_behaviours(graph)
     assert len(behaviours) == len(edge_cover_certificate(graph))
@@ -133,7 +134,7 @@ def test_shipped_cfg_edge_cover_over_http(http_harness: Harness, mode: str) -> N
 @pytest.mark.slow
 def test_larger_cfg_edge_cover_over_http(http_harness: Harness) -> None:
     """Convs = {c1, c2}, ToolIds = {t1, t2}, MaxTurns = 2, MaxInFlight = 2: a minimum edge
-    cover (9,880 behaviours) of 11,295 states and 29,390 edges (parallel tool calls,
+    cover (12,928 behaviours) of 13,611 states and 35,498 edges (parallel tool calls,
     answered in either order), every second behaviour streamed."""
     graph = mirror_graph(LARGER)
     behaviours = cover_behaviours(graph)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import signal
 import sys
 import time
@@ -250,6 +251,11 @@ def _mirror_checks(spec: Path, cfg: Path) -> tuple[Any, Any]:
     return config, checked
 
 
+def _refines(step: Any, config: Any, s: Any, t: Any) -> bool:
+    """A refinement step property of the gateway mirror, on the step s -> t."""
+    return bool(step(s, t, config))
+
+
 def _explore_gateway(
     config: Any, checked: Any, check_deadlock: bool, progress: Any
 ) -> ExploreResult:
@@ -260,22 +266,27 @@ def _explore_gateway(
     from tpx.model.explore import Verdict
     from tpx.model.gateway import INVARIANTS as GW_INVARIANTS
     from tpx.model.gateway import PROPERTIES as GW_PROPERTIES
-    from tpx.model.gateway import Init, State
+    from tpx.model.gateway import Init
     from tpx.model.gateway.explore import explore as explore_gateway
-    from tpx.model.gateway.refinement import RefinementInit, RefinementStep
+    from tpx.model.gateway.refinement import (
+        RefinementInit,
+        RefinementStep,
+        RefinementUpToErrorsStep,
+    )
 
     invariants = [(n, f) for n, f in GW_INVARIANTS if n in checked.invariants]
     properties = [(n, f) for n, f in GW_PROPERTIES if n in checked.properties]
-    if "Refinement" in checked.properties:
-
-        def refinement(s: State, t: State) -> bool:
-            return RefinementStep(s, t, config)
-
-        properties.append(("Refinement", refinement))
+    for name, step in (
+        ("Refinement", RefinementStep),
+        ("RefinementUpToErrors", RefinementUpToErrorsStep),
+    ):
+        if name not in checked.properties:
+            continue
+        properties.append((name, functools.partial(_refines, step, config)))
         if not all(RefinementInit(s, config) for s in Init(config)):
             return attrs.evolve(
                 explore_gateway(config, check_deadlock=False, next=lambda s, c: ()),
-                verdict=Verdict("action_property", "Refinement"),
+                verdict=Verdict("action_property", name),
             )
     return explore_gateway(
         config,

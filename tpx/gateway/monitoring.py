@@ -1,8 +1,9 @@
 """``tpx serve --monitor``: every exchange's spec actions checked live against the gateway mirror.
 
 One :class:`LiveMonitor` per gateway process wraps a
-:class:`tpx.model.gateway.monitor.GatewayMonitor` (keyed by request id: one exchange per
-conversation, which the stateless gateway can always name). The core calls
+:class:`tpx.model.gateway.monitor.GatewayMonitor` (keyed by request id: one exchange,
+which the stateless gateway can always name; two requests of one conversation at once
+resume with the same history and are no cross-pairing). The core calls
 :meth:`LiveMonitor.start` (``Resume``: the history's obligations) before the exchange's
 first step, feeds every exchange action through :meth:`LiveMonitor.observer` (with the
 history's obligations, so a ProviderFail / CallerAbort keeps them as the gateway spec

@@ -11,6 +11,8 @@ ROOT = Path(__file__).resolve().parents[3]
 SPEC = ROOT / "spec" / "TpxGateway.tla"
 CFG = ROOT / "spec" / "TpxGateway.cfg"
 REFINEMENT_CFG = ROOT / "spec" / "TpxGatewayRefinement.cfg"
+DEEP_CFG = ROOT / "spec" / "TpxGatewayDeep.cfg"
+REFINEMENT_DEEP_CFG = ROOT / "spec" / "TpxGatewayRefinementDeep.cfg"
 MUTANTS = ROOT / "spec" / "mutants" / "gateway"
 
 

@@ -18,6 +18,7 @@ from tpx.model.gateway import (
     Config,
     Deliver,
     Init,
+    PairingInv,
     ProviderFail,
     ProviderReply,
     Retry,
@@ -28,6 +29,8 @@ from tpx.model.gateway import (
 from tpx.model.gateway import actions as actions_module
 from tpx.model.gateway import invariants as invariants_module
 from tpx.model.gateway import state as state_module
+from tpx.model.gateway.actions import CallerAbortWith, Rotate
+from tpx.model.gateway.invariants import RefusesOnlyWrong
 from tpx.model.gateway.refinement import refinement_counterexample
 from tpx.values import Function, ModelValue
 
@@ -104,6 +107,7 @@ def test_config_reads_the_shipped_cfgs() -> None:
         ({"GatewayRetry": 1}, "GatewayRetry"),
         ({"ToolIds": frozenset({"t1"})}, "ToolIds"),
         ({"TPX": ModelValue("ANTHROPIC")}, "distinct"),
+        ({"MaxKeys": 0}, "MaxKeys"),
     ],
 )
 def test_config_refuses_bad_constants(change: dict[str, object], match: str) -> None:
@@ -113,6 +117,7 @@ def test_config_refuses_bad_constants(change: dict[str, object], match: str) -> 
         "MaxTurns": 1,
         "MaxInFlight": 1,
         "GatewayRetry": True,
+        "MaxKeys": 1,
     }
     with pytest.raises(SpecConfigError, match=match):
         Config.from_constants({**constants, **change})
@@ -161,15 +166,19 @@ def test_seed_semantics_when_gateway_retry_is_off() -> None:
     assert failed.pending[C1] == frozenset()
     assert not failed.retryable[C1]
     assert list(Retry(failed, C1, cfg)) == []
-    assert one(CallerAbort(s, C1, cfg)).pending[C1] == frozenset()
+    refusals = list(CallerAbort(s, C1, cfg))  # one per wrong request
+    assert {t.request[C1] for t in refusals} == {"missing", "unknown", "duplicated"}
+    assert all(t.pending[C1] == t.calls[C1] == frozenset() for t in refusals)
     assert list(CallerAbort(tpx_init(cfg), C1, cfg)) == []  # the seed's guard: pending # {}
 
 
 def test_a_refused_request_changes_no_obligation_and_the_client_may_answer_after() -> None:
     cfg = Config.of(2, 1, 3)
     s = tool_turn(cfg)
-    refused = one(CallerAbort(s, C1, cfg))
+    refused = one(CallerAbortWith(s, C1, cfg, "missing"))
+    assert refused.request[C1] == "missing"
     assert refused.pending == s.pending
+    assert refused.calls == s.calls
     assert refused.wireIds == s.wireIds
     assert refused.lastOutcome[C1] == "err"
     assert refused.turn[C1] == s.turn[C1] + 1
@@ -212,9 +221,9 @@ def test_states_round_trip_through_records() -> None:
 def test_shipped_cfg_figures() -> None:
     r = explore(Config.from_cfg(CFG))
     assert r.ok
-    assert (r.initial, r.generated, r.distinct, r.depth) == (4, 5546, 1935, 13)
+    assert (r.initial, r.generated, r.distinct, r.depth) == (4, 6406, 2251, 13)
     r = explore(Config.from_cfg(REFINEMENT_CFG))
-    assert (r.initial, r.generated, r.distinct, r.depth) == (4, 4166, 1596, 13)
+    assert (r.initial, r.generated, r.distinct, r.depth) == (4, 4910, 1884, 13)
 
 
 def test_refinement_holds_without_the_gateway_differences_only() -> None:
@@ -226,3 +235,59 @@ def test_refinement_holds_without_the_gateway_differences_only() -> None:
     # the first difference BFS meets: a refusal without obligations (seed: pending # {})
     assert action == "CallerAbort"
     assert s.pending == t.pending
+
+
+def two_rounds(cfg: Config) -> State:
+    """c1 answered one tool call, was handed another, and sends its third request."""
+    s = tool_turn(cfg)
+    s = one(CallerSend(s, C1, cfg))
+    s = next(t for t in ProviderReply(s, C1, cfg) if t.emitted[C1])
+    return one(CallerSend(one(Deliver(s, C1, cfg)), C1, cfg))
+
+
+def test_a_request_carries_every_round_each_result_on_its_call() -> None:
+    cfg = Config.of(2, 2, 3)
+    s = two_rounds(cfg)
+    assert PairingInv(s, cfg)
+    assert len(s.wireRes[C1]) == 2  # both answered rounds go upstream
+    assert all(i == k for r in s.wireRes[C1] for i, k in r)
+    (first, *_), last = sorted(s.wireRes[C1][0]), s.wireRes[C1][-1]
+    # a translation that keeps only the last round's results
+    assert not PairingInv(attrs.evolve(s, wireRes=Function({C1: (last,), C2: ()})), cfg)
+    # two results of one round swapped: each id answers the other's call
+    calls = sorted(s.calls[C1])
+    if len(calls) == 2:
+        (a, _), (b, _) = calls
+        swapped = frozenset({(a, b), (b, a)})
+        bad = attrs.evolve(s, wireRes=Function({C1: (*s.wireRes[C1][:-1], swapped), C2: ()}))
+        assert not PairingInv(bad, cfg)
+    # ids handed out on each other's calls
+    i = first[0]
+    other = (C1, ModelValue("t2" if i[1] == ModelValue("t1") else "t1"))
+    moved = attrs.evolve(s, calls=Function({C1: frozenset({(i, other)}), C2: frozenset()}))
+    assert not PairingInv(moved, cfg)
+
+
+def test_a_retired_key_makes_every_request_of_its_history_wrong() -> None:
+    cfg = Config.of(2, 1, 3, max_keys=2)
+    s = tool_turn(cfg)
+    assert s.signedBy[C1] == 1
+    kept, retired = sorted(Rotate(s, cfg), key=lambda t: t.oldest)
+    assert (kept.key, kept.oldest, retired.oldest) == (2, 1, 2)
+    assert one(CallerSend(kept, C1, cfg)).request[C1] == "ok"  # the older key still verifies
+    assert list(CallerSend(retired, C1, cfg)) == []
+    assert [t.request[C1] for t in CallerAbort(retired, C1, cfg)] == ["retired"]
+    # new ids are signed with the current key; c2's history holds none
+    assert retired.signedBy[C2] == 0
+    assert one(CallerSend(retired, C2, cfg)).request[C2] == "ok"
+
+
+def test_only_a_wrong_request_is_refused() -> None:
+    cfg = Config.of(2, 1, 3)
+    s = tool_turn(cfg)
+    for t in CallerAbort(s, C1, cfg):
+        assert RefusesOnlyWrong(s, t)
+        assert not RefusesOnlyWrong(s, attrs.evolve(t, request=Function({C1: "ok", C2: "none"})))
+    sent = one(CallerSend(s, C1, cfg))
+    assert RefusesOnlyWrong(s, sent)
+    assert RefusesOnlyWrong(sent, one(ProviderFail(sent, C1, cfg)))

@@ -333,9 +333,10 @@ def test_to_wire_compares_caller_ids_through_the_bijection() -> None:
         )
         is None
     )
-    stolen = m2.observe(C2, "Resume", {**m2.trace(C1)[0], "pending": ["k-n1-call_0"]})
-    assert stolen is not None
-    assert stolen.property == "NoCrossPairing"
+    # a second request of the same conversation (same history) while the first is in
+    # flight: both hold the history's ids, no cross-pairing
+    again = m2.observe(C2, "Resume", {**m2.trace(C1)[0], "pending": ["k-n1-call_0"]})
+    assert again is None
     wrong = GatewayMonitor(provider="TPX", to_wire=wire_of)
     start(wrong, C1, ["k-n1-call_0"])
     bad = step(wrong, C1, "CallerSend", phase="req", reqIds=["k-n1-call_0"], wireIds=["call_9"])
@@ -412,3 +413,34 @@ def test_to_wire_counts_a_wire_id_the_provider_repeats() -> None:
     again = twice.observe(C1, "Resume", {**twice.trace(C1)[0], "pending": ["k-n1-", "k-n1-"]})
     assert again is not None
     assert again.property == "TypeOK"
+
+
+def test_requests_of_one_conversation_at_once_are_no_cross_pairing() -> None:
+    """A client's timeout retry (or a forked history) while the first request is in
+    flight: two live exchanges resume with the same history's obligations. Each gets its
+    own reply; neither is a violation, and each closes on its own."""
+    m = monitor()
+    for key in ("first", "retry"):
+        start(m, key, ["tpx-a"])
+        sent = step(m, key, "CallerSend", phase="req", wireShape="openai", reqIds=["tpx-a"],
+                    wireIds=["tpx-a"])  # fmt: skip
+        assert sent is None
+    assert m.in_flight == 2
+    for key, minted in (("first", "tpx-b"), ("retry", "tpx-c")):
+        reply = step(m, key, "ProviderReply", phase="resp", wireIds=[minted], emitted=[minted])
+        assert reply is None
+        got = step(m, key, "Deliver", phase="idle", pending=[minted], lastOutcome="ok", turn=1)
+        assert got is None
+    m.forget("first")
+    start(m, "next", ["tpx-a"])
+    # an id a live request's provider minted is that request's alone
+    stolen = m.observe("other", "Resume", {**m.trace("next")[0], "pending": ["tpx-c"]})
+    assert stolen is not None
+    assert stolen.property == "NoCrossPairing"
+    # and no conversation takes another's history id after it started (a reply handing
+    # out an id of another live conversation's history)
+    start(m, "third")
+    assert step(m, "third", "CallerSend", phase="req", wireShape="openai") is None
+    leak = step(m, "third", "ProviderReply", phase="resp", wireIds=["tpx-a"], emitted=["tpx-a"])
+    assert leak is not None
+    assert (leak.property, leak.action) == ("NoCrossPairing", "ProviderReply")

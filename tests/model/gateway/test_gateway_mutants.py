@@ -6,19 +6,21 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Iterator
-from itertools import chain, combinations, pairwise
+from itertools import chain, combinations, pairwise, permutations
 
 import attrs
 import pytest
 
 from tpx.model.gateway import actions as A
 from tpx.model.gateway import explore
-from tpx.model.gateway.actions import Halted, Init
-from tpx.model.gateway.state import EXCEPT, Config, InFlight, State
+from tpx.model.gateway.actions import Halted, Init, Rotate
+from tpx.model.gateway.invariants import PROPERTIES
+from tpx.model.gateway.refinement import RefinementUpToErrorsStep
+from tpx.model.gateway.state import EXCEPT, Config, InFlight, State, ToolId, WrongOf
 from tpx.tlc import load_cfg, run_tlc
 from tpx.values import ModelValue
 
-from .conftest import CFG, MUTANTS, SPEC
+from .conftest import CFG, DEEP_CFG, MUTANTS, SPEC
 
 ConvAction = Callable[[State, ModelValue, Config], Iterator[State]]
 
@@ -50,7 +52,11 @@ def cross_pairing_reply(s: State, c: ModelValue, cfg: Config) -> Iterator[State]
 
 def losing_fail(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
     for t in A.ProviderFail(s, c, cfg):
-        yield attrs.evolve(t, pending=EXCEPT(t.pending, c, frozenset()))
+        yield attrs.evolve(
+            t,
+            pending=EXCEPT(t.pending, c, frozenset()),
+            calls=EXCEPT(t.calls, c, frozenset()),
+        )
 
 
 def drifting_fail(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
@@ -68,6 +74,48 @@ def unissued_send(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
             )
 
 
+def _permutations(ids: frozenset[ToolId]) -> Iterator[dict[ToolId, ToolId]]:
+    items = sorted(ids)
+    return (dict(zip(items, perm, strict=True)) for perm in permutations(items))
+
+
+def permuting_deliver(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
+    for t in A.Deliver(s, c, cfg):
+        for perm in _permutations(s.wireIds[c]):
+            yield attrs.evolve(t, calls=EXCEPT(t.calls, c, frozenset(perm.items())))
+
+
+def swapping_send(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
+    for t in A.CallerSend(s, c, cfg):
+        for perm in _permutations(s.pending[c]):
+            rounds = s.hist[c] if not s.calls[c] else (*s.hist[c], frozenset(perm.items()))
+            yield attrs.evolve(t, wireRes=EXCEPT(t.wireRes, c, rounds))
+
+
+def dropping_send(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
+    for t in A.CallerSend(s, c, cfg):
+        rounds = () if not s.calls[c] else (s.calls[c],)
+        yield attrs.evolve(t, wireRes=EXCEPT(t.wireRes, c, rounds))
+
+
+def correct_refusing_abort(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
+    wrong = min(WrongOf(s, c))  # CallerAbort's guard and effect, but for the request
+    for r in sorted(WrongOf(s, c) | {"ok"}):
+        for t in A.CallerAbortWith(s, c, cfg, wrong):
+            yield attrs.evolve(t, request=EXCEPT(t.request, c, r))
+
+
+def retired_send(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
+    verified = attrs.evolve(s, signedBy=EXCEPT(s.signedBy, c, 0))  # the guard without Verifies
+    for t in A.CallerSend(verified, c, cfg):
+        yield attrs.evolve(t, signedBy=s.signedBy)
+
+
+def wire_clearing_abort(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
+    for t in A.CallerAbort(s, c, cfg):
+        yield attrs.evolve(t, wireIds=EXCEPT(t.wireIds, c, frozenset()))
+
+
 def slot_taking_deliver(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
     if InFlight(s) < cfg.MaxInFlight:
         yield from A.Deliver(s, c, cfg)
@@ -76,6 +124,22 @@ def slot_taking_deliver(s: State, c: ModelValue, cfg: Config) -> Iterator[State]
 CASES: dict[str, tuple[str, str, ConvAction, str | None]] = {
     # mutant: (replaced action, verdict kind, mirror's replacement, property)
     "MutGwCrossPairing": ("ProviderReply", "invariant", cross_pairing_reply, "NoCrossPairing"),
+    "MutGwPermutedIds": ("Deliver", "invariant", permuting_deliver, "PairingInv"),
+    "MutGwSwappedResults": ("CallerSend", "invariant", swapping_send, "PairingInv"),
+    "MutGwDroppedRounds": ("CallerSend", "invariant", dropping_send, "PairingInv"),
+    "MutGwRefusesCorrect": (
+        "CallerAbort",
+        "action_property",
+        correct_refusing_abort,
+        "RefusesOnlyWrong",
+    ),
+    "MutGwRetiredAccepted": ("CallerSend", "action_property", retired_send, "SendsOnlyCorrect"),
+    "MutGwRefusalOnWire": (
+        "CallerAbort",
+        "action_property",
+        wire_clearing_abort,
+        "RefinementUpToErrors",
+    ),
     "MutGwRetryLoses": ("ProviderFail", "invariant", losing_fail, "RetryInv"),
     "MutGwSelectionDrift": (
         "ProviderFail",
@@ -87,6 +151,24 @@ CASES: dict[str, tuple[str, str, ConvAction, str | None]] = {
     "MutGwDeadlock": ("Deliver", "deadlock", slot_taking_deliver, None),
 }
 EXIT = {"invariant": 12, "action_property": 13, "deadlock": 11}
+#: The mutants whose counterexample needs two tool ids and three turns, or a second key
+#: (the deep cfg).
+DEEP = frozenset(
+    {"MutGwPermutedIds", "MutGwSwappedResults", "MutGwDroppedRounds", "MutGwRetiredAccepted"}
+)
+
+
+def cfg_of(name: str) -> Config:
+    return Config.from_cfg(DEEP_CFG if name in DEEP else CFG)
+
+
+def properties_of(cfg: Config) -> list[tuple[str, Callable[[State, State], bool]]]:
+    """The step properties the shipped cfgs name, RefinementUpToErrors included."""
+
+    def up_to_errors(s: State, t: State) -> bool:
+        return RefinementUpToErrorsStep(s, t, cfg)
+
+    return [*PROPERTIES, ("RefinementUpToErrors", up_to_errors)]
 
 
 def mutant_steps(name: str) -> Callable[[State, Config], Iterator[tuple[str, State]]]:
@@ -98,6 +180,8 @@ def mutant_steps(name: str) -> Callable[[State, Config], Iterator[tuple[str, Sta
             for n, a in actions:
                 for t in a(s, c, cfg):
                     yield n, t
+        for t in Rotate(s, cfg):
+            yield "Rotate", t
         for t in Halted(s, cfg):
             yield "Halted", t
 
@@ -113,7 +197,7 @@ def test_every_mutant_is_one_documented_change_with_the_shipped_cfg() -> None:
         first, *rest = text.splitlines()
         assert first.startswith("\\* MUTANT of TpxGateway. One change: ")
         assert f"MODULE {name} " in rest[0]
-        assert load_cfg(MUTANTS / f"{name}.cfg") == load_cfg(CFG)
+        assert load_cfg(MUTANTS / f"{name}.cfg") == load_cfg(DEEP_CFG if name in DEEP else CFG)
         body = [rest[0].replace(name, "TpxGateway"), *rest[1:]]
         hunks = [
             op
@@ -131,7 +215,8 @@ def test_every_mutant_is_one_documented_change_with_the_shipped_cfg() -> None:
 @pytest.mark.parametrize("name", list(CASES))
 def test_mirror_rejects_the_mutant_for_its_property(name: str) -> None:
     _, kind, _, prop = CASES[name]
-    result = explore(Config.from_cfg(CFG), next=mutant_steps(name))
+    cfg = cfg_of(name)
+    result = explore(cfg, next=mutant_steps(name), properties=properties_of(cfg))
     assert result.verdict.kind == kind
     assert result.verdict.property == prop
     assert result.trace[0].action == "Init"
@@ -141,16 +226,25 @@ def test_mirror_rejects_the_mutant_for_its_property(name: str) -> None:
 @pytest.mark.parametrize("name", list(CASES))
 def test_tlc_rejects_the_mutant_for_its_property(name: str) -> None:
     _, kind, _, prop = CASES[name]
-    result = run_tlc(MUTANTS / f"{name}.tla", MUTANTS / f"{name}.cfg", workers=1)
-    assert result.verdict.kind == kind
-    assert result.verdict.property == prop
+    spec = MUTANTS / f"{name}.tla"
+    result = run_tlc(spec, MUTANTS / f"{name}.cfg", workers=1)
     assert result.exit_code == EXIT[kind]
+    if prop == "RefinementUpToErrors":  # TLC names its step conjunct by its location
+        line = next(
+            i
+            for i, text in enumerate(spec.read_text().splitlines(), 1)
+            if "[Seed(c)!Next]_(Seed(c)!vars) \\/ KeepsObligations(c)" in text
+        )
+        assert f"line {line}," in str(result.verdict)
+    else:
+        assert result.verdict.kind == kind
+        assert result.verdict.property == prop
     # TLC's counterexample is a behaviour of the mirror's mutant
-    cfg = Config.from_cfg(CFG)
+    cfg = cfg_of(name)
     states = [State.from_record(step.state) for step in result.trace]
     assert states[0] in set(Init(cfg))
     nxt = mutant_steps(name)
     for (s, t), step in zip(pairwise(states), result.trace[1:], strict=True):
         assert (step.action, t) in set(nxt(s, cfg)), (name, step.action)
-    mirror = explore(cfg, next=nxt)
+    mirror = explore(cfg, next=nxt, properties=properties_of(cfg))
     assert len(mirror.trace) == len(result.trace)  # both BFS: shortest counterexamples

@@ -2,12 +2,13 @@
 
 Read it side by side with the spec (its header table maps spec lines to these names):
 
-* :mod:`tpx.model.gateway.state`      -- CONSTANTS (:class:`Config`), the 13 VARIABLES
-  (:class:`State`), ``Ids``, ``AllIds``, ``Select``, ``NativeShape``, ``InFlight``;
-* :mod:`tpx.model.gateway.actions`    -- ``Init``, the 8 per-conversation actions and
-  ``Halted``, each a pure function yielding successor states; ``Next``;
+* :mod:`tpx.model.gateway.state`      -- CONSTANTS (:class:`Config`), the 20 VARIABLES
+  (:class:`State`), ``Ids``, ``AllIds``, ``Select``, ``NativeShape``, ``InFlight`` and the
+  binding's operators (``Keys``, ``Bound``, ``Rounds``, ``Verifies``, ``WrongOf``, ...);
+* :mod:`tpx.model.gateway.actions`    -- ``Init``, the 8 per-conversation actions,
+  ``Rotate`` and ``Halted``, each a pure function yielding successor states; ``Next``;
 * :mod:`tpx.model.gateway.invariants` -- ``TypeOK`` ... ``RetryInv`` (in :data:`INVARIANTS`)
-  and ``SelectionStable`` on a step;
+  and ``SelectionStable``, ``RefusesOnlyWrong``, ``SendsOnlyCorrect`` on a step;
 * :mod:`tpx.model.gateway.explore`    -- BFS explorer reporting TLC's figures;
 * :mod:`tpx.model.gateway.refinement` -- the projection onto the seed and the refinement check;
 * :mod:`tpx.model.gateway.conversation` -- the spec read on one conversation (the
@@ -36,6 +37,7 @@ from tpx.model.gateway.actions import (
     ProviderFail,
     ProviderReply,
     Retry,
+    Rotate,
     Steps,
 )
 from tpx.model.gateway.explore import explore
@@ -46,9 +48,11 @@ from tpx.model.gateway.invariants import (
     CredsUnchanged,
     NoCrossPairing,
     PairingInv,
+    RefusesOnlyWrong,
     RetryInv,
     SelectionInv,
     SelectionStable,
+    SendsOnlyCorrect,
     ShapeInv,
     TypeOK,
 )
@@ -56,12 +60,13 @@ from tpx.model.gateway.state import EXCEPT, PER_CONVERSATION, VARS, Config, InFl
 from tpx.model.registry import MirroredSpec, register
 
 #: spec/TpxGateway.tla, as shipped in tpx/specs and implemented by this package
-#: (``Refinement`` is :mod:`tpx.model.gateway.refinement`, run as a step property).
+#: (``Refinement`` and ``RefinementUpToErrors`` are :mod:`tpx.model.gateway.refinement`,
+#: run as step properties).
 GATEWAY = register(
     MirroredSpec(
         "TpxGateway",
         invariants=tuple(name for name, _ in INVARIANTS),
-        properties=(*(name for name, _ in PROPERTIES), "Refinement"),
+        properties=(*(name for name, _ in PROPERTIES), "Refinement", "RefinementUpToErrors"),
     )
 )
 
@@ -89,10 +94,13 @@ __all__ = [
     "PairingInv",
     "ProviderFail",
     "ProviderReply",
+    "RefusesOnlyWrong",
     "Retry",
     "RetryInv",
+    "Rotate",
     "SelectionInv",
     "SelectionStable",
+    "SendsOnlyCorrect",
     "ShapeInv",
     "State",
     "Steps",

@@ -18,6 +18,7 @@ ProviderFail(c)                       :func:`ProviderFail`
 Deliver(c)                            :func:`Deliver`
 ClientGone(c)                         :func:`ClientGone`
 Retry(c)                              :func:`Retry`
+Rotate                                :func:`Rotate`
 Halted                                :func:`Halted`
 Next (\\E c \\in Convs : ...)           :data:`ACTIONS`, :func:`Steps`, :func:`Next`
 ====================================  ===================================
@@ -30,12 +31,22 @@ from collections.abc import Callable, Iterator
 from attrs import evolve
 
 from tpx.model.common import subsets
-from tpx.model.gateway.state import EXCEPT, Config, InFlight, State, ToolId
+from tpx.model.gateway.state import (
+    EXCEPT,
+    Config,
+    InFlight,
+    Rounds,
+    State,
+    ToolId,
+    Verifies,
+    WrongOf,
+)
 from tpx.values import Function, ModelValue
 
 __all__ = [
     "ACTIONS",
     "CallerAbort",
+    "CallerAbortWith",
     "CallerSend",
     "ClientGone",
     "Deliver",
@@ -47,6 +58,7 @@ __all__ = [
     "ProviderReply",
     "ProviderReplyWith",
     "Retry",
+    "Rotate",
     "Steps",
 ]
 
@@ -65,6 +77,8 @@ def Init(cfg: Config) -> Iterator[State]:
                 hasKey=hasKey,
                 hasToken=hasToken,
                 provider=cfg.Select(hasKey, hasToken),
+                key=1,
+                oldest=1,
                 turn=_all(cfg, 0),
                 phase=_all(cfg, "idle"),
                 pending=_all(cfg, frozenset()),
@@ -75,6 +89,11 @@ def Init(cfg: Config) -> Iterator[State]:
                 gotShape=_all(cfg, "messages"),
                 lastOutcome=_all(cfg, "none"),
                 retryable=_all(cfg, False),
+                calls=_all(cfg, frozenset()),
+                hist=_all(cfg, ()),
+                wireRes=_all(cfg, ()),
+                request=_all(cfg, "none"),
+                signedBy=_all(cfg, 0),
             )
 
 
@@ -84,12 +103,15 @@ def CallerSend(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
         and s.turn[c] < cfg.MaxTurns
         and s.provider != cfg.NONE
         and InFlight(s) < cfg.MaxInFlight
+        and Verifies(s, c)
     ):
         yield evolve(
             s,
             reqIds=EXCEPT(s.reqIds, c, s.pending[c]),
             wireShape=EXCEPT(s.wireShape, c, cfg.NativeShape(s.provider)),
             wireIds=EXCEPT(s.wireIds, c, s.pending[c]),
+            wireRes=EXCEPT(s.wireRes, c, Rounds(s, c)),
+            request=EXCEPT(s.request, c, "ok"),
             phase=EXCEPT(s.phase, c, "req"),
             retryable=EXCEPT(s.retryable, c, False),
         )
@@ -102,10 +124,26 @@ def CallerAbort(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
         and s.provider != cfg.NONE
         and (cfg.GatewayRetry or s.pending[c])
     ):
+        for r in sorted(WrongOf(s, c)):
+            yield from CallerAbortWith(s, c, cfg, r)
+
+
+def CallerAbortWith(s: State, c: ModelValue, cfg: Config, r: str) -> Iterator[State]:
+    """CallerAbort(c) for one witness *r* of ``\\E r \\in WrongOf(c)`` (the guard is
+    :func:`CallerAbort`'s; the monitor passes the request it read)."""
+    if (
+        s.phase[c] == "idle"
+        and s.turn[c] < cfg.MaxTurns
+        and s.provider != cfg.NONE
+        and (cfg.GatewayRetry or s.pending[c])
+        and r in WrongOf(s, c)
+    ):
         yield evolve(
             s,
+            request=EXCEPT(s.request, c, r),
             lastOutcome=EXCEPT(s.lastOutcome, c, "err"),
             pending=s.pending if cfg.GatewayRetry else EXCEPT(s.pending, c, frozenset()),
+            calls=s.calls if cfg.GatewayRetry else EXCEPT(s.calls, c, frozenset()),
             turn=EXCEPT(s.turn, c, s.turn[c] + 1),
             retryable=EXCEPT(s.retryable, c, False),
         )
@@ -146,6 +184,7 @@ def _fail(s: State, c: ModelValue, cfg: Config) -> State:
         s,
         lastOutcome=EXCEPT(s.lastOutcome, c, "err"),
         pending=s.pending if cfg.GatewayRetry else EXCEPT(s.pending, c, frozenset()),
+        calls=s.calls if cfg.GatewayRetry else EXCEPT(s.calls, c, frozenset()),
         phase=EXCEPT(s.phase, c, "idle"),
         turn=EXCEPT(s.turn, c, s.turn[c] + 1),
         retryable=EXCEPT(s.retryable, c, cfg.GatewayRetry),
@@ -169,11 +208,14 @@ def Retry(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
         and s.phase[c] == "idle"
         and s.turn[c] < cfg.MaxTurns
         and InFlight(s) < cfg.MaxInFlight
+        and Verifies(s, c)
     ):
         yield evolve(
             s,
             wireShape=EXCEPT(s.wireShape, c, cfg.NativeShape(s.provider)),
             wireIds=EXCEPT(s.wireIds, c, s.reqIds[c]),
+            wireRes=EXCEPT(s.wireRes, c, Rounds(s, c)),
+            request=EXCEPT(s.request, c, "ok"),
             phase=EXCEPT(s.phase, c, "req"),
             retryable=EXCEPT(s.retryable, c, False),
         )
@@ -182,14 +224,27 @@ def Retry(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
 def Deliver(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
     if s.phase[c] == "resp":
         shape = s.wireShape[c]
+        ids = s.wireIds[c]
+        signed = s.signedBy[c]
         yield evolve(
             s,
             gotShape=EXCEPT(s.gotShape, c, "messages" if shape == "openai" else shape),
-            pending=EXCEPT(s.pending, c, s.wireIds[c]),
+            pending=EXCEPT(s.pending, c, ids),
+            calls=EXCEPT(s.calls, c, frozenset((i, i) for i in ids)),
+            hist=EXCEPT(s.hist, c, s.wireRes[c]),
+            signedBy=EXCEPT(
+                s.signedBy, c, s.key if s.provider == cfg.TPX and ids and signed == 0 else signed
+            ),
             lastOutcome=EXCEPT(s.lastOutcome, c, "ok"),
             phase=EXCEPT(s.phase, c, "idle"),
             turn=EXCEPT(s.turn, c, s.turn[c] + 1),
         )
+
+
+def Rotate(s: State, cfg: Config) -> Iterator[State]:
+    if s.provider == cfg.TPX and s.key < cfg.MaxKeys:
+        for oldest in range(s.oldest, s.key + 2):
+            yield evolve(s, key=s.key + 1, oldest=oldest)
 
 
 def Halted(s: State, cfg: Config) -> Iterator[State]:
@@ -212,11 +267,13 @@ ACTIONS: tuple[tuple[str, ConvAction], ...] = (
 
 def Steps(s: State, cfg: Config) -> Iterator[tuple[str, ModelValue | None, State]]:
     """Every (action name, conversation, successor) ``Next`` allows from *s*; the
-    conversation is ``None`` for Halted."""
+    conversation is ``None`` for Rotate and Halted."""
     for c in cfg.Convs:
         for name, action in ACTIONS:
             for t in action(s, c, cfg):
                 yield name, c, t
+    for t in Rotate(s, cfg):
+        yield "Rotate", None, t
     for t in Halted(s, cfg):
         yield "Halted", None, t
 

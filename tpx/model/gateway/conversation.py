@@ -106,6 +106,10 @@ class Context(NamedTuple):
     foreign: tuple[str, Hashable] | None = None
     """An id of this conversation's state that another live conversation holds (its first,
     with that conversation), or ``None``: the part of NoCrossPairing that is not local."""
+    verifies: bool = True
+    """``Verifies(c)``: every id of the conversation's history is signed by a key still
+    accepted (the shared keys and the history's ``signedBy``; the gateway refuses a
+    request whose ids do not verify before any step, so its monitor passes ``True``)."""
 
 
 def idset(ids: Any) -> Ids:
@@ -173,6 +177,7 @@ def CallerSend(s: ConvState, g: Context) -> ConvState | None:
         and s.turn < g.MaxTurns
         and s.provider != "NONE"
         and InFlight(s, g) < g.MaxInFlight
+        and g.verifies
     ):
         return EXCEPT(
             s,
@@ -245,6 +250,7 @@ def Retry(s: ConvState, g: Context) -> ConvState | None:
         and s.phase == "idle"
         and s.turn < g.MaxTurns
         and InFlight(s, g) < g.MaxInFlight
+        and g.verifies
     ):
         return EXCEPT(
             s, wireShape=NativeShape(s.provider), wireIds=s.reqIds, phase="req", retryable=False

@@ -8,10 +8,12 @@ carrying the conversation's trace up to and including the offending step. The ga
 
 Events
 ------
-* ``conversation``: any hashable key naming one conversation (one spec instance). The
-  stateless gateway cannot link requests, so the request id (one exchange per
-  conversation) is always a safe key; a longer-lived key works as long as its requests
-  do not overlap.
+* ``conversation``: any hashable key naming one exchange of a conversation (one spec
+  instance). The stateless gateway cannot link requests, so the request id is always a
+  safe key: several requests of one conversation at once (a client's retry while the
+  first is in flight, a forked history) are several keys resuming with the same history,
+  which is legal (see NoCrossPairing below); a longer-lived key works as long as its
+  requests do not overlap.
 * ``action``: ``"Init"`` or ``"Resume"`` to start a conversation, then the spec's
   per-conversation actions (``CallerSend``, ``CallerAbort``, ``NoProvider``,
   ``ProviderReply``, ``ProviderFail``, ``Deliver``, ``ClientGone``, ``Retry``).
@@ -31,8 +33,10 @@ Checks, per event, in this order (the first failure is the violation; its ``prop
 1. the invariants of TpxGateway.cfg on the conversation's new state: ``TypeOK``,
    ``ShapeInv``, ``PairingInv``, ``SelectionInv``, ``BoundedInv`` (with the requests in
    flight across all live conversations when ``max_in_flight`` is set), ``NoCrossPairing``
-   (no id another live conversation's provider emitted, or its history holds, appears in
-   this conversation's variables), ``RetryInv``;
+   per conversation (no id another live conversation's provider emitted appears in this
+   conversation's variables, and no id another live conversation's history holds is taken
+   by this one after it started; histories themselves may share ids: requests of one
+   conversation), ``RetryInv``;
 2. ``SelectionStable``: the shared selection is the boot's;
 3. ``Next``: the step is the named action of the spec from the conversation's previous
    state (the action's successor, with the emitted ids as ProviderReply's witness);
@@ -172,14 +176,15 @@ _READS = 2048
 
 class _Live:
     """A live conversation: its state, its trace, the ids it holds as its own (emitted by
-    its provider, or its history's)."""
+    its provider, or its history's) and those of them its history brought."""
 
-    __slots__ = ("owned", "state", "trace")
+    __slots__ = ("history", "owned", "state", "trace")
 
     def __init__(self, state: ConvState, trace: list[Event], owned: set[str]) -> None:
         self.state = state
         self.trace = trace
         self.owned = owned
+        self.history = frozenset(owned)
 
 
 def _state_of(
@@ -263,7 +268,12 @@ class GatewayMonitor:
         self._init_stable = SelectionStable(self._init, alone)
         self._init_but_pending = (self._init[:5], self._init[6:])
         self._live: dict[Hashable, _Live] = {}
+        #: ids a live conversation took after it started (its provider's): its alone
         self._owner: dict[str, Hashable] = {}
+        #: ids live conversations started with (their histories'), by holder: several
+        #: requests of one conversation (a retry while the first is in flight, a forked
+        #: history) hold the same history at once
+        self._shared: dict[str, set[Hashable]] = {}
         self._contexts: dict[int, Context] = {}  # by the other conversations in flight
         #: the exchange's provider last seen and its name (an enum's ``name`` is a property)
         self._provider_seen: tuple[Any, str] = (None, "")
@@ -309,6 +319,13 @@ class GatewayMonitor:
         for name in live.owned:
             if owner.get(name) == conversation:
                 del owner[name]
+        shared = self._shared
+        for name in live.history:
+            holders = shared.get(name)
+            if holders is not None:
+                holders.discard(conversation)
+                if not holders:
+                    del shared[name]
 
     def same_ids(self, a: Iterable[str], b: Iterable[str]) -> bool:
         """Whether two collections of caller-side tool ids name the same ids on the wire
@@ -386,21 +403,33 @@ class GatewayMonitor:
         self.forget(conversation)
         return Violation(conversation, len(trace), action, prop, message, rendered(trace))
 
-    def _context(self, conversation: Hashable, others: int, fresh: AbstractSet[str]) -> Context:
+    def _context(
+        self, conversation: Hashable, others: int, fresh: AbstractSet[str], start: bool = False
+    ) -> Context:
         """The rest of the gateway as *conversation* sees it, about to hold the *fresh* ids
-        (those it holds already are its own: no other conversation can take them)."""
-        owner = self._owner
-        if owner and fresh:
-            stolen = [i for i in fresh if owner.get(i, conversation) != conversation]
+        (those it holds already are its own: no other conversation can take them).
+
+        NoCrossPairing per conversation: an id another live conversation took after it
+        started (its provider's) is no other's, at a start or later; an id a history brought
+        may be in several live conversations' histories at their *start* (requests of one
+        conversation at once), but none may take it later (*start* False)."""
+        owner, shared = self._owner, self._shared
+        if (owner or shared) and fresh:
+            stolen = [
+                (i, owner[i] if i in owner else min(shared[i] - {conversation}, key=repr))
+                for i in fresh
+                if owner.get(i, conversation) != conversation
+                or (not start and shared.get(i, {conversation}) - {conversation})
+            ]
             if stolen:
-                first = min(stolen)
+                first = min(stolen, key=lambda x: x[0])
                 return Context(
                     self._boot,
                     self._retry,
                     _BIG,
                     self._max_in_flight,
                     others,
-                    (first, owner[first]),
+                    first,
                 )
         g = self._contexts.get(others)
         if g is None:
@@ -565,8 +594,14 @@ class GatewayMonitor:
                 if i in owner:  # another's: a closed conversation's ids are forgotten
                     return False
         self._live[conversation] = _Live(t, [(action, t)], set(names))
-        for i in names:
-            owner[i] = conversation
+        if names:
+            shared = self._shared
+            for i in names:
+                holders = shared.get(i)
+                if holders is None:
+                    shared[i] = {conversation}
+                else:
+                    holders.add(conversation)
         return True
 
     def _accepts(
@@ -639,9 +674,9 @@ class GatewayMonitor:
             names = p[1]
         if names and not names <= owned:  # NoCrossPairing: the ids it takes are no other's
             fresh = names - owned
-            owner = self._owner
+            owner, shared = self._owner, self._shared
             for i in fresh:
-                if owner.get(i, conversation) != conversation:
+                if owner.get(i, conversation) != conversation or i in shared:
                     return False
             for i in fresh:
                 owner[i] = conversation
@@ -731,13 +766,13 @@ class GatewayMonitor:
             self.forget(conversation)
         state, held, retryable = parse(self._init)
         owned = self._held(state, held)
-        g = self._context(conversation, self._in_flight, owned)
+        g = self._context(conversation, self._in_flight, owned, start=True)
         state, found = self._verdict(None, action, state, g, retryable)
         if found is not None:
             return self._violation(conversation, trace, action, *found)
         self._live[conversation] = _Live(state, trace, set(owned))
         for name in owned:
-            self._owner[name] = conversation
+            self._shared.setdefault(name, set()).add(conversation)
         return None
 
     def _step(

@@ -21,8 +21,10 @@ from tpx.model.gateway.state import Config, State
 from tpx.values import ModelValue
 
 __all__ = [
+    "KeepsObligations",
     "RefinementInit",
     "RefinementStep",
+    "RefinementUpToErrorsStep",
     "project",
     "refinement_counterexample",
     "seed_config",
@@ -76,6 +78,38 @@ def RefinementStep(s: State, t: State, cfg: Config) -> bool:
         for c in cfg.Convs:
             a, b = project(s, c), project(t, c)
             if a != b and b not in {u for _, u in seed.Next(a, sc)}:
+                return False
+    except ValueError:
+        return False
+    return True
+
+
+def KeepsObligations(s: State, t: State, c: ModelValue) -> bool:
+    """``KeepsObligations(c)`` on the step s -> t: an error that keeps c's obligations."""
+    return (
+        t.phase[c] == "idle"
+        and t.lastOutcome[c] == "err"
+        and t.turn[c] == s.turn[c] + 1
+        and all(
+            getattr(t, v)[c] == getattr(s, v)[c]
+            for v in ("pending", "reqIds", "wireShape", "wireIds", "emitted", "gotShape")
+        )
+        and (s.hasKey, s.hasToken, s.provider) == (t.hasKey, t.hasToken, t.provider)
+    )
+
+
+def RefinementUpToErrorsStep(s: State, t: State, cfg: Config) -> bool:
+    """``\\A c \\in Convs : [Seed(c)!Next]_(Seed(c)!vars) \\/ KeepsObligations(c)`` on the
+    step s -> t (RefinementUpToErrors' step conjunct; its Init one is RefinementInit)."""
+    sc = seed_config(cfg)
+    try:
+        for c in cfg.Convs:
+            a, b = project(s, c), project(t, c)
+            if (
+                a != b
+                and not KeepsObligations(s, t, c)
+                and b not in {u for _, u in seed.Next(a, sc)}
+            ):
                 return False
     except ValueError:
         return False
