@@ -871,3 +871,28 @@ def test_the_tool_loop_catches_the_seeded_binding_bugs(name: str) -> None:
             problems += rig.turn("reply", ids=ids).problems
     assert problems
     assert problems[0].startswith(f"{check}:"), problems[0]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS, ids=lambda p: p.name)
+def test_the_monitor_names_a_client_leaving_client_gone(provider: Provider, tmp_path: Path) -> None:
+    """The caller stops reading mid-stream: the exchange fails (ProviderFail), and the
+    monitor's trace has the spec's step for it, ClientGone, which keeps the history's
+    obligations; the trace checks against the spec."""
+    with GatewayRig(provider, seed=1, streaming=True, trace_dir=tmp_path) as rig:
+        _ok(rig.turn("reply", ids=("t1", "t2")))
+        req = {**rig.caller.request(), "stream": True}
+        rig.fake.plan_reply(("t1",))
+        with rig.client.stream(
+            "POST", "/v1/messages", content=orjson.dumps(req), headers=AUTH
+        ) as response:
+            assert response.status_code == 200
+            assert next(response.iter_bytes()).startswith(b"event: message_start")
+        assert rig.violations() == 0
+    traces = [orjson.loads(line) for f in sorted(tmp_path.glob("*.jsonl")) for line in
+              f.read_text().splitlines()]  # fmt: skip
+    gone = [e for e in traces if e["#action"] == "ClientGone"]
+    assert len(gone) == 1
+    assert gone[0]["pending"]
+    assert gone[0]["lastOutcome"] == "err"
+    assert not [e for e in traces if e["#action"] == "ProviderFail"]
+    assert main(["check-trace", "--spec", str(SPEC), *map(str, tmp_path.glob("*.jsonl"))]) == 0

@@ -6,8 +6,9 @@ which the stateless gateway can always name; two requests of one conversation at
 resume with the same history and are no cross-pairing). The core calls
 :meth:`LiveMonitor.start` (``Resume``: the history's obligations) before the exchange's
 first step, feeds every exchange action through :meth:`LiveMonitor.observer` (with the
-history's obligations, so a ProviderFail / CallerAbort keeps them as the gateway spec
-says), reports a refusal that took no exchange step as ``CallerAbort`` (:meth:`refused`),
+history's obligations, so a ProviderFail / ClientGone / CallerAbort keeps them as the
+gateway spec says; a failure after :meth:`LiveMonitor.client_gone` is reported as
+``ClientGone``), reports a refusal that took no exchange step as ``CallerAbort`` (:meth:`refused`),
 and :meth:`LiveMonitor.close` s the conversation when the exchange ends.
 
 A step the spec does not allow raises :class:`SpecViolationError` (a
@@ -114,6 +115,8 @@ class LiveMonitor:
         )
         self.trace_dir: Path | None = settings.trace_dir
         self._lock = threading.Lock()
+        #: requests whose client left while their exchange was in flight (Turn.abandon)
+        self._gone: set[str] = set()
         self.violations = Counter(
             "tpx_gateway_monitor_violations",
             "Steps the gateway monitor stopped (the spec does not allow them), by property",
@@ -185,16 +188,25 @@ class LiveMonitor:
     ) -> Callable[[str, ExchangeSnapshot], None]:
         """The exchange observer: *inner* (actions, metrics, raw trace), then the check."""
         held = frozenset(obligations)
-        check, lock = self.monitor.observe_exchange, self._lock
+        check, lock, gone = self.monitor.observe_exchange, self._lock, self._gone
 
         def observe(action: str, snapshot: ExchangeSnapshot) -> None:
             inner(action, snapshot)
             with lock:
+                if gone and action == "ProviderFail" and key in gone:
+                    gone.discard(key)
+                    action = "ClientGone"  # the exchange's failure: the client left
                 violation = check(key, action, snapshot, obligations=held)
             if violation is not None:
                 self._stopped(key, violation)
 
         return observe
+
+    def client_gone(self, key: str) -> None:
+        """The client of request *key* left mid-exchange: the exchange's next failure is
+        the spec's ``ClientGone`` (the same step as ProviderFail, named as it happened)."""
+        with self._lock:
+            self._gone.add(key)
 
     def refused(self, key: str, snapshot: ExchangeSnapshot) -> None:
         """A request refused for pairing with nothing pending took no exchange step: in
@@ -211,9 +223,11 @@ class LiveMonitor:
         """The exchange ended: forget the conversation; write its trace (``--trace-dir``)."""
         if self.trace_dir is None:
             with self._lock:
+                self._gone.discard(key)
                 self.monitor.forget(key)
             return
         with self._lock:
+            self._gone.discard(key)
             trace = self.monitor.close(key)
         if trace:
             write_trace(self.trace_dir / trace_file_name(key), trace)

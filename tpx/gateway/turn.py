@@ -209,8 +209,12 @@ class Turn:
         return self._render([failure.body()]) if self.started else b""
 
     def abandon(self) -> None:
-        """The client went away: ``ProviderFail`` if the exchange is still in flight."""
+        """The client went away: ``ClientGone`` if the exchange is still in flight (the
+        exchange's ``ProviderFail``; the monitor is told the client left)."""
         if self.exchange.phase == "req":
+            monitor = self.gateway.monitor
+            if monitor is not None:
+                monitor.client_gone(self.request_id)
             with contextlib.suppress(SpecViolationError):  # a stop of the monitor: logged already
                 self.exchange.fail(NetworkError("the client disconnected before the reply ended"))
             self._log["client_gone"] = True

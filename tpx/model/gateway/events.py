@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 #: The actions whose ``pending`` is the history's obligations (see snapshot_of_exchange).
-KEEPS_OBLIGATIONS = ("ProviderFail", "CallerAbort")
+KEEPS_OBLIGATIONS = ("ProviderFail", "ClientGone", "CallerAbort")
 
 
 def _sorted(ids: Iterable[Any]) -> list[Any]:
@@ -43,9 +43,9 @@ def snapshot_of_exchange(
 
     The gateway runs one seed exchange per request, and the seed's ProviderFail and
     CallerAbort discard the exchange's ``pending``; the conversation's obligations are
-    its history's all the same (the gateway spec). Pass the request history's obligations
-    as *obligations* with the *action* and, for those two actions, they are the snapshot's
-    ``pending``.
+    its history's all the same (the gateway spec). Pass the request history's
+    obligations as *obligations* with the *action* and, for ProviderFail, ClientGone
+    and CallerAbort, they are the snapshot's ``pending``.
 
     ``wireIds`` / ``emitted`` keep a wire id the provider repeated once per call (the
     snapshot's ``wire_list`` / ``emitted_list``): a monitor with ``to_wire`` counts them
