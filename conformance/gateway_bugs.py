@@ -28,8 +28,9 @@ the way a plausible bug would change it, and names the property the monitor must
 
 Bugs that hand the model another call's output, or lose, repeat or refuse a request:
 the HTTP replay catches each by its bytes alone (``Binding``: which call each id, call
-and result is about, over every round; ``OneRequest``; ``Refinement``); the monitor,
-whose spec variables are sets of ids, sees none of them (``property`` ``""``):
+and result is about, over every round; ``OneRequest``; ``Refinement``); the live monitor,
+which reads the exchange's id sets and not the binding of ids to calls and results, sees
+none of them (``property`` ``""``):
 
 * ``results_reversed`` -- the core reverses the tool_use_ids of the last turn's
   tool_results before translating: the upstream gets ``("call_A", "output of B")``, plain
