@@ -55,6 +55,20 @@ def test_every_seeded_gateway_bug_has_a_case() -> None:
         assert BUG[name].replay == props[0]
 
 
+#: bug -> {property: what may stand for it}: ``session_guard`` frees a session when the
+#: gateway's handler returns, which may come after the client has its answer, so the 500
+#: may meet the conversation's next request, a CallerAbort's (``Refusal``: 500, not 400)
+STANDS_FOR: dict[str, dict[str, frozenset[str]]] = {
+    "session_guard": {"Refinement": frozenset({"Refinement", "Refusal"})},
+}
+
+
+def _named(name: str, prop: str, caught: HttpConformanceError) -> bool:
+    """*caught* names *prop* (or what may stand for it in *name*'s replay)."""
+    accepted = STANDS_FOR.get(name, {}).get(prop, frozenset({prop}))
+    return bool(accepted & set(caught.violated))
+
+
 #: bugs of one provider: its boots' behaviours are replayed first (the first failure sooner)
 ANTHROPIC_FIRST = frozenset({"earlier_results_dropped"})
 
@@ -85,7 +99,7 @@ def test_http_replay_catches_the_seeded_bug(http_harness: Harness, name: str) ->
         replayer.close()
         http_harness.stop_gateways(name)
     for prop in props:
-        assert prop in caught.value.violated, str(caught.value)
+        assert _named(name, prop, caught.value), str(caught.value)
     assert caught.value.step > 0
 
 
@@ -132,7 +146,7 @@ def test_the_monitor_over_http_stops_what_it_can_see(http_harness: Harness, name
     else:
         assert steps > 0  # the monitor ran
         assert violations == {}, violations
-        assert bug.replay in caught.violated, str(caught)
+        assert _named(name, bug.replay, caught), str(caught)
 
 
 @pytest.mark.slow
@@ -140,4 +154,4 @@ def test_the_monitor_over_http_stops_what_it_can_see(http_harness: Harness, name
 def test_http_replay_catches_the_seeded_bug_streamed(http_harness: Harness, name: str) -> None:
     """Every request streamed: each bug is caught the same way."""
     caught, _, _, _ = _first_failure(http_harness, name, streaming=True)
-    assert CASES[name][2][0] in caught.violated, str(caught)
+    assert _named(name, CASES[name][2][0], caught), str(caught)
