@@ -109,6 +109,33 @@ def test_correct_traffic_passes_and_traces_check(
 
 
 @pytest.mark.parametrize("provider", ["TPX", "ANTHROPIC"])
+def test_a_correct_request_refused_is_stopped(
+    provider: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A seeded bug: the exchange's pairing check refuses every turn carrying tool_results.
+    The client's request answers each obligation once (read from its bytes), so the
+    refusal is RefusesOnlyWrong: the monitor stops it (500), it is counted, and nothing
+    reaches the upstream."""
+    import tpx.exchange
+
+    with monitored(provider, tmp_path) as (client, fake, _):
+        history: list[Any] = [{"role": "user", "content": f"refused {provider}"}]
+        first = post(client, history, False)
+        history += [{"role": "assistant", "content": first["content"]}, results(tool_ids(first))]
+
+        def refusing(answered: Any, pending: frozenset[str]) -> str | None:
+            return "refused by a seeded bug" if answered else None
+
+        monkeypatch.setattr(tpx.exchange, "_pairing_problem", refusing)
+        stopped = client.post("/v1/messages", headers=AUTH, json=body(history))
+        metrics = client.get("/metrics").text
+    assert stopped.status_code == 500
+    assert stopped.json()["error"]["type"] == "api_error"
+    assert 'tpx_gateway_monitor_violations_total{property="RefusesOnlyWrong"} 1.0' in metrics
+    assert len(fake.seen) == 1
+
+
+@pytest.mark.parametrize("provider", ["TPX", "ANTHROPIC"])
 def test_a_529_then_the_same_turn_again(provider: str, tmp_path: Path) -> None:
     with monitored(provider, tmp_path) as (client, fake, app):
         history: list[Any] = [{"role": "user", "content": "FAIL529 monitored"}]

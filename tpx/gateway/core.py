@@ -283,7 +283,12 @@ class Gateway:
             if monitor is not None:
                 # Resume: the obligations of the history AS THE CLIENT SENT IT (the spec's
                 # pending), not what the core derived from it
-                monitor.start(request_id, exchange.snapshot(), sent.obligations if sent else None)
+                monitor.start(
+                    request_id,
+                    exchange.snapshot(),
+                    sent.obligations if sent else None,
+                    sent.answers if sent else None,
+                )
             if settings.provider is Provider.NONE:
                 error = exchange.no_provider()
                 log["error"] = error.code
@@ -414,6 +419,8 @@ class _Sent:
     body: bytes
     decoded: Decoded | None
     obligations: frozenset[str]
+    answers: tuple[str, ...] = ()
+    """the tool_result ids of its last user turn, in order, repeats kept"""
 
     @classmethod
     def read(cls, body: bytes, reader: BodyReader) -> _Sent:
@@ -424,10 +431,12 @@ class _Sent:
         value = decoded.value
         messages = value.get("messages") if isinstance(value, dict) else None
         obligations: frozenset[str] = frozenset()
+        answers: tuple[str, ...] = ()
         if isinstance(messages, list):
             with contextlib.suppress(KeyError, TypeError):  # ill-formed: the core refuses it
                 obligations = frozenset(history.pending_ids(messages))
-        return cls(body, decoded, obligations)
+                answers = tuple(history.answer_ids(messages))
+        return cls(body, decoded, obligations, answers)
 
 
 def _redacted(value: Any, redact: Callable[[str], str]) -> Any:

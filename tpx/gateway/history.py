@@ -138,6 +138,20 @@ def pending_ids(messages: list[Any]) -> list[str]:
     ]
 
 
+def answer_ids(messages: list[Any]) -> list[str]:
+    """The ``tool_use_id`` of every ``tool_result`` of the last user turn, in order, repeats
+    kept (what the client answered; ill-formed blocks skipped: validation refuses them)."""
+    _, start, end = last_turns(messages)
+    return [
+        block["tool_use_id"]
+        for message in messages[start:end]
+        for block in _blocks(message)
+        if isinstance(block, Mapping)
+        and block.get("type") == "tool_result"
+        and isinstance(block.get("tool_use_id"), str)
+    ]
+
+
 def pairing_problem(
     messages: list[Any], pending: list[str], shown: Mapping[str, str]
 ) -> str | None:

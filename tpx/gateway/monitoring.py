@@ -38,6 +38,7 @@ from tpx.errors import ModelError
 from tpx.exchange import ExchangeSnapshot, Provider
 from tpx.gateway.metrics import Metrics
 from tpx.gateway.settings import Settings
+from tpx.model.gateway.events import request_kind
 from tpx.model.gateway.monitor import GatewayMonitor, Violation, snapshot_of_exchange
 from tpx.tracecheck_gateway import trace_file_name, write_trace
 from tpx.translate.ids import verify_signed_id, wire_id
@@ -83,8 +84,15 @@ class LiveMonitor:
     def __init__(self, settings: Settings, metrics: Metrics) -> None:
         to_wire: Callable[[str], str] | None = None
         self._unsigned: Callable[[str], str] | None = None
+        #: whether a caller id verifies (TPX signs the ids it hands out)
+        self._verifies: Callable[[str], bool] | None = None
         if settings.provider is Provider.TPX:
             secret = settings.secret
+
+            def verifies(i: str) -> bool:
+                return verify_signed_id(i, secret) is not None
+
+            self._verifies = verifies
 
             def unsigned(i: str) -> str:
                 """The caller id behind a signed one (a forged or no MAC: the id itself):
@@ -117,6 +125,8 @@ class LiveMonitor:
         self._lock = threading.Lock()
         #: requests whose client left while their exchange was in flight (Turn.abandon)
         self._gone: set[str] = set()
+        #: each live request's obligations and answers, read from the client's bytes
+        self._asked: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {}
         self.violations = Counter(
             "tpx_gateway_monitor_violations",
             "Steps the gateway monitor stopped (the spec does not allow them), by property",
@@ -155,12 +165,18 @@ class LiveMonitor:
         raise SpecViolationError(violation)
 
     def start(
-        self, key: str, snapshot: ExchangeSnapshot, obligations: frozenset[str] | None = None
+        self,
+        key: str,
+        snapshot: ExchangeSnapshot,
+        obligations: frozenset[str] | None = None,
+        answers: tuple[str, ...] | None = None,
     ) -> None:
         """``Resume``: the conversation starts idle with its history's obligations.
 
         *obligations* are those of the request as the client sent it, read at the
-        gateway's boundary (``None``: take the exchange's ``pending``). The exchange's own
+        gateway's boundary (``None``: take the exchange's ``pending``), *answers* the
+        tool_result ids of its last user turn: with both, a refusal of the request is
+        checked to refuse a wrong one (RefusesOnlyWrong). The exchange's own
         state is checked first; when its ``pending`` is not the client's (compared on the
         wire side), the conversation resumes with the client's, the spec's ``pending``, so
         an exchange that lost some is stopped at its next step (a ``CallerSend`` without
@@ -169,6 +185,9 @@ class LiveMonitor:
             violation = self.monitor.observe_exchange(key, "Resume", snapshot)
         if violation is not None:
             self._stopped(key, violation)
+        if obligations is not None and answers is not None:
+            with self._lock:  # judged only if refused (rare): no cost on the way through
+                self._asked[key] = (obligations, answers)
         pending = snapshot.pending
         if (
             obligations is not None
@@ -197,6 +216,8 @@ class LiveMonitor:
                     gone.discard(key)
                     action = "ClientGone"  # the exchange's failure: the client left
                 violation = check(key, action, snapshot, obligations=held)
+                if violation is None and action == "CallerAbort":
+                    violation = self._refusal(key)
             if violation is not None:
                 self._stopped(key, violation)
 
@@ -215,19 +236,29 @@ class LiveMonitor:
         record["turn"] = snapshot.turn + 1
         record["lastOutcome"] = "err"
         with self._lock:
-            violation = self.monitor.observe(key, "CallerAbort", record)
+            violation = self.monitor.observe(key, "CallerAbort", record) or self._refusal(key)
         if violation is not None:
             self._stopped(key, violation)
+
+    def _refusal(self, key: str) -> Violation | None:
+        """RefusesOnlyWrong on the refusal of request *key* (held lock): its request as
+        :meth:`start` read it (not read: nothing to judge)."""
+        asked = self._asked.pop(key, None)
+        if asked is None:
+            return None
+        return self.monitor.refuses(key, request_kind(*asked, self._verifies))
 
     def close(self, key: str) -> None:
         """The exchange ended: forget the conversation; write its trace (``--trace-dir``)."""
         if self.trace_dir is None:
             with self._lock:
                 self._gone.discard(key)
+                self._asked.pop(key, None)
                 self.monitor.forget(key)
             return
         with self._lock:
             self._gone.discard(key)
+            self._asked.pop(key, None)
             trace = self.monitor.close(key)
         if trace:
             write_trace(self.trace_dir / trace_file_name(key), trace)

@@ -12,6 +12,7 @@ import pytest
 
 from tpx.cli import main
 from tpx.model.gateway import Config, Init, State, Steps
+from tpx.model.gateway.events import request_kind
 from tpx.model.gateway.monitor import GatewayMonitor, Violation, snapshot_of_exchange
 from tpx.tracecheck_gateway import check_gateway_trace, trace_file_name, write_trace
 from tpx.values import ModelValue
@@ -444,3 +445,20 @@ def test_requests_of_one_conversation_at_once_are_no_cross_pairing() -> None:
     leak = step(m, "third", "ProviderReply", phase="resp", wireIds=["tpx-a"], emitted=["tpx-a"])
     assert leak is not None
     assert (leak.property, leak.action) == ("NoCrossPairing", "ProviderReply")
+
+
+def test_request_kind_reads_the_spec_requests() -> None:
+    owed = frozenset({"a", "b"})
+    assert request_kind(owed, ["b", "a"]) == "ok"
+    assert request_kind(frozenset(), []) == "ok"
+    assert request_kind(owed, ["a"]) == "missing"
+    assert request_kind(owed, ["a", "b", "x"]) == "unknown"
+    assert request_kind(owed, ["a", "a", "b"]) == "duplicated"
+    assert request_kind(owed, ["a", "b"], verifies=lambda i: i != "b") == "retired"
+    m = monitor()
+    start(m, C1, ["a"])
+    assert m.refuses(C1, "missing") is None
+    wrongful = m.refuses(C1, "ok")
+    assert wrongful is not None
+    assert (wrongful.property, wrongful.action) == ("RefusesOnlyWrong", "CallerAbort")
+    assert m.conversations() == 0  # a violation forgets the conversation

@@ -5,7 +5,8 @@ variable's value read from an event (:func:`ids`), and trace events built when r
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from tpx.model.gateway.conversation import ConvState, Ids
@@ -19,6 +20,7 @@ __all__ = [
     "ids",
     "render",
     "rendered",
+    "request_kind",
     "snapshot_of_exchange",
 ]
 
@@ -130,3 +132,23 @@ Event = dict[str, Any] | Seen
 
 def rendered(trace: list[Event]) -> tuple[Mapping[str, Any], ...]:
     return tuple(render(e) if isinstance(e, tuple) else e for e in trace)
+
+
+def request_kind(
+    obligations: AbstractSet[str],
+    answers: Sequence[str],
+    verifies: Callable[[str], bool] | None = None,
+) -> str:
+    """What a client's request is, in the spec's ``Requests``: ``"ok"`` when its last user
+    turn answers each obligation of its history exactly once; else how it is wrong
+    (``Wrong``): an id that does not verify (*verifies*: a gateway that signs the ids it
+    hands out) ``"retired"``, an answer twice ``"duplicated"``, an answer for an id that is
+    no obligation ``"unknown"``, an obligation unanswered ``"missing"``."""
+    if verifies is not None and not all(map(verifies, (*obligations, *answers))):
+        return "retired"
+    answered = set(answers)
+    if len(answered) != len(answers):
+        return "duplicated"
+    if not answered <= obligations:
+        return "unknown"
+    return "ok" if answered == obligations else "missing"

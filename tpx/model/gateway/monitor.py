@@ -103,6 +103,7 @@ from tpx.model.gateway.events import (
     rendered,
     snapshot_of_exchange,
 )
+from tpx.model.gateway.state import Wrong
 
 __all__ = [
     "CONVERSATION_VARS",
@@ -326,6 +327,23 @@ class GatewayMonitor:
                 holders.discard(conversation)
                 if not holders:
                     del shared[name]
+
+    def refuses(self, conversation: Hashable, request: str) -> Violation | None:
+        """RefusesOnlyWrong on a refusal (a ``CallerAbort`` taken) of *conversation*'s
+        request, read from the request as *request* (the spec's ``Requests``, see
+        :func:`~tpx.model.gateway.events.request_kind`): ``None`` when it is wrong, else the
+        violation (the conversation's trace up to the refusal)."""
+        if request in Wrong:
+            return None
+        live = self._live.get(conversation)
+        trace: list[Event] = [] if live is None else live.trace
+        return self._violation(
+            conversation,
+            trace,
+            "CallerAbort",
+            "RefusesOnlyWrong",
+            f"a correct request ({request!r}: every obligation answered once) was refused",
+        )
 
     def same_ids(self, a: Iterable[str], b: Iterable[str]) -> bool:
         """Whether two collections of caller-side tool ids name the same ids on the wire
