@@ -28,9 +28,11 @@ the way a plausible bug would change it, and names the property the monitor must
 
 Bugs that hand the model another call's output, or lose, repeat or refuse a request:
 the HTTP replay catches each by its bytes alone (``Binding``: which call each id, call
-and result is about, over every round; ``OneRequest``; ``Refinement``); the live monitor,
-which reads the exchange's id sets and not the binding of ids to calls and results, sees
-none of them (``property`` ``""``):
+and result is about, over every round; ``OneRequest``; ``Refinement``). The live monitor
+reads the exchange's id sets, not the binding of ids to calls and results, and never sees
+a request the gateway did not run an exchange for: it sees ``results_in_order`` alone (the
+refusal of a correct request, from the client's bytes: ``RefusesOnlyWrong``); the others
+have ``property`` ``""``:
 
 * ``results_reversed`` -- the core reverses the tool_use_ids of the last turn's
   tool_results before translating: the upstream gets ``("call_A", "output of B")``, plain
@@ -308,7 +310,7 @@ GATEWAY_BUGS: tuple[GatewayBug, ...] = (
     GatewayBug("results_reversed", "", _results_reversed, replay="Binding"),
     GatewayBug("ids_permuted", "", _ids_permuted, replay="Binding"),
     GatewayBug("earlier_results_dropped", "", _earlier_results_dropped, replay="Binding"),
-    GatewayBug("results_in_order", "", _results_in_order, replay="Refinement"),
+    GatewayBug("results_in_order", "RefusesOnlyWrong", _results_in_order, replay="Refinement"),
     GatewayBug("resend_on_5xx", "", _resend_on_5xx, replay="OneRequest"),
     GatewayBug("session_guard", "", _session_guard, replay="Refinement"),
 )
