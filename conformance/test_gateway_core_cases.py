@@ -24,6 +24,7 @@ from conformance.fakes import (
     FailureKind,
     FakeProvider,
 )
+from conformance.gateway_bugs import GATEWAY_BUGS
 from conformance.gateway_core import AUTH, GATEWAY_KEY, SECRET, GatewayRig, log_records
 from tpx.cli import main
 from tpx.errors import redact, secret_forms
@@ -849,6 +850,29 @@ def test_count_tokens_needs_no_max_tokens() -> None:
         assert refused.status_code == 400
         assert "max_tokens: Field required" in refused.json()["error"]["message"]
         assert rig.fake.received == []
+
+
+#: seeded gateway bugs that hand the model another call's output, lose a round or refuse a
+#: correct turn (conformance.gateway_bugs), and (provider, seed, the check the tool loop
+#: names first): the seed's abstraction binds every result to its call, every round
+CORE_BINDING_BUGS: dict[str, tuple[Provider, int, str]] = {
+    "results_reversed": (Provider.TPX, 0, "PairingInv"),
+    "ids_permuted": (Provider.TPX, 0, "WireIds"),
+    "earlier_results_dropped": (Provider.ANTHROPIC, 0, "PairingInv"),
+    "results_in_order": (Provider.TPX, 2, "Refinement"),  # seed 2 answers in reverse
+}
+
+
+@pytest.mark.parametrize("name", sorted(CORE_BINDING_BUGS))
+def test_the_tool_loop_catches_the_seeded_binding_bugs(name: str) -> None:
+    (bug,) = [b for b in GATEWAY_BUGS if b.name == name]
+    provider, seed, check = CORE_BINDING_BUGS[name]
+    problems: list[str] = []
+    with bug.active(), GatewayRig(provider, seed=seed) as rig:
+        for ids in (("t1", "t2"), ("t2",), ("t1", "t2", "t3"), ("t3", "t1")):
+            problems += rig.turn("reply", ids=ids).problems
+    assert problems
+    assert problems[0].startswith(f"{check}:"), problems[0]
 
 
 @pytest.mark.parametrize("provider", PROVIDERS, ids=lambda p: p.name)

@@ -3,7 +3,9 @@
 streamed (part of ``make test``); the same all plain and all streamed, a minimum edge
 cover of the shipped cfg plain and streamed, and one of a larger cfg (``slow``: ``make
 conformance``). Each must cover 100% of its graph's states and edges, every step's
-observed state equal to the spec's."""
+observed state equal to the spec's, every id, call and result on both wires about the call it
+should be (every round), and the bodies (Claude Code's shape, above the tail cache's threshold)
+through the gateway's tail cache."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from conformance.gateway_http.behaviours import (
     RETRY,
     SHIPPED,
     SMALL,
+    TWO_TOOLS,
     all_behaviours,
     count_complete_behaviours,
     cover_behaviours,
@@ -47,9 +50,15 @@ def _replay_all(
     strays = len(harness.upstreams.strays)
     try:
         replayer.replay_all(behaviours, coverage)
+        hits = replayer.tail_hits()
     finally:
         replayer.close()
-    COVERAGE_REPORTS.append(coverage.summary())
+    summary = coverage.summary()
+    summary["name"] += f" (tail cache: {hits} of {replayer.requests} bodies)"
+    COVERAGE_REPORTS.append(summary)
+    # every body but the first two of each tail (plain, streamed) per process went through
+    # the tail cache's reuse path
+    assert hits >= replayer.requests - 4 * len(replayer.gateways) > 0
     assert len(harness.upstreams.strays) == strays  # every upstream request was a conversation's
     assert len(coverage.states) == len(graph.states)
     assert len(coverage.edges) == len(graph.edges)
@@ -83,10 +92,20 @@ def test_retry_cfg_every_behaviour_over_http(http_harness: Harness) -> None:
     _replay_all(http_harness, "gateway HTTP, retry cfg, all", RETRY, graph, behaviours)
 
 
+def test_two_tools_cfg_every_behaviour_over_http(http_harness: Harness) -> None:
+    """One conversation, ToolIds = {t1, t2}, MaxTurns = 2: all 202 behaviours, replies with
+    two parallel calls answered in either order (the binding of each result to its call)."""
+    graph = mirror_graph(TWO_TOOLS)
+    behaviours = all_behaviours(graph)
+    assert len(behaviours) == 202
+    _replay_all(http_harness, "gateway HTTP, two tools cfg, all", TWO_TOOLS, graph, behaviours)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_small_cfgs_every_behaviour_in_each_mode(http_harness: Harness, mode: str) -> None:
-    for name, config in (("small cfg, all", SMALL), ("retry cfg, all", RETRY)):
+    cfgs = (("small cfg, all", SMALL), ("retry cfg, all", RETRY), ("two tools cfg, all", TWO_TOOLS))
+    for name, config in cfgs:
         graph = mirror_graph(config)
         _replay_all(
             http_harness, f"gateway HTTP, {name}", config, graph, all_behaviours(graph), MODES[mode]
@@ -148,5 +167,30 @@ def test_small_cfgs_streamed_with_pings(http_harness: Harness) -> None:
             f"gateway HTTP, {name} (streamed, pings every 5 ms: {replayer.pinged} answers pinged)"
         )
         COVERAGE_REPORTS.append(summary)
+        assert len(coverage.states) == len(graph.states)
+        assert len(coverage.edges) == len(graph.edges)
+
+
+@pytest.mark.slow
+def test_small_cfgs_through_the_monitor(http_harness: Harness) -> None:
+    """The small cfgs through ``tpx serve --monitor``: the monitor passes every exchange
+    (no violation counted), and the replay's checks all hold."""
+    cfgs = (("small cfg, all", SMALL), ("retry cfg, all", RETRY), ("two tools cfg, all", TWO_TOOLS))
+    for name, config in cfgs:
+        graph = mirror_graph(config)
+        behaviours = all_behaviours(graph)
+        replayer = HttpReplayer(http_harness, config, streaming=None, monitor=True)
+        coverage = Coverage(name, len(graph.states), len(graph.edges), len(behaviours))
+        try:
+            replayer.replay_all(behaviours, coverage)
+            violations = replayer.monitor_violations()
+            steps = replayer.monitor_steps()
+        finally:
+            replayer.close()
+        summary = coverage.summary()
+        summary["name"] = f"gateway HTTP, {name} (every second streamed, --monitor)"
+        COVERAGE_REPORTS.append(summary)
+        assert steps > 0  # the monitor checked the exchanges' steps
+        assert violations == {}
         assert len(coverage.states) == len(graph.states)
         assert len(coverage.edges) == len(graph.edges)

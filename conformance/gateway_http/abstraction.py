@@ -27,9 +27,28 @@ upstream :class:`~conformance.gateway_http.upstream.Channel`):
 ``hasKey`` / ``hasToken``  the credentials the process was started with
 =============  ==================================================================
 
-Ids are abstract ``<<c, t>>``: a client-side id through the arguments the fake planted in
-its tool_use, a wire id through its own text (``call_KEY_T_N``); an id of neither kind is
-``<<?, id>>`` (TypeOK and PairingInv then fail). Beside the state, :func:`byte_problems`
+Where the spec binds ids to calls and results (its variables include ``calls``:
+:data:`BOUND`), the abstraction also reads, per conversation:
+
+=============  ==================================================================
+``calls``      ``<<id, call>>`` of each tool_use of the client history's last assistant
+               turn: the id as the client holds it, the call its input names
+``hist``       the rounds of tool_results the request behind the last reply the client
+               was handed carried upstream: per round, ``<<id, call its content answers>>``
+``wireRes``    the same of c's last request on the upstream wire
+``request``    the client's last request (``none``, ``ok``, ``missing``, ``unknown``,
+               ``duplicated``: its tool_results against the history's obligations)
+``signedBy``   ``1`` when an id of the client's history verifies with the gateway's
+               secret, else ``0``; and, shared, ``key`` = ``oldest`` = 1 (one key)
+=============  ==================================================================
+
+Ids are abstract ``<<c, t>>``: a wire id through its own text (``call_KEY_T_N``), a
+client-side id through the wire id it stands for (TPX: the signed id verified with the
+gateway's secret and decoded; ANTHROPIC: the id itself); an id of neither kind is
+``<<?, id>>`` (TypeOK and PairingInv then fail). :func:`binding_problems` checks which
+call each id, call and result is about, over every round of every request and reply
+(:mod:`conformance.gateway_http.binding`), and that the upstream got one request per
+client request that reached it. Beside the state, :func:`byte_problems`
 reads the wires for what a set cannot show: an id listed twice (PairingInv), an id
 another conversation's provider emitted anywhere in c's bytes (NoCrossPairing), a
 credential header that is not the provider's own (Credential), a failure the client sees
@@ -45,14 +64,20 @@ from typing import Any
 import orjson
 
 from conformance.abstraction import assemble_messages, is_stream, sse_events
+from conformance.gateway_http import binding
 from conformance.gateway_http.client import ConvClient, Settled
-from conformance.gateway_http.harness import API_KEY, OAUTH_TOKEN
+from conformance.gateway_http.harness import API_KEY, GATEWAY_SECRET, OAUTH_TOKEN
 from conformance.gateway_http.upstream import WIRE_ID, Channel, UpstreamExchange
+from tpx.model.gateway.state import VARS
+from tpx.translate.ids import verify_signed_id, wire_id
 from tpx.values import Function, ModelValue, Record
 
 __all__ = [
+    "BOUND",
     "Observer",
+    "binding_problems",
     "byte_problems",
+    "client_call",
     "credential_problem",
     "error_problem",
     "refusal_problem",
@@ -63,6 +88,9 @@ __all__ = [
 ]
 
 UNKNOWN = ModelValue("?")
+#: the spec binds ids to calls and results (its variables ``calls``, ``hist``, ``wireRes``,
+#: ``request``, ``signedBy``, ``key``, ``oldest``): the abstraction computes them too
+BOUND = "calls" in VARS
 
 
 def _json(data: bytes | None) -> Any:
@@ -148,6 +176,12 @@ def request_ids(ex: UpstreamExchange) -> list[str]:
     return [str(b.get("tool_use_id")) for b in content if b.get("type") == "tool_result"]
 
 
+def client_call(raw: str) -> str | None:
+    """The call a client-side id names: the wire id it stands for (a signed id verified with
+    the gateway's secret, then decoded), read as ``call_KEY_T_N`` / ``toolu_KEY_T_N``."""
+    return binding.call_of_id(wire_id(verify_signed_id(raw, GATEWAY_SECRET) or raw))
+
+
 def reply_ids(data: bytes | None) -> list[str]:
     view = reply_view(data)
     return [] if view is None else view[1]
@@ -170,6 +204,9 @@ class Observer:
         self.clients = clients
         self.channels = channels
         self.conv_of = {cl.key: c for c, cl in clients.items()}
+        #: verdicts on bytes already taken (bytes that never change): (conversation, what,
+        #: index) -> problems
+        self._judged: dict[tuple[ModelValue, str, int], list[tuple[str, str]]] = {}
 
     def _abstract(self, key: str, tool: str) -> tuple[ModelValue, ModelValue]:
         c = self.conv_of.get(key)
@@ -180,8 +217,9 @@ class Observer:
         return self._abstract(m.group(1), m.group(2)) if m else (UNKNOWN, ModelValue(raw))
 
     def client_id(self, cl: ConvClient, raw: str) -> tuple[ModelValue, ModelValue]:
-        known = cl.ids.get(raw)
-        return self._abstract(*known) if known else (UNKNOWN, ModelValue(raw))
+        call = client_call(raw)
+        m = binding.CALL.fullmatch(call or "")
+        return self._abstract(m.group(1), m.group(2)) if m else (UNKNOWN, ModelValue(raw))
 
     def _latest(self) -> UpstreamExchange | None:
         latest: UpstreamExchange | None = None
@@ -218,7 +256,7 @@ class Observer:
                 emitted = frozenset(self.wire_id(i) for i in reply_ids(ex.response))
                 break
         got = "messages" if cl.delivered is None else shape_of(_json(cl.delivered))
-        return {
+        out = {
             "turn": cl.turn,
             "phase": phase,
             "pending": frozenset(self.client_id(cl, i) for i in cl.pending()),
@@ -230,6 +268,52 @@ class Observer:
             "lastOutcome": cl.last_outcome,
             "retryable": cl.retryable,
         }
+        if BOUND:
+            out.update(self.bound(cl, ch))
+        return out
+
+    # -- ids bound to calls (the spec's calls, hist, wireRes, request, signedBy) ---------
+
+    def call(self, call: str | None) -> tuple[ModelValue, ModelValue]:
+        """A call ``KEY_T_N`` as the spec names it: the id its provider emitted it under."""
+        m = binding.CALL.fullmatch(call or "")
+        return self._abstract(m.group(1), m.group(2)) if m else (UNKNOWN, ModelValue(str(call)))
+
+    def rounds(self, ex: UpstreamExchange | None) -> tuple[frozenset[Any], ...]:
+        """The rounds of tool_results a request carried upstream: per round, the
+        ``<<id, answered call>>`` pairs."""
+        if ex is None:
+            return ()
+        view = binding.request_view(_json(ex.body), ex.path.endswith("/chat/completions"))
+        rounds = [r.answers for r in view.rounds] + [view.stray] * bool(view.stray)
+        return tuple(
+            frozenset((self.wire_id(a.id), self.call(a.answers)) for a in answers)
+            for answers in rounds
+        )
+
+    def bound(self, cl: ConvClient, ch: Channel) -> dict[str, Any]:
+        last = [m for m in cl.history if m["role"] == "assistant"][-1:]
+        uses = [b for m in last for b in m["content"] if b.get("type") == "tool_use"]
+        signed = any(
+            verify_signed_id(str(b.get("id")), GATEWAY_SECRET) is not None
+            for m in cl.history
+            if m["role"] == "assistant"
+            for b in m["content"]
+            if b.get("type") == "tool_use"
+        )
+        return {
+            "calls": frozenset(
+                (
+                    self.client_id(cl, str(b.get("id"))),
+                    self.call(binding.call_of_input(b.get("input"))),
+                )
+                for b in uses
+            ),
+            "hist": self.rounds(cl.handed[-1][1] if cl.handed else None),
+            "wireRes": self.rounds(ch.exchanges[-1] if ch.exchanges else None),
+            "request": cl.request,
+            "signedBy": 1 if signed else 0,
+        }
 
     def state(self) -> Record:
         per = {c: self.conversation(c) for c in self.clients}
@@ -239,6 +323,8 @@ class Observer:
             "hasToken": self.has_token,
             "provider": self.provider(),
         }
+        if BOUND:  # one signing key, never rotated
+            record.update(key=1, oldest=1)
         for name in names:
             record[name] = Function({c: per[c][name] for c in per})
         return Record(record)
@@ -302,21 +388,87 @@ def refusal_problem(answer: Settled | None) -> str | None:
 def byte_problems(obs: Observer) -> list[tuple[str, str]]:
     """(property, message) for what the bytes show beyond the state."""
     problems: list[tuple[str, str]] = []
+    judged = obs._judged  # a request's bytes never change: each judged once
     for c, cl in obs.clients.items():
         ch = obs.channels[c]
         for ex in ch.exchanges:
-            bad = credential_problem(ex)
-            if bad is not None:
-                problems.append(("Credential", f"{c}: {bad}"))
-            ids = request_ids(ex)
-            if len(ids) != len(set(ids)):
-                problems.append(("PairingInv", f"{c}: a tool result twice on the wire: {ids}"))
-            for foreign in _scan(ex.body, cl.key):
-                problems.append(("NoCrossPairing", f"{c}: {foreign} on its upstream wire"))
-        for answer in cl.received:
-            bad = error_problem(answer)
-            if bad is not None:
-                problems.append(("ErrorShape", f"{c}: {bad}"))
-            for foreign in _scan(answer.body, cl.key):
-                problems.append(("NoCrossPairing", f"{c}: {foreign} in a response to it"))
+            key = (c, "bytes", ex.seq)
+            if key not in judged:
+                judged[key] = _request_bytes(c, cl, ex)
+            problems += judged[key]
+        for k, answer in enumerate(cl.received):
+            key = (c, "answer", k)
+            if key not in judged:
+                found = []
+                bad = error_problem(answer)
+                if bad is not None:
+                    found.append(("ErrorShape", f"{c}: {bad}"))
+                for foreign in _scan(answer.body, cl.key):
+                    found.append(("NoCrossPairing", f"{c}: {foreign} in a response to it"))
+                judged[key] = found
+            problems += judged[key]
+    return problems
+
+
+def _request_bytes(c: ModelValue, cl: ConvClient, ex: UpstreamExchange) -> list[tuple[str, str]]:
+    problems = []
+    bad = credential_problem(ex)
+    if bad is not None:
+        problems.append(("Credential", f"{c}: {bad}"))
+    ids = request_ids(ex)
+    if len(ids) != len(set(ids)):
+        problems.append(("PairingInv", f"{c}: a tool result twice on the wire: {ids}"))
+    for foreign in _scan(ex.body, cl.key):
+        problems.append(("NoCrossPairing", f"{c}: {foreign} on its upstream wire"))
+    return problems
+
+
+def _made(ex: UpstreamExchange) -> binding.ReplyView:
+    """The calls of the fake's reply (its own ids name them: the fake plants both)."""
+    ids = reply_ids(ex.response) if ex.status == 200 else []
+    return binding.ReplyView(
+        tuple(binding.Use(i, binding.call_of_id(i), binding.call_of_id(i)) for i in ids)
+    )
+
+
+def _upstream_binding(
+    c: ModelValue, ch: Channel, ex: UpstreamExchange, sent: bytes
+) -> list[tuple[str, str]]:
+    openai = ex.path.endswith("/chat/completions")
+    up = binding.request_view(_json(ex.body), openai)
+    mine = binding.request_view(_json(sent), False, client_call)
+    where = f"{c}: upstream request #{ex.seq} ({'TPX' if openai else 'ANTHROPIC'})"
+    return [("Binding", p) for p in binding.request_problems(up, mine, ch.rounds, where)]
+
+
+def binding_problems(obs: Observer) -> list[tuple[str, str]]:
+    """(property, message): ``Binding`` for every id, call or result about another call than
+    it should be, or a round lost, duplicated or invented, on either wire; ``OneRequest``
+    for a request on the upstream wire no client request started (one sent twice)."""
+    problems: list[tuple[str, str]] = []
+    judged = obs._judged
+    for c, cl in obs.clients.items():
+        ch = obs.channels[c]
+        claimed = {ex.seq for ex, _ in cl.forwarded}
+        for ex in ch.exchanges:
+            if ex.seq not in claimed:
+                problems.append(
+                    ("OneRequest", f"{c}: upstream request #{ex.seq} started by no client request")
+                )
+        for k, (ex, sent) in enumerate(cl.forwarded):
+            key = (c, "up", k)
+            if key not in judged:
+                judged[key] = _upstream_binding(c, ch, ex, sent)
+            problems += judged[key]
+        for k, (message, origin) in enumerate(cl.handed):
+            key = (c, "reply", k)
+            if key not in judged:
+                handed = binding.reply_view(message, client_call)
+                where = f"{c}: reply {k} handed to the client"
+                if origin is None:
+                    judged[key] = [("Binding", f"{where} answers no upstream request")]
+                else:
+                    found = binding.reply_problems(handed, _made(origin), where)
+                    judged[key] = [("Binding", p) for p in found]
+            problems += judged[key]
     return problems

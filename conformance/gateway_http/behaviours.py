@@ -11,13 +11,17 @@ or ``phase`` it changes: every per-conversation action changes one of them).
 
 Cfgs: :data:`SMALL` (Convs = {c1, c2}, ToolIds = {t1}, MaxTurns = 1, MaxInFlight = 2; all
 behaviours), :data:`RETRY` (one conversation, MaxTurns = 3: all behaviours, among them
-retries of turns that carry tool_results, which need three turns), :data:`SHIPPED`
-(spec/TpxGateway.cfg: the edge cover).
+retries of turns that carry tool_results, which need three turns), :data:`TWO_TOOLS` (one
+conversation, ToolIds = {t1, t2}, MaxTurns = 2: all behaviours, parallel calls answered
+in either order), :data:`SHIPPED` (spec/TpxGateway.cfg: the edge cover).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import attrs
 
 from conformance.replay import (
     Behaviour,
@@ -34,6 +38,7 @@ __all__ = [
     "RETRY",
     "SHIPPED",
     "SMALL",
+    "TWO_TOOLS",
     "all_behaviours",
     "conversation_of",
     "cover_behaviours",
@@ -44,7 +49,17 @@ __all__ = [
 SPEC = Path(__file__).parents[2] / "spec" / "TpxGateway.tla"
 SMALL = Config.of(2, 1, 1, 2)
 RETRY = Config.of(1, 1, 3, 1)
+TWO_TOOLS = Config.of(1, 2, 2, 1)
+#: spec/TpxGateway.cfg; with one id-signing key where the spec has them (``MaxKeys``): the
+#: replay cannot rotate a running ``tpx serve``'s key
 SHIPPED = Config.from_cfg(SPEC.with_suffix(".cfg"))
+if getattr(SHIPPED, "MaxKeys", 1) > 1:
+    _ONE_KEY: dict[str, Any] = {
+        "Convs": frozenset(SHIPPED.Convs),
+        "ToolIds": frozenset(SHIPPED.ToolIds),
+        "MaxKeys": 1,
+    }
+    SHIPPED = attrs.evolve(SHIPPED, **_ONE_KEY)
 
 
 def mirror_graph(config: Config) -> StateGraph:

@@ -13,6 +13,13 @@ reads the spec's client-side variables from here:
 * ``gotShape`` -- the shape of the last 200 body it was handed (streamed: the message it
   assembled from the events; a stream ending in an ``error`` event or without
   ``message_stop`` is a failed exchange).
+
+Its bodies are shaped like Claude Code's (:mod:`conformance.gateway_http.claude_code`: the
+recorded system prompt, tool list and member order after ``messages``), and it sends the
+session header Claude Code sends; the conversations of one behaviour share a session, as
+a Claude Code session's sub-agents do. It answers a call with ``output of KEY_T_N``, the
+call its tool_use's input names (what a caller executes is the input, whatever the id);
+with ``reverse`` set, parallel calls are answered in the reverse order.
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ import httpx2
 import orjson
 
 from conformance.abstraction import assemble_messages
+from conformance.gateway_http.binding import call_of_input, output_for, request_kind
+from conformance.gateway_http.claude_code import recorded_headers, tail_members
 from conformance.gateway_http.upstream import UpstreamExchange, conv_tag
 from tpx.values import ModelValue
 
@@ -56,6 +65,8 @@ class ConvClient:
     key: str
     http: httpx2.AsyncClient
     stream: bool = False  # its turns ask for a stream; the client reads it whole
+    session: str = "session"  # x-claude-code-session-id (shared by a behaviour's conversations)
+    reverse: bool = False  # answers parallel calls in the reverse order
     history: list[dict[str, Any]] = attrs.field(factory=list)
     turn: int = 0
     last_outcome: str = "none"
@@ -63,6 +74,9 @@ class ConvClient:
     sends: int = 0
     last_body: bytes | None = None  # the last request body sent
     sent: dict[str, Any] | None = None  # the request outstanding / last sent
+    #: what its last request was (the spec's ``request``): ``none`` before any, ``ok``, or
+    #: how its tool_results fail the history's obligations
+    request: str = "none"
     accepted: dict[str, Any] | None = None  # the last request the gateway did not refuse
     outstanding: asyncio.Task[httpx2.Response] | None = None
     arrived: UpstreamExchange | None = None  # the upstream exchange of the outstanding request
@@ -71,6 +85,10 @@ class ConvClient:
     #: tool_use ids as this client sees them -> (conversation key, local tool name), read
     #: from the arguments the fake planted
     ids: dict[str, tuple[str, str]] = attrs.field(factory=dict)
+    #: every upstream exchange one of its requests started: (that exchange, the body sent)
+    forwarded: list[tuple[UpstreamExchange, bytes]] = attrs.field(factory=list)
+    #: every message it was handed (a 200), with the upstream exchange it answers
+    handed: list[tuple[dict[str, Any], UpstreamExchange | None]] = attrs.field(factory=list)
 
     # -- what it holds ------------------------------------------------------------------
 
@@ -97,16 +115,30 @@ class ConvClient:
     def _first(self, text: str) -> dict[str, Any]:
         return {"role": "user", "content": f"{conv_tag(self.key)} {text}"}
 
+    def _inputs(self) -> dict[str, Any]:
+        """The history's tool_use ids -> their inputs."""
+        return {
+            b["id"]: b.get("input")
+            for m in self.history
+            if m["role"] == "assistant"
+            for b in m["content"]
+            if b.get("type") == "tool_use"
+        }
+
     def _results(self, ids: list[str]) -> list[Block]:
+        inputs = self._inputs()
         return [
-            {"type": "tool_result", "tool_use_id": i, "content": f"result for {i[-12:]}"}
+            {
+                "type": "tool_result",
+                "tool_use_id": i,
+                "content": output_for(call_of_input(inputs.get(i)) or f"nothing {i[-12:]}"),
+            }
             for i in ids
         ]
 
     def _body(self, messages: list[dict[str, Any]]) -> bytes:
-        body: dict[str, Any] = {"model": "claude-replay", "max_tokens": 64, "messages": messages}
-        if self.stream:
-            body["stream"] = True
+        body: dict[str, Any] = {"model": "claude-replay", "messages": messages}
+        body.update(tail_members(self.stream))
         return orjson.dumps(body)
 
     def fresh_body(self) -> bytes:
@@ -117,7 +149,7 @@ class ConvClient:
         if not self.history:
             return self._body([self._first(text)])
         ids = self.pending()
-        if self.last_outcome == "err" and len(ids) > 1:
+        if (self.last_outcome == "err") != self.reverse and len(ids) > 1:
             ids = ids[::-1]
         user = {"role": "user", "content": [*self._results(ids), {"type": "text", "text": text}]}
         return self._body([*self.history, user])
@@ -150,11 +182,18 @@ class ConvClient:
         assert self.outstanding is None, "one request at a time per conversation"
         self.last_body = body
         self.sent = orjson.loads(body)
+        self.request = request_kind(self.results_of(self.sent), self.pending())
         self.arrived = None
         self.retryable = False
         self.outstanding = asyncio.ensure_future(
             self.http.post(
-                "/v1/messages", content=body, headers={"content-type": "application/json"}
+                "/v1/messages",
+                content=body,
+                headers={
+                    "content-type": "application/json",
+                    **recorded_headers(),
+                    "x-claude-code-session-id": self.session,
+                },
             )
         )
 
@@ -180,6 +219,8 @@ class ConvClient:
         if reply is not None:
             self.accepted = self.sent
             self.delivered = orjson.dumps(reply)
+            if isinstance(reply, dict):
+                self.handed.append((reply, self.arrived))
             self.last_outcome = "ok"
             content = reply.get("content") if isinstance(reply, dict) else None
             if not isinstance(content, list):

@@ -3,10 +3,12 @@ client run on it), and real ``tpx serve`` processes on loopback, one per boot se
 (the spec's initial ``hasKey`` / ``hasToken``), started once and reused.
 
 ``Harness.run(coro)`` runs a coroutine on the loop from the test's thread.
-``Harness.gateway(has_key, has_token, bug=None, ping_interval=None)`` is the ``tpx serve``
-process for that boot (``bug``: a process of its own with that seeded bug patched in, see
-:mod:`conformance.gateway_http.serve`; ``ping_interval``: one started with a config file
-setting ``[limits] ping_interval``, so streams carry ``ping`` events while a request is held).
+``Harness.gateway(has_key, has_token, bug=None, ping_interval=None, monitor=False)`` is the
+``tpx serve`` process for that boot (``bug``: a process of its own with that seeded bug
+patched in, see :mod:`conformance.gateway_http.serve`; ``ping_interval``: one started with a
+config file setting ``[limits] ping_interval``, so streams carry ``ping`` events while a
+request is held; ``monitor``: one started with ``--monitor``). :meth:`Harness.metrics`
+reads a process's ``/metrics`` (the tail cache's hits among them).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import uvicorn
 
 from conformance.gateway_http.upstream import FakeUpstreams
 
-__all__ = ["API_KEY", "GATEWAY_KEY", "OAUTH_TOKEN", "Gateway", "Harness"]
+__all__ = ["API_KEY", "GATEWAY_KEY", "GATEWAY_SECRET", "OAUTH_TOKEN", "Gateway", "Harness"]
 
 T = TypeVar("T")
 
@@ -40,6 +42,8 @@ ROOT = Path(__file__).parents[2]
 GATEWAY_KEY = "conformance-gateway-key"
 API_KEY = "sk-ant-conformance-key"
 OAUTH_TOKEN = "conformance-oauth-token"
+#: TPX_GATEWAY_SECRET: the key the gateway signs the ids it hands out with
+GATEWAY_SECRET = b"conformance-gateway-secret"
 _LISTENING = re.compile(r"listening on (http://[0-9.]+:[0-9]+) \(provider (\w+),")
 #: a hang guard only (nothing waits on time): how long one step may take at most
 STEP_GUARD_S = 120.0
@@ -53,6 +57,7 @@ class Gateway:
     has_token: bool
     bug: str | None
     ping_interval: float | None
+    monitor: bool
     url: str
     provider: str  # as its start-up line says
     popen: subprocess.Popen[str]
@@ -117,7 +122,7 @@ class Harness:
         self._serving = asyncio.run_coroutine_threadsafe(
             self._server.serve(sockets=[sock]), self.loop
         )
-        self._gateways: dict[tuple[bool, bool, str | None, float | None], Gateway] = {}
+        self._gateways: dict[tuple[bool, bool, str | None, float | None, bool], Gateway] = {}
         self._configs = tempfile.TemporaryDirectory(prefix="tpx-gw-http-")
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -129,8 +134,9 @@ class Harness:
         has_token: bool,
         bug: str | None = None,
         ping_interval: float | None = None,
+        monitor: bool = False,
     ) -> Gateway:
-        key = (has_key, has_token, bug, ping_interval)
+        key = (has_key, has_token, bug, ping_interval, monitor)
         gw = self._gateways.get(key)
         if gw is None or gw.popen.poll() is not None:
             gw = self._gateways[key] = self._start(*key)
@@ -143,14 +149,29 @@ class Harness:
                 gw.stop()
                 del self._gateways[key]
 
+    def metrics(self, gw: Gateway) -> dict[str, float]:
+        """``gw``'s ``/metrics``: sample (name and labels, as rendered) -> value."""
+        text = httpx2.get(gw.url + "/metrics", timeout=30).text
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                out[name] = float(value)
+        return out
+
     def _start(
-        self, has_key: bool, has_token: bool, bug: str | None, ping_interval: float | None
+        self,
+        has_key: bool,
+        has_token: bool,
+        bug: str | None,
+        ping_interval: float | None,
+        monitor: bool,
     ) -> Gateway:
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
         env.update(
             {
                 "TPX_GATEWAY_KEY": GATEWAY_KEY,
-                "TPX_GATEWAY_SECRET": "conformance-gateway-secret",
+                "TPX_GATEWAY_SECRET": GATEWAY_SECRET.decode(),
                 "TPX_THINKING_SECRET": "conformance-thinking-secret",
                 "PYTHONPATH": str(ROOT),
             }
@@ -165,6 +186,8 @@ class Harness:
         if bug is not None:
             cmd += ["--bug", bug]
         cmd += ["--", "serve", "--host", "127.0.0.1", "--port", "0"]
+        if monitor:
+            cmd.append("--monitor")
         if ping_interval is not None:
             config = Path(self._configs.name) / f"ping-{ping_interval}.toml"
             config.write_text(f"[limits]\nping_interval = {ping_interval!r}\n", encoding="utf-8")
@@ -200,7 +223,9 @@ class Harness:
         drainer = threading.Thread(target=drain, daemon=True)
         drainer.start()
         url, provider = match.group(1), match.group(2)
-        gw = Gateway(has_key, has_token, bug, ping_interval, url, provider, popen, tail, drainer)
+        gw = Gateway(
+            has_key, has_token, bug, ping_interval, monitor, url, provider, popen, tail, drainer
+        )
         _until_healthy(gw)
         return gw
 

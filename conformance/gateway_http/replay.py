@@ -37,10 +37,19 @@ so wherever a behaviour has one conversation's exchange in flight while another'
 request is sent, both really are in flight together.
 
 After every step the abstraction (:mod:`conformance.gateway_http.abstraction`) computes
-the 13 variables and the step is judged: ``Refinement`` when the observed state is not
-the spec's, every invariant of the cfg the observed state violates, ``SelectionStable`` on
-the observed step, and what the bytes show (:func:`byte_problems`). A problem raises
-:class:`HttpConformanceError` naming them.
+the spec's variables and the step is judged: ``Refinement`` when the observed state is
+not the spec's, every invariant of the cfg the observed state violates, every step
+property of the cfg (``SelectionStable``, and those the mirror lists) on the observed
+step, what the bytes show (:func:`byte_problems`), and which call every id, call and
+result on both wires is about, over every round (``Binding``; a request the upstream got
+that no client request started: ``OneRequest``; :func:`binding_problems`). A problem
+raises :class:`HttpConformanceError` naming them; so does a request reaching the upstream
+while the step waits for the gateway's answer (``OneRequest``).
+
+The conversations of one behaviour share a Claude Code session id (a session's
+sub-agents); on every other pair of behaviours the clients answer parallel calls in the
+reverse order. Bodies are Claude Code's shape, so every replay also goes through the
+gateway's tail cache (:meth:`HttpReplayer.tail_hits`).
 """
 
 from __future__ import annotations
@@ -53,18 +62,32 @@ from typing import Any
 
 import httpx2
 
-from conformance.gateway_http.abstraction import Observer, byte_problems, refusal_problem
+from conformance.gateway_http.abstraction import (
+    BOUND,
+    Observer,
+    binding_problems,
+    byte_problems,
+    refusal_problem,
+)
 from conformance.gateway_http.behaviours import conversation_of
 from conformance.gateway_http.client import ABORT_STYLES, ConvClient, Settled
 from conformance.gateway_http.harness import GATEWAY_KEY, STEP_GUARD_S, Gateway, Harness
+from conformance.gateway_http.serve import TAIL_HITS
 from conformance.gateway_http.upstream import FAIL_KINDS, STREAM_FAIL_KINDS, Channel, Plan
 from conformance.replay import Behaviour, Coverage
 from tpx.model.gateway import INVARIANTS, Config, SelectionStable, State
+from tpx.model.gateway import invariants as _invariants
 from tpx.values import ModelValue, Record
 
 __all__ = ["HttpConformanceError", "HttpReplayer"]
 
 _KEYS = itertools.count(1)
+#: the cfg's step properties (the mirror's list where it has one)
+STEP_PROPERTIES: tuple[tuple[str, Any], ...] = getattr(
+    _invariants, "PROPERTIES", (("SelectionStable", SelectionStable),)
+)
+#: the spec's wrong ``request`` -> the client's way of sending it
+ABORT_STYLE_OF = {"unknown": "unknown", "missing": "missing", "duplicated": "duplicate"}
 
 
 class HttpConformanceError(AssertionError):
@@ -87,7 +110,7 @@ def _show(v: Any) -> str:
 
 class HttpReplayer:
     """Replays behaviours of *config* through ``harness``'s gateways (``bug``: through
-    processes with that seeded bug)."""
+    processes with that seeded bug; ``monitor``: processes started with ``--monitor``)."""
 
     def __init__(
         self,
@@ -97,8 +120,14 @@ class HttpReplayer:
         bug: str | None = None,
         streaming: bool | None = False,
         ping_interval: float | None = None,
+        monitor: bool = False,
     ) -> None:
         self.harness = harness
+        self.monitor = monitor
+        self.gateways: dict[str, Gateway] = {}  # every process it replayed through, by URL
+        self._hits_before: dict[str, int] = {}
+        #: requests its clients sent (each one a body the gateway parses)
+        self.requests = 0
         self.config = config
         self.bug = bug
         #: True: every request streams; None: every second behaviour (odd indices) does
@@ -115,8 +144,43 @@ class HttpReplayer:
     def replay(self, behaviour: Behaviour, index: int = 0) -> None:
         """Replay one behaviour (from the test's thread); raises HttpConformanceError."""
         init = behaviour.init
-        gw = self.harness.gateway(init["hasKey"], init["hasToken"], self.bug, self.ping_interval)
+        gw = self.harness.gateway(
+            init["hasKey"], init["hasToken"], self.bug, self.ping_interval, self.monitor
+        )
+        if gw.url not in self.gateways:
+            self.gateways[gw.url] = gw
+            self._hits_before[gw.url] = int(self.harness.metrics(gw).get(TAIL_HITS, 0))
         self.harness.run(self._replay(gw, behaviour, index))
+
+    def tail_hits(self) -> int:
+        """Bodies the gateways it replayed through parsed with a kept tail since it first
+        used each (their ``/metrics``)."""
+        return sum(
+            int(self.harness.metrics(gw).get(TAIL_HITS, 0)) - self._hits_before[url]
+            for url, gw in self.gateways.items()
+            if gw.popen.poll() is None
+        )
+
+    def monitor_steps(self) -> int:
+        """``tpx_gateway_monitor_steps_total`` of its gateways (0: no monitor ran)."""
+        return sum(
+            int(self.harness.metrics(gw).get("tpx_gateway_monitor_steps_total", 0))
+            for gw in self.gateways.values()
+            if gw.popen.poll() is None
+        )
+
+    def monitor_violations(self) -> dict[str, int]:
+        """``tpx_gateway_monitor_violations_total`` of its gateways, by property."""
+        out: dict[str, int] = {}
+        prefix = 'tpx_gateway_monitor_violations_total{property="'
+        for gw in self.gateways.values():
+            if gw.popen.poll() is not None:
+                continue
+            for name, value in self.harness.metrics(gw).items():
+                if name.startswith(prefix):
+                    prop = name[len(prefix) : -2]
+                    out[prop] = out.get(prop, 0) + int(value)
+        return out
 
     def replay_all(self, behaviours: Sequence[Behaviour], coverage: Coverage | None = None) -> int:
         for i, b in enumerate(behaviours):
@@ -150,9 +214,17 @@ class HttpReplayer:
         clients: dict[ModelValue, ConvClient] = {}
         channels: dict[ModelValue, Channel] = {}
         stream = self.streaming if self.streaming is not None else index % 2 == 1
+        session = f"session-{next(_KEYS)}"
         for c in self.config.Convs:
             key = f"b{next(_KEYS)}{c.name}"
-            clients[c] = ConvClient(c, key, self._client(gw, c), stream=stream)
+            clients[c] = ConvClient(
+                c,
+                key,
+                self._client(gw, c),
+                stream=stream,
+                session=session,
+                reverse=index // 2 % 2 == 1,
+            )
             channels[c] = upstreams.channel(key)
         obs = Observer(
             behaviour.init["hasKey"], behaviour.init["hasToken"], gw.provider, clients, channels
@@ -173,6 +245,7 @@ class HttpReplayer:
                             channels[conv],
                             expected["emitted"][conv],
                             index + n,
+                            expected["request"][conv] if BOUND else None,
                         )
                     except HttpConformanceError as stuck:  # name the step
                         raise HttpConformanceError(
@@ -193,10 +266,23 @@ class HttpReplayer:
                 upstreams.forget(ch.key)
 
     async def _step(
-        self, action: str, cl: ConvClient, ch: Channel, emitted: frozenset[Any], salt: int
+        self,
+        action: str,
+        cl: ConvClient,
+        ch: Channel,
+        emitted: frozenset[Any],
+        salt: int,
+        wrong: str | None = None,
     ) -> None:
+        """Take *action* for *cl* (*emitted*: the ids a ProviderReply emits; *wrong*: how a
+        CallerAbort's request is wrong, when the spec says: its ``request``)."""
+        if action in ("CallerSend", "Retry", "CallerAbort", "NoProvider"):
+            self.requests += 1
         if action in ("CallerSend", "NoProvider"):
+            kept = cl.request
             cl.send(cl.fresh_body())
+            if action == "NoProvider":  # no provider: the spec's request is unchanged
+                cl.request = kept
             await self._sent(cl, ch)
         elif action == "Retry":
             assert cl.last_body is not None
@@ -205,7 +291,8 @@ class HttpReplayer:
             await self._sent(cl, ch)
         elif action == "CallerAbort":
             styles = [s for s in ABORT_STYLES if s == "unknown" or cl.pending()]
-            cl.send(cl.bad_body(styles[salt % len(styles)]))
+            style = styles[salt % len(styles)] if wrong is None else ABORT_STYLE_OF[wrong]
+            cl.send(cl.bad_body(style))
             await self._sent(cl, ch)
         elif action == "ProviderReply":
             ex = self._held(cl)
@@ -215,9 +302,9 @@ class HttpReplayer:
             ex = self._held(cl)
             kinds = STREAM_FAIL_KINDS if cl.stream else FAIL_KINDS
             ex.plan.set_result(Plan("fail", fail=kinds[salt % len(kinds)]))
-            await self._settle(cl)
+            await self._settle(cl, ch)
         elif action == "Deliver":
-            await self._settle(cl)
+            await self._settle(cl, ch)
         elif action == "ClientGone":
             ex = self._held(cl)
             assert cl.outstanding is not None
@@ -258,6 +345,8 @@ class HttpReplayer:
         if arrival in done:
             cl.arrived = arrival.result()
             cl.accepted = cl.sent
+            assert cl.last_body is not None
+            cl.forwarded.append((cl.arrived, cl.last_body))
             return
         arrival.cancel()
         if not done:
@@ -267,10 +356,25 @@ class HttpReplayer:
                 step=0,
                 action="",
             )
-        await self._settle(cl)
+        await self._settle(cl, ch)
 
-    async def _settle(self, cl: ConvClient) -> None:
+    async def _settle(self, cl: ConvClient, ch: Channel) -> None:
+        """Wait for the gateway's answer; a request reaching the upstream meanwhile is one
+        the client did not send (``OneRequest``)."""
         assert cl.outstanding is not None
+        arrival = asyncio.ensure_future(ch.arrivals.get())
+        await asyncio.wait(
+            {arrival, cl.outstanding}, timeout=STEP_GUARD_S, return_when=asyncio.FIRST_COMPLETED
+        )
+        if arrival.done():
+            raise HttpConformanceError(
+                f"{cl.c}: upstream request #{arrival.result().seq} arrived while the client "
+                "waited for its answer: no client request started it",
+                violated=["OneRequest"],
+                step=0,
+                action="",
+            )
+        arrival.cancel()
         try:
             response = await self._guard(asyncio.shield(cl.outstanding), "the gateway's answer")
         except httpx2.HTTPError as exc:
@@ -313,11 +417,8 @@ class HttpReplayer:
         gw: Gateway,
     ) -> None:
         problems: list[tuple[str, str]] = []
-        # the variables the rig does not observe (the spec's id binding and keys) are the
-        # spec's: the observed state is judged on the exchange's variables
-        unobserved = {n: expected[n] for n in expected if n not in observed}
         try:
-            state = State.from_record({**observed, **unobserved})
+            state = State.from_record(observed)
         except ValueError as exc:
             problems.append(("TypeOK", str(exc)))
         else:
@@ -328,18 +429,24 @@ class HttpReplayer:
                     ok = False
                 if not ok:
                     problems.append((name, "violated by the observed state"))
-            if before is not None and not SelectionStable(
-                State.from_record({**before, **unobserved}), state
-            ):
-                problems.append(("SelectionStable", "the observed step changed the selection"))
+            if before is not None:
+                prior = State.from_record(before)
+                for name, prop in STEP_PROPERTIES:
+                    try:
+                        ok = prop(prior, state)
+                    except (KeyError, TypeError):
+                        ok = False
+                    if not ok:
+                        problems.append((name, "violated by the observed step"))
         problems += byte_problems(obs)
+        problems += binding_problems(obs)
         if action.startswith("CallerAbort("):
             cl = obs.clients[ModelValue(action[len("CallerAbort(") : -1])]
             answered = cl.outstanding is None and bool(cl.received)
             bad = refusal_problem(cl.received[-1] if answered else None)
             if bad is not None:
                 problems.append(("Refusal", bad))
-        for name in observed:
+        for name in expected:
             if observed[name] != expected[name]:
                 problems.append(
                     (

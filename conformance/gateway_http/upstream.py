@@ -9,9 +9,14 @@ decides a reply by itself: each request is queued on its conversation's
 ``ProviderReply`` / ``ProviderFail``), or until the gateway closes it (``ClientGone``):
 the handler watches the connection while it holds the request.
 
-Tool calls the fake emits carry their identity twice, both planted by the fake: the wire
-id ``call_KEY_T_N`` (OpenAI) / ``toolu_KEY_T_N`` (Anthropic), and the arguments
-``{"conv": KEY, "tool": T}``. The abstraction reads ids back from these bytes only.
+Every tool call the fake emits is a call of its own, ``KEY_T_N`` (conversation key,
+local tool name, the channel's counter), named twice, both planted by the fake: by its
+wire id ``call_KEY_T_N`` (OpenAI) / ``toolu_KEY_T_N`` (Anthropic), and by its arguments
+``{"conv": KEY, "tool": T, "call": "KEY_T_N"}``. The client answers a call with the
+content ``output of KEY_T_N`` (the call its tool_use's input names), so every result on
+either wire names the call it answers (:mod:`conformance.gateway_http.binding`).
+:attr:`Channel.rounds` lists the calls of every reply, in emission order. The
+abstraction reads ids and calls back from these bytes only.
 """
 
 from __future__ import annotations
@@ -96,6 +101,8 @@ class Channel:
     exchanges: list[UpstreamExchange] = attrs.field(factory=list)
     arrivals: asyncio.Queue[UpstreamExchange] = attrs.field(factory=asyncio.Queue)
     emitted: int = 0
+    #: the calls (``KEY_T_N``) of every reply with tool calls, in emission order
+    rounds: list[tuple[str, ...]] = attrs.field(factory=list)
 
 
 class FakeUpstreams:
@@ -188,7 +195,8 @@ class FakeUpstreams:
 
     def _reply(self, ch: Channel, ex: UpstreamExchange, plan: Plan) -> tuple[int, bytes]:
         openai = ex.path.endswith("/chat/completions")
-        if plan.kind == "fail" and plan.fail == "break":
+        broken = plan.kind == "fail" and plan.fail == "break"
+        if broken:
             plan = Plan("reply", ("t0",))  # a tool call begun, never finished
         if plan.kind == "fail":
             if plan.fail == "garbage":
@@ -204,6 +212,8 @@ class FakeUpstreams:
         for tool in plan.tools:
             ch.emitted += 1
             calls.append((tool, ch.emitted))
+        if calls and not broken:
+            ch.rounds.append(tuple(f"{ch.key}_{t}_{n}" for t, n in calls))
         model = orjson.loads(ex.body).get("model", "m")
         if openai:
             tool_calls = [
@@ -212,7 +222,7 @@ class FakeUpstreams:
                     "type": "function",
                     "function": {
                         "name": "lookup",
-                        "arguments": orjson.dumps({"conv": ch.key, "tool": t}).decode(),
+                        "arguments": orjson.dumps(_planted(ch.key, t, n)).decode(),
                     },
                 }
                 for t, n in calls
@@ -242,7 +252,7 @@ class FakeUpstreams:
                 "type": "tool_use",
                 "id": f"toolu_{ch.key}_{t}_{n}",
                 "name": "lookup",
-                "input": {"conv": ch.key, "tool": t},
+                "input": _planted(ch.key, t, n),
             }
             for t, n in calls
         ]
@@ -258,6 +268,11 @@ class FakeUpstreams:
                 "usage": {"input_tokens": 10, "output_tokens": 5},
             }
         )
+
+
+def _planted(key: str, tool: str, n: int) -> dict[str, str]:
+    """A call's input: the call it is, named."""
+    return {"conv": key, "tool": tool, "call": f"{key}_{tool}_{n}"}
 
 
 async def _respond(send: Send, status: int, body: bytes) -> None:
