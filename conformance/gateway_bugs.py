@@ -267,11 +267,11 @@ def _results_in_order(mp: pytest.MonkeyPatch) -> None:
 def _resend_on_5xx(mp: pytest.MonkeyPatch) -> None:
     real = tpx.gateway.upstream.AsyncUpstream.open
 
-    async def resending(self: Any, call: Any, *, stream: bool = True) -> Any:
-        response = await real(self, call, stream=stream)
+    async def resending(self: Any, call: Any) -> Any:
+        response = await real(self, call)
         if response.status_code >= 500:  # "a transient upstream failure: try once more"
             await response.aclose()
-            response = await real(self, call, stream=stream)
+            response = await real(self, call)
         return response
 
     mp.setattr(tpx.gateway.upstream.AsyncUpstream, "open", resending)

@@ -1,4 +1,4 @@
-"""Conformance of ``tpx serve`` over HTTP to spec/TpxGateway.tla (issue 8, item 4).
+"""Conformance of ``tpx serve`` over HTTP to spec/TpxGateway.tla.
 
 Every behaviour of a small cfg and a minimum edge cover of the shipped one, replayed
 through real ``tpx serve`` processes on loopback with one real HTTP client per
