@@ -43,27 +43,29 @@ tlc: $(STAMP)
 explore: $(STAMP)
 	$(VENV)/bin/tpx explore $(SPEC) --config $(CFG)
 
-## The test suite (fast; deep runs and benchmarks have their own targets).
+## The test suite (fast; deep runs and benchmarks have their own targets). A plain `pytest`
+## selects the same tests (pyproject.toml); the targets below that run a whole folder say
+## `-m ""` to take its slow tests too.
 test: $(STAMP) graphviz
 	$(PY) -m pytest -n 2 -m "not slow and not e2e" -q
 
 conformance: $(STAMP) graphviz
-	$(PY) -m pytest conformance -n 2 -q
+	$(PY) -m pytest conformance -m "" -n 2 -q
 
 ## Only the gateway's HTTP replay (conformance/gateway_http; part of `make conformance`):
 ## every behaviour of the small cfgs, edge covers of the shipped and a larger cfg, the bugs.
 conformance-http: $(STAMP)
-	$(PY) -m pytest conformance/test_gateway_http_replay.py conformance/test_gateway_http_bugs.py \
+	$(PY) -m pytest -m "" conformance/test_gateway_http_replay.py conformance/test_gateway_http_bugs.py \
 	  conformance/test_gateway_http_abstraction.py -n 2 -q
 
 conformance-deep: $(STAMP) graphviz
-	TPX_HYPOTHESIS_PROFILE=deep $(PY) -m pytest conformance -n 2 -q
+	TPX_HYPOTHESIS_PROFILE=deep $(PY) -m pytest conformance -m "" -n 2 -q
 
 ## Hostile-input fuzzing of both transports and of the gateway's tail cache (tests/fuzz): 9 x FUZZ_EXAMPLES
 ## examples (>= 100,000 cases by default), niced; prints the cases run and cases/s. Takes a while.
 FUZZ_EXAMPLES ?= 12500
 fuzz: $(STAMP)
-	TPX_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) nice -n 10 $(PY) -m pytest tests/fuzz -n 2 -p no:logging -q
+	TPX_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) nice -n 10 $(PY) -m pytest tests/fuzz -m "" -n 2 -p no:logging -q
 ## Mutation testing, the conformance replay alone as the judge (files: conformance/mutate/targets.txt;
 ## equivalent mutants: conformance/mutate/equivalent.txt). MUTATE_ARGS="--per-file 0" judges all.
 MUTATE_ARGS ?=
@@ -71,7 +73,7 @@ mutate: $(STAMP)
 	nice -n 10 $(PY) -m conformance.mutate $(MUTATE_ARGS)
 
 bench: $(STAMP)
-	$(PY) -m pytest benchmarks -p no:xdist --benchmark-only -q
+	$(PY) -m pytest benchmarks -m "" -p no:xdist --benchmark-only -q
 	$(MAKE) bench-gateway
 
 ## The gateway's added latency vs the upstream called directly and vs LiteLLM's proxy, side by side

@@ -95,3 +95,12 @@ def test_version_matches_the_changelog() -> None:
         check=True,
     ).stdout
     assert out.strip() == f"tpx {project}"
+
+
+def test_every_make_target_says_which_tests_it_runs() -> None:
+    """The default selection (``-m "not slow and not e2e"``) would silently drop a folder's
+    slow tests from a target meant to run them: every pytest run in the Makefile names its
+    own ``-m``."""
+    runs = [line for line in (ROOT / "Makefile").read_text().splitlines() if "-m pytest" in line]
+    assert len(runs) >= 8
+    assert all(re.search(r' -m (e2e|""|"[^"]+")', line) for line in runs), runs

@@ -81,6 +81,8 @@ def gateway(root: Path) -> tuple[int, str]:
         *(str(root / p) for p in GATEWAY_SUITE),
         "-x",
         "-q",
+        "-m",
+        "",  # every case of the suite, slow ones included (the default selection skips them)
         "-p",
         "no:cacheprovider",
         "-p",
