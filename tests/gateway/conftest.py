@@ -43,14 +43,20 @@ def make_settings(provider: str, **changes: Any) -> Settings:
 
 
 @contextlib.contextmanager
-def serving(app: Any, *, header_timeout: float = 30.0) -> Iterator[str]:
-    """Run *app* under uvicorn (uvloop, httptools) on 127.0.0.1:<ephemeral>; its base URL."""
+def serving(
+    app: Any, *, header_timeout: float = 30.0, max_header_bytes: int | None = None
+) -> Iterator[str]:
+    """Run *app* under uvicorn (uvloop, httptools) on 127.0.0.1:<ephemeral>; its base URL.
+    The protocol's limits: *header_timeout*, and *max_header_bytes* (its default if None)."""
+    limits: dict[str, float] = {"header_timeout": header_timeout}
+    if max_header_bytes is not None:
+        limits["max_header_bytes"] = max_header_bytes
     config = uvicorn.Config(
         app,
         host="127.0.0.1",
         port=0,
         loop="uvloop",
-        http=type("Protocol", (HeaderTimeoutProtocol,), {"header_timeout": header_timeout}),
+        http=type("Protocol", (HeaderTimeoutProtocol,), limits),
         lifespan="on",
         log_level="warning",
         access_log=False,

@@ -37,14 +37,12 @@ from typing import Any
 
 import httpx2
 import pytest
-import uvicorn
 
 from tests.e2e import procs
 from tests.e2e.procs import GATEWAY_KEY, UPSTREAM_TOKEN, HarnessError, Proc
-from tests.gateway.conftest import make_settings
+from tests.gateway.conftest import make_settings, serving
 from tests.gateway.fakes import FakeUpstream
 from tpx.gateway.asgi import GatewayApp, create_app
-from tpx.gateway.protocol import HeaderTimeoutProtocol
 
 MB = 1 << 20
 
@@ -254,37 +252,10 @@ def local_gateway(
     settings = make_settings(provider, **changes)
     app = create_app(settings, transport=fake.transport())
     limits = settings.limits
-    protocol = type(
-        "Protocol",
-        (HeaderTimeoutProtocol,),
-        {"header_timeout": limits.header_timeout, "max_header_bytes": limits.max_header_bytes},
-    )
-    config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=0,
-        loop="uvloop",
-        http=protocol,
-        lifespan="on",
-        log_level="warning",
-        access_log=False,
-    )
-    sock = config.bind_socket()
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive(), "the server thread died"
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}", app
-    finally:
-        server.should_exit = True
-        thread.join(30)
-        sock.close()
+    with serving(
+        app, header_timeout=limits.header_timeout, max_header_bytes=limits.max_header_bytes
+    ) as url:
+        yield url, app
 
 
 class Reader(threading.Thread):

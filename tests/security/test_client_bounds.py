@@ -34,7 +34,7 @@ from tests.security.conftest import (
     port_of,
     settle,
 )
-from tpx.gateway import tokens
+from tpx.gateway import offload, tokens
 from tpx.gateway.upstream import _Chunks
 
 AUTH = {"x-api-key": GATEWAY_KEY}
@@ -285,6 +285,28 @@ def test_a_large_body_is_handled_off_the_event_loop(monkeypatch: pytest.MonkeyPa
     assert 'tpx_gateway_requests_total{endpoint="count_tokens",status="200"} 2.0' in metrics
     assert 'tpx_gateway_requests_total{endpoint="count_tokens",status="400"} 1.0' in metrics
     assert 'tpx_gateway_errors_total{code="GATEWAY_400"} 1.0' in metrics
+
+
+def test_a_count_worker_that_never_starts_is_given_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forked worker can inherit a lock another thread held at the fork and never run:
+    start-up gives it READY_TIMEOUT seconds, kills it, and counts in threads instead."""
+
+    def hung(gateway: object) -> None:
+        time.sleep(120)
+
+    monkeypatch.setattr(offload, "READY_TIMEOUT", 0.5)
+    monkeypatch.setattr(offload, "_child_start", hung)
+    started = time.monotonic()
+    with (
+        local_gateway(limits={"offload_bytes": 4096}) as (url, app),
+        httpx2.Client(base_url=url, timeout=30) as client,
+    ):
+        assert time.monotonic() - started < 10
+        assert not app.offload.processes
+        body = {"model": "m", "messages": [{"role": "user", "content": "large " * 2000}]}
+        counted = client.post("/v1/messages/count_tokens", headers=AUTH, json=body)
+        assert counted.status_code == 200
+        assert counted.json()["input_tokens"] > 2000
 
 
 def test_a_count_worker_that_dies_is_replaced() -> None:

@@ -15,6 +15,10 @@
   ``orjson.loads`` of the whole body (docs/limits.md has the figures).
 
 More such requests than workers wait for one (their bodies are already read and bounded).
+
+A forked worker that does not come up within :data:`READY_TIMEOUT` seconds (a fork can
+inherit a lock another thread held at that instant, and then never run) is killed, and
+count_tokens bodies go to the thread pool instead: start-up never waits longer than that.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import logging
 import multiprocessing
 import signal
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -33,7 +38,12 @@ from tpx.exchange import Provider
 from tpx.gateway.core import Forward, Gateway, Request, Response, Turn
 from tpx.gateway.wire import COUNT, endpoint_label
 
-__all__ = ["Offload"]
+__all__ = ["READY_TIMEOUT", "Offload"]
+
+logger = logging.getLogger("tpx.gateway")
+
+#: Seconds a forked count worker may take to come up before the pool is given up.
+READY_TIMEOUT = 20.0
 
 _CHILD: Gateway | None = None
 _PR_SET_PDEATHSIG = 1
@@ -75,13 +85,22 @@ class Offload:
         """Fork the count workers now, while the process is quiet (TPX only)."""
         settings = self.gateway.settings
         if settings.provider is Provider.TPX and settings.limits.count_processes > 0:
-            self._counts = ProcessPoolExecutor(
+            pool = ProcessPoolExecutor(
                 settings.limits.count_processes,
                 mp_context=multiprocessing.get_context("fork"),
                 initializer=_child_start,
                 initargs=(self.gateway,),  # forked: inherited, never pickled
             )
-            await asyncio.get_running_loop().run_in_executor(self._counts, _ready)
+            ready = asyncio.get_running_loop().run_in_executor(pool, _ready)
+            try:
+                await asyncio.wait_for(ready, READY_TIMEOUT)
+            except (TimeoutError, BrokenProcessPool):
+                _kill(pool)
+                logger.warning(
+                    "tpx gateway: the count worker did not start; count_tokens runs in threads"
+                )
+                return
+            self._counts = pool
 
     async def handle(self, request: Request) -> Response | Turn | Forward:
         loop = asyncio.get_running_loop()
@@ -101,6 +120,11 @@ class Offload:
             return response
         return await loop.run_in_executor(self._thread_pool(), self.gateway.handle, request)
 
+    @property
+    def processes(self) -> bool:
+        """Are large count_tokens bodies counted in worker processes?"""
+        return self._counts is not None
+
     def _thread_pool(self) -> Executor:
         if self._threads is None:
             self._threads = ThreadPoolExecutor(
@@ -114,3 +138,13 @@ class Offload:
         self._threads = self._counts = None
         for pool in pools:
             await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
+
+
+def _kill(pool: ProcessPoolExecutor) -> None:
+    """End *pool* and its workers now, a worker that hangs included (``shutdown`` alone waits
+    for work a hung worker never finishes)."""
+    workers = list(getattr(pool, "_processes", {}).values())  # no public way before 3.14
+    for worker in workers:
+        with contextlib.suppress(OSError):
+            worker.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
