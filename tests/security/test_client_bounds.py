@@ -425,6 +425,28 @@ def _poll_while(server: Server, busy: threading.Thread) -> list[float]:
     return latencies
 
 
+def _post_while_polling(
+    server: Server, path: str, body: bytes, timeout: float
+) -> tuple[int, float, list[float]]:
+    """POST *body* to *path* in a thread while ``/healthz`` is polled: the status, the
+    seconds it took, and the ``/healthz`` latencies meanwhile."""
+    outcome: list[tuple[int, float]] = []
+
+    def post() -> None:
+        started = time.monotonic()
+        response = httpx2.post(
+            server.url + path, content=body, headers=server.headers(), timeout=timeout
+        )
+        outcome.append((response.status_code, time.monotonic() - started))
+
+    busy = threading.Thread(target=post)
+    busy.start()
+    latencies = _poll_while(server, busy)
+    busy.join()
+    ((status, seconds),) = outcome
+    return status, seconds, latencies
+
+
 @pytest.mark.redteam
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_a_cpu_heavy_request_leaves_the_event_loop_free(
@@ -434,23 +456,7 @@ def test_a_cpu_heavy_request_leaves_the_event_loop_free(
     so that the work itself is measured)."""
     server = serve(limits={"max_json_containers": 10_000_000})
     body = orjson.dumps(SHAPES[shape]())
-    outcome: list[tuple[int, float]] = []
-
-    def count() -> None:
-        started = time.monotonic()
-        response = httpx2.post(
-            server.url + "/v1/messages/count_tokens",
-            content=body,
-            headers=server.headers(),
-            timeout=120,
-        )
-        outcome.append((response.status_code, time.monotonic() - started))
-
-    busy = threading.Thread(target=count)
-    busy.start()
-    latencies = _poll_while(server, busy)
-    busy.join()
-    ((status, seconds),) = outcome
+    status, seconds, latencies = _post_while_polling(server, "/v1/messages/count_tokens", body, 120)
     worst = max(latencies)
     figures(
         f"2 {shape}",
@@ -483,20 +489,7 @@ def test_a_large_turn_is_answered_while_the_loop_keeps_serving(
     it is parsed, the 30 MB text (three containers) is answered."""
     server = serve()
     body = orjson.dumps({**SHAPES[shape](), "max_tokens": 8})
-    outcome: list[tuple[int, float]] = []
-
-    def turn() -> None:
-        started = time.monotonic()
-        response = httpx2.post(
-            server.url + "/v1/messages", content=body, headers=server.headers(), timeout=300
-        )
-        outcome.append((response.status_code, time.monotonic() - started))
-
-    busy = threading.Thread(target=turn)
-    busy.start()
-    latencies = _poll_while(server, busy)
-    busy.join()
-    ((status, seconds),) = outcome
+    status, seconds, latencies = _post_while_polling(server, "/v1/messages", body, 300)
     worst = max(latencies)
     figures(
         f"2 {shape}",
