@@ -67,7 +67,7 @@ from tests.e2e.procs import (
     free_port,
     gateway,
 )
-from tpx.translate import request_to_openai
+from tpx.transport.translate import request_to_openai
 
 FIXTURE = ROOT / "tests/fixtures/clients/claude-code/2.1.197/bash/002-post-v1-messages.json"
 LITELLM_VENV = ROOT / ".cache" / "litellm-venv"

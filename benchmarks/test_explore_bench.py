@@ -15,11 +15,11 @@ import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from benchmarks.report import Rows
-from tpx.model import Config
-from tpx.model.packed import explore_packed
-from tpx.tlc import run_tlc
-from tpx.tlc.cfg import load_cfg, render_cfg, with_constants
-from tpx.values import ModelValue
+from tpx.oracle.model import Config
+from tpx.oracle.model.packed import explore_packed
+from tpx.oracle.tlc import run_tlc
+from tpx.oracle.tlc.cfg import load_cfg, render_cfg, with_constants
+from tpx.oracle.values import ModelValue
 
 SPEC = Path(__file__).parents[1] / "spec" / "TpxTransport.tla"
 _ROWS = Rows(

@@ -26,9 +26,9 @@ import orjson
 import pytest
 
 from benchmarks.report import markdown_table, write_section
-from tpx.exchange import Provider
 from tpx.gateway.core import Gateway, Request, Turn
 from tpx.gateway.settings import Credential, Settings
+from tpx.transport.exchange import Provider
 
 _HEADERS = {"content-type": "application/json"}
 

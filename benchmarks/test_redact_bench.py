@@ -17,11 +17,11 @@ from typing import Any
 import orjson
 
 from tpx.errors import secret_forms
-from tpx.exchange import Provider
 from tpx.gateway.core import Gateway, Request, Turn
 from tpx.gateway.redaction import Redactor, prepared
 from tpx.gateway.settings import Credential, Settings
 from tpx.gateway.turn import Conversation
+from tpx.transport.exchange import Provider
 
 TOKEN = "sk-proj-Ab3dEf6hIj9lMn2pQr5tUv8xYz1bCd4fGh7jKl0nOp3rSt6vWx9z"
 GATEWAY_KEY = "gw-key-0123456789abcdef"

@@ -16,7 +16,7 @@ import pytest
 
 from benchmarks.report import Rows
 from conformance.replay import Behaviour, Replayer, complete_behaviours, edge_cover, tlc_graph
-from tpx.model import Config
+from tpx.oracle.model import Config
 
 SEED = Config.of(2, 3)
 BIG = Config.of(4, 6)

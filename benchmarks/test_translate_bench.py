@@ -23,12 +23,12 @@ import orjson
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
-import tpx.exchange
+import tpx.transport.exchange
 from benchmarks.corpus import HISTORY_TURNS, claude_code_bytes, request_bytes, response_set
 from benchmarks.report import Rows, markdown_table, write_section
-from tpx.exchange import Exchange, Provider
-from tpx.shape import check_message
-from tpx.translate import request_bytes_to_openai, response_bytes_to_messages
+from tpx.transport.exchange import Exchange, Provider
+from tpx.transport.shape import check_message
+from tpx.transport.translate import request_bytes_to_openai, response_bytes_to_messages
 
 _SETS: dict[str, list[bytes]] = {
     **{f"history_{turns}": [request_bytes(turns)] for turns in HISTORY_TURNS},
@@ -155,7 +155,8 @@ def _native(data: bytes) -> bytes:
 def test_native_validation_ratio(
     benchmark: BenchmarkFixture, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Native path (loads + tpx.shape.check_message + dumps) over the floor (loads + dumps)
+    """Native path (loads + tpx.transport.shape.check_message + dumps) over the floor (loads +
+    dumps)
     on the 200 responses as Messages bodies; target <= 1.10."""
     size = sum(len(data) for data in _NATIVE)
     loops = max(1, int(2_000_000 / size))
@@ -202,7 +203,7 @@ def test_native_exchange_validation_ratio(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The whole native exchange (send + receive + deliver_bytes) with tpx.shape's check
+    """The whole native exchange (send + receive + deliver_bytes) with tpx.transport.shape's check
     over the same exchange taking only the tool ids; target <= 1.10."""
     request = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
     exchange = Exchange(Provider.ANTHROPIC, secrets=("sk-bench-credential-0123456789",))
@@ -221,7 +222,7 @@ def test_native_exchange_validation_ratio(
     for _ in range(9):
         best["checked"] = min(best["checked"], _best(run, loops))
         with monkeypatch.context() as patch:
-            patch.setattr(tpx.exchange, "check_message", _ids_only)
+            patch.setattr(tpx.transport.exchange, "check_message", _ids_only)
             best["ids only"] = min(best["ids only"], _best(run, loops))
     ratio = best["checked"] / best["ids only"]
     line = (

@@ -73,10 +73,10 @@ import orjson
 
 from conformance.fakes import KEY, TOKEN, FakeProvider, planted_call_id, planted_id
 from conformance.shapes import Reply
-from tpx.exchange import Provider
-from tpx.model import Config, State
+from tpx.oracle.model import Config, State
+from tpx.oracle.values import ModelValue
 from tpx.transport import Transport
-from tpx.values import ModelValue
+from tpx.transport.exchange import Provider
 
 __all__ = [
     "ID_VARS",

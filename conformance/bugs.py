@@ -19,14 +19,14 @@ import attrs
 import orjson
 import pytest
 
-import tpx._config
-import tpx.exchange
-import tpx.translate
+import tpx.transport._config
+import tpx.transport.exchange
+import tpx.transport.translate
 from conformance.replay import Behaviour, Replayer
-from tpx.exchange import Exchange, Provider
-from tpx.model import Config
-from tpx.translate import Translation
+from tpx.oracle.model import Config
 from tpx.transport import Transport
+from tpx.transport.exchange import Exchange, Provider
+from tpx.transport.translate import Translation
 
 __all__ = ["BUGS", "STREAM_BUGS", "Bug", "json_lines", "record_behaviour"]
 
@@ -108,7 +108,7 @@ def _duplicate_id(mp: pytest.MonkeyPatch) -> None:
 
 
 def _swap_ids(mp: pytest.MonkeyPatch) -> None:
-    original = tpx.translate.request_to_openai
+    original = tpx.transport.translate.request_to_openai
 
     def request_to_openai(
         request: Mapping[str, Any], *, model: str | None = None, **options: Any
@@ -131,7 +131,7 @@ def _swap_ids(mp: pytest.MonkeyPatch) -> None:
             )
         return tr
 
-    mp.setattr(tpx.exchange, "translate_checked", request_to_openai)
+    mp.setattr(tpx.transport.exchange, "translate_checked", request_to_openai)
 
 
 def _openai_body_to_caller(mp: pytest.MonkeyPatch) -> None:
@@ -164,7 +164,7 @@ def _token_over_key(mp: pytest.MonkeyPatch) -> None:
             return Provider.TPX
         return Provider.ANTHROPIC if has_key else Provider.NONE
 
-    mp.setattr(tpx._config, "select_provider", select)  # where boot() selects
+    mp.setattr(tpx.transport._config, "select_provider", select)  # where boot() selects
 
 
 def _provider_changes(mp: pytest.MonkeyPatch) -> None:
@@ -180,7 +180,7 @@ def _provider_changes(mp: pytest.MonkeyPatch) -> None:
 
 
 def _pairing_unchecked(mp: pytest.MonkeyPatch) -> None:
-    mp.setattr(tpx.exchange, "_pairing_problem", lambda answered, pending: None)
+    mp.setattr(tpx.transport.exchange, "_pairing_problem", lambda answered, pending: None)
 
 
 BUGS: dict[str, Bug] = {

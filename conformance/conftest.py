@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, settings
 
 from conformance.gateway_http.harness import Harness
 from conformance.replay import COVERAGE_REPORTS, Behaviour, complete_behaviours, tlc_graph
-from tpx.tlc import StateGraph
+from tpx.oracle.tlc import StateGraph
 
 settings.register_profile(
     "ci",

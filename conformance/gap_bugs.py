@@ -16,18 +16,19 @@ from typing import Any
 import attrs
 import pytest
 
-import tpx.exchange
-import tpx.translate.request
-import tpx.translate.response
-import tpx.translate.stream
 import tpx.transport
+import tpx.transport.client
+import tpx.transport.exchange
+import tpx.transport.translate.request
+import tpx.transport.translate.response
+import tpx.transport.translate.stream
 from conformance.bugs import Bug
-from tpx.exchange import Exchange
-from tpx.translate import Translation
-from tpx.translate import request_to_openai as translate_request
-from tpx.translate.ids import decode_caller_id
-from tpx.translate.ids import wire_id as wire_id_of
-from tpx.translate.stream import OpenAIStreamTranslator, SSEParser
+from tpx.transport.exchange import Exchange
+from tpx.transport.translate import Translation
+from tpx.transport.translate import request_to_openai as translate_request
+from tpx.transport.translate.ids import decode_caller_id
+from tpx.transport.translate.ids import wire_id as wire_id_of
+from tpx.transport.translate.stream import OpenAIStreamTranslator, SSEParser
 
 __all__ = ["GAPS", "GAP_BUGS", "GapBug"]
 
@@ -47,7 +48,7 @@ def _history_tool_count(mp: pytest.MonkeyPatch) -> None:
         messages = body.get("messages") or []
         return [str(m.get("tool_call_id")) for m in messages if m.get("role") == "tool"]
 
-    mp.setattr(tpx.exchange, "_openai_request_tool_ids", every_tool_message)
+    mp.setattr(tpx.transport.exchange, "_openai_request_tool_ids", every_tool_message)
 
 
 def _missing_id_invented(mp: pytest.MonkeyPatch) -> None:
@@ -60,14 +61,14 @@ def _missing_id_invented(mp: pytest.MonkeyPatch) -> None:
             return f"call_{decoded.position}"
         return original(caller_id)
 
-    mp.setattr(tpx.translate.request, "wire_id", wire_id)
+    mp.setattr(tpx.transport.translate.request, "wire_id", wire_id)
 
 
 def _constant_nonce(mp: pytest.MonkeyPatch) -> None:
     """Every response gets the same nonce: a provider repeating ``call_0`` (or giving no id)
     in every response makes the caller's history hold one tool_use id twice."""
-    mp.setattr(tpx.translate.response, "_getrandbits", lambda bits: 0)
-    mp.setattr(tpx.translate.stream, "new_nonce", lambda: "0" * 12)
+    mp.setattr(tpx.transport.translate.response, "_getrandbits", lambda bits: 0)
+    mp.setattr(tpx.transport.translate.stream, "new_nonce", lambda: "0" * 12)
 
 
 def _index_only_assembly(mp: pytest.MonkeyPatch) -> None:
@@ -111,12 +112,12 @@ def _indexless_merged(mp: pytest.MonkeyPatch) -> None:
 
 def _is_error_dropped(mp: pytest.MonkeyPatch) -> None:
     """``is_error: true`` of a tool_result does not reach a Chat Completions provider."""
-    original = tpx.translate.request._tool_message
+    original = tpx.transport.translate.request._tool_message
 
     def tool_message(block: Mapping[str, Any], *args: Any) -> dict[str, Any]:
         return original({k: v for k, v in block.items() if k != "is_error"}, *args)
 
-    mp.setattr(tpx.translate.request, "_tool_message", tool_message)
+    mp.setattr(tpx.transport.translate.request, "_tool_message", tool_message)
 
 
 def _results_reversed(mp: pytest.MonkeyPatch) -> None:
@@ -134,30 +135,30 @@ def _results_reversed(mp: pytest.MonkeyPatch) -> None:
         messages[last + 1 : end] = messages[last + 1 : end][::-1]
         return tr
 
-    mp.setattr(tpx.exchange, "translate_checked", request_to_openai)
+    mp.setattr(tpx.transport.exchange, "translate_checked", request_to_openai)
 
 
 def _length_is_end_turn(mp: pytest.MonkeyPatch) -> None:
     """``finish_reason: "length"`` is reported as ``end_turn`` (not ``max_tokens``)."""
-    mp.setitem(tpx.translate.response._FINISH, "length", "end_turn")
+    mp.setitem(tpx.transport.translate.response._FINISH, "length", "end_turn")
 
 
 def _wrong_credential_header(mp: pytest.MonkeyPatch) -> None:
     """The TPX token travels as ``x-api-key`` instead of ``Authorization: Bearer``."""
-    original = tpx.transport._Core._auth_headers
+    original = tpx.transport.client._Core._auth_headers
 
-    def auth_headers(self: tpx.transport._Core) -> dict[str, str]:
+    def auth_headers(self: tpx.transport.client._Core) -> dict[str, str]:
         headers = original(self)
         if "authorization" in headers:
             return {"x-api-key": headers["authorization"].removeprefix("Bearer ")}
         return headers
 
-    mp.setattr(tpx.transport._Core, "_auth_headers", auth_headers)
+    mp.setattr(tpx.transport.client._Core, "_auth_headers", auth_headers)
 
 
 def _caller_close_ignored(mp: pytest.MonkeyPatch) -> None:
     """A stream the caller closes early leaves the exchange waiting (no ProviderFail)."""
-    mp.setattr(tpx.transport._Core, "_stream_abandoned", lambda self: None)
+    mp.setattr(tpx.transport.client._Core, "_stream_abandoned", lambda self: None)
 
 
 def _no_finish_no_tools(mp: pytest.MonkeyPatch) -> None:

@@ -65,14 +65,14 @@ import attrs
 import orjson
 import pytest
 
-import tpx.exchange
 import tpx.gateway.asgi
 import tpx.gateway.core
 import tpx.gateway.turn
 import tpx.gateway.upstream
-from tpx.exchange import Provider
+import tpx.transport.exchange
 from tpx.gateway.history import pending_ids
 from tpx.gateway.turn import Conversation
+from tpx.transport.exchange import Provider
 
 __all__ = ["GATEWAY_BUGS", "GatewayBug"]
 
@@ -110,12 +110,12 @@ def _ids_leak(mp: pytest.MonkeyPatch) -> None:
 
 
 def _unissued_id(mp: pytest.MonkeyPatch) -> None:
-    real = tpx.exchange._pairing_problem
+    real = tpx.transport.exchange._pairing_problem
 
     def lax(answered: Sequence[str], pending: frozenset[str]) -> str | None:
         return real([i for i in answered if i in pending], pending)
 
-    mp.setattr(tpx.exchange, "_pairing_problem", lax)
+    mp.setattr(tpx.transport.exchange, "_pairing_problem", lax)
 
 
 def _selection_drift(mp: pytest.MonkeyPatch) -> None:
@@ -133,13 +133,13 @@ def _selection_drift(mp: pytest.MonkeyPatch) -> None:
 
 
 def _retry_dup(mp: pytest.MonkeyPatch) -> None:
-    real = tpx.exchange.Exchange._frame
+    real = tpx.transport.exchange.Exchange._frame
 
     def dup(self: Any, request: Any, streaming: bool) -> Any:
         outbound, wire_ids, model = real(self, request, streaming)
         return outbound, [*wire_ids, *wire_ids[:1]], model
 
-    mp.setattr(tpx.exchange.Exchange, "_frame", dup)
+    mp.setattr(tpx.transport.exchange.Exchange, "_frame", dup)
 
 
 def _drop_tool_round(body: bytes) -> bytes:
@@ -253,7 +253,7 @@ def _ids_permuted(mp: pytest.MonkeyPatch) -> None:
 
 
 def _results_in_order(mp: pytest.MonkeyPatch) -> None:
-    real = tpx.exchange._pairing_problem
+    real = tpx.transport.exchange._pairing_problem
 
     def ordered(answered: Sequence[str], pending: frozenset[str]) -> str | None:
         problem = real(answered, pending)
@@ -261,7 +261,7 @@ def _results_in_order(mp: pytest.MonkeyPatch) -> None:
             return f"tool_result ids {list(answered)} do not answer {sorted(pending)}"
         return problem
 
-    mp.setattr(tpx.exchange, "_pairing_problem", ordered)
+    mp.setattr(tpx.transport.exchange, "_pairing_problem", ordered)
 
 
 def _resend_on_5xx(mp: pytest.MonkeyPatch) -> None:

@@ -62,13 +62,13 @@ from conformance.fakes import (
     FailureKind,
     FakeProvider,
 )
-from tpx.exchange import Provider
 from tpx.gateway.bodies import BodyReader
 from tpx.gateway.core import Gateway
 from tpx.gateway.settings import Credential, Settings
 from tpx.gateway.upstream import SyncUpstream
 from tpx.sdk import GatewayTransport
-from tpx.translate.ids import CALLER_ID_PREFIX, verify_signed_id
+from tpx.transport.exchange import Provider
+from tpx.transport.translate.ids import CALLER_ID_PREFIX, verify_signed_id
 
 __all__ = [
     "GATEWAY_KEY",

@@ -1,6 +1,6 @@
 """Replay TLC's behaviours through the real transport and check the spec on every step.
 
-* :func:`tlc_graph` dumps TLC's reachable state graph (through :func:`tpx.tlc.dump_graph`);
+* :func:`tlc_graph` dumps TLC's reachable state graph (through :func:`tpx.oracle.tlc.dump_graph`);
 * :func:`complete_behaviours` enumerates every complete behaviour (the graph minus the
   Halted self-loops is a DAG; a complete behaviour runs from an initial state to a state
   whose only step is Halted, and takes that Halted step);
@@ -86,11 +86,11 @@ from conformance.fakes import (
     mock_client,
 )
 from tpx import errors
-from tpx.exchange import ExchangeSnapshot, Provider
-from tpx.model import INVARIANTS, Config, Next, SelectionStable, State
-from tpx.tlc import StateGraph, dump_graph, load_cfg, render_cfg, with_constants
+from tpx.oracle.model import INVARIANTS, Config, Next, SelectionStable, State
+from tpx.oracle.tlc import StateGraph, dump_graph, load_cfg, render_cfg, with_constants
+from tpx.oracle.values import ModelValue, Record
 from tpx.transport import Transport, boot
-from tpx.values import ModelValue, Record
+from tpx.transport.exchange import ExchangeSnapshot, Provider
 
 __all__ = [
     "CONCRETE_PROPERTIES",

@@ -1,6 +1,6 @@
 """The wire shapes the fake providers answer in: every foreign-id style and stream shape the
-translator claims to handle (module docstring of :mod:`tpx.translate.stream` and
-:mod:`tpx.translate.ids`), drawn per reply from a seeded generator.
+translator claims to handle (module docstring of :mod:`tpx.transport.translate.stream` and
+:mod:`tpx.transport.translate.ids`), drawn per reply from a seeded generator.
 
 Foreign-id styles (:data:`ID_STYLES`): Messages ids are always ``toolu_...`` (the Messages
 API requires ``^[a-zA-Z0-9_-]+$``); Chat Completions providers vary:

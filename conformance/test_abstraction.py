@@ -16,9 +16,9 @@ from conformance.abstraction import (
     wire_pairs,
 )
 from conformance.fakes import MARK, FakeCaller, FakeProvider, mock_client, planted_id
-from tpx.model import Config
+from tpx.oracle.model import Config
+from tpx.oracle.values import ModelValue
 from tpx.transport import boot
-from tpx.values import ModelValue
 
 
 def test_classify_by_structure() -> None:

@@ -10,7 +10,7 @@ import pytest
 from conformance.bugs import BUGS, STREAM_BUGS, PerObject
 from conformance.replay import CONCRETE_PROPERTIES as CONCRETE
 from conformance.replay import Behaviour, ConformanceError, Replayer
-from tpx.model import Config
+from tpx.oracle.model import Config
 
 SEED = Config.of(2, 3)
 

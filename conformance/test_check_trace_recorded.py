@@ -21,8 +21,8 @@ from conformance.abstraction import ID_VARS
 from conformance.bugs import BUGS, STREAM_BUGS, Bug, json_lines, record_behaviour
 from conformance.replay import SEED_CFG, SPEC, Behaviour, ConformanceError, Replayer
 from tpx.cli import main
-from tpx.model import Config
-from tpx.tracecheck import check_trace, check_traces_tlc, coerce_state, load_trace
+from tpx.oracle.model import Config
+from tpx.oracle.tracecheck import check_trace, check_traces_tlc, coerce_state, load_trace
 
 SEED = Config.of(2, 3)
 

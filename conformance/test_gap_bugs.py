@@ -8,7 +8,7 @@ import pytest
 
 from conformance.gap_bugs import GAP_BUGS, GAPS
 from conformance.replay import Behaviour, ConformanceError, Replayer
-from tpx.model import Config
+from tpx.oracle.model import Config
 
 SEED = Config.of(2, 3)
 

@@ -3,7 +3,7 @@
 the caller gets a Messages-shaped error instead of the step's output, the upstream never
 sees the illegal request, and the violation is logged and counted in ``/metrics``. Each stop
 is checked twice: with the monitor's compact step and with the reference mirror's
-(:class:`tests.model.gateway.reference_monitor.ReferenceMonitor`): the same stop."""
+(:class:`tests.oracle.model.gateway.reference_monitor.ReferenceMonitor`): the same stop."""
 
 from __future__ import annotations
 
@@ -22,10 +22,10 @@ import pytest
 from conformance.gateway_bugs import GATEWAY_BUGS, GatewayBug
 from tests.gateway.conftest import GATEWAY_KEY, make_settings, serving
 from tests.gateway.fakes import FakeUpstream
-from tests.model.gateway.reference_monitor import ReferenceMonitor
+from tests.oracle.model.gateway.reference_monitor import ReferenceMonitor
 from tpx.cli import main
 from tpx.gateway.asgi import GatewayApp, create_app
-from tpx.model.gateway.monitor import GatewayMonitor
+from tpx.oracle.model.gateway.monitor import GatewayMonitor
 
 AUTH = {"x-api-key": GATEWAY_KEY}
 SPEC = Path(__file__).parents[1] / "spec" / "TpxGateway.tla"

@@ -28,7 +28,6 @@ from conformance.gateway_bugs import GATEWAY_BUGS
 from conformance.gateway_core import AUTH, GATEWAY_KEY, SECRET, GatewayRig, log_records
 from tpx.cli import main
 from tpx.errors import redact, secret_forms
-from tpx.exchange import Exchange, Provider
 from tpx.gateway import core
 from tpx.gateway.settings import Credential, ModelRoute
 from tpx.gateway.tokens import count_openai_request
@@ -36,7 +35,8 @@ from tpx.gateway.turn import Turn
 from tpx.gateway.upstream import SyncUpstream, run_turn_sync
 from tpx.gateway.wire import Request, Response
 from tpx.sdk import GatewayTransport
-from tpx.translate.ids import sign_caller_id, verify_signed_id
+from tpx.transport.exchange import Exchange, Provider
+from tpx.transport.translate.ids import sign_caller_id, verify_signed_id
 
 PROVIDERS = [Provider.TPX, Provider.ANTHROPIC]
 SPEC = Path(__file__).parents[1] / "spec" / "TpxGateway.tla"

@@ -35,8 +35,8 @@ from conformance.gateway_http.binding import reply_view as binding_reply_view
 from conformance.gateway_http.client import ConvClient, Settled
 from conformance.gateway_http.harness import API_KEY, GATEWAY_SECRET, OAUTH_TOKEN
 from conformance.gateway_http.upstream import WIRE_ID, FakeUpstreams, Plan, UpstreamExchange
-from tpx.translate.ids import sign_caller_id, to_caller_id
-from tpx.values import ModelValue
+from tpx.oracle.values import ModelValue
+from tpx.transport.translate.ids import sign_caller_id, to_caller_id
 
 
 def _exchange(path: str, body: dict[str, object], headers: dict[str, str]) -> UpstreamExchange:

@@ -22,7 +22,7 @@ from conformance.gateway_http.behaviours import (
 from conformance.gateway_http.harness import Harness
 from conformance.gateway_http.replay import HttpConformanceError, HttpReplayer
 from conformance.replay import Behaviour
-from tpx.model.gateway import Config
+from tpx.oracle.model.gateway import Config
 
 BUG = {bug.name: bug for bug in GATEWAY_BUGS}
 

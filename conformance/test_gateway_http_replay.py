@@ -25,8 +25,8 @@ from conformance.gateway_http.behaviours import (
 from conformance.gateway_http.harness import Harness
 from conformance.gateway_http.replay import HttpReplayer
 from conformance.replay import COVERAGE_REPORTS, Behaviour, Coverage
-from tpx.model.gateway import Config
-from tpx.tlc import StateGraph
+from tpx.oracle.model.gateway import Config
+from tpx.oracle.tlc import StateGraph
 
 LARGER = Config.of(2, 2, 2, 2)
 

@@ -13,12 +13,12 @@ import pytest
 
 from conformance.bugs import BUGS
 from conformance.replay import Behaviour, ConformanceError, Replayer, edge_cover
-from tpx.exchange import ExchangeSnapshot
-from tpx.model import Config
-from tpx.model.gateway.monitor import GatewayMonitor, Violation, snapshot_of_exchange
-from tpx.tlc import StateGraph
-from tpx.translate.ids import wire_id
+from tpx.oracle.model import Config
+from tpx.oracle.model.gateway.monitor import GatewayMonitor, Violation, snapshot_of_exchange
+from tpx.oracle.tlc import StateGraph
 from tpx.transport import Transport
+from tpx.transport.exchange import ExchangeSnapshot
+from tpx.transport.translate.ids import wire_id
 
 SEED = Config.of(2, 3)
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from tpx.model import Config, explore
-from tpx.tlc import dump_graph
-from tpx.tlc.cfg import load_cfg, render_cfg, with_constants
-from tpx.values import ModelValue, TLAValue
+from tpx.oracle.model import Config, explore
+from tpx.oracle.tlc import dump_graph
+from tpx.oracle.tlc.cfg import load_cfg, render_cfg, with_constants
+from tpx.oracle.values import ModelValue, TLAValue
 
 SPEC = Path(__file__).parents[1] / "spec" / "TpxTransport.tla"
 SEED_CFG = SPEC.with_suffix(".cfg")

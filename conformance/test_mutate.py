@@ -92,8 +92,8 @@ def test_sample_is_seeded_and_per_file(tmp_path: Path) -> None:
 
 def test_targets_and_equivalents_are_data() -> None:
     files = targets()
-    assert ROOT / "tpx/translate/ids.py" in files
-    assert ROOT / "tpx/exchange.py" in files
+    assert ROOT / "tpx/transport/translate/ids.py" in files
+    assert ROOT / "tpx/transport/exchange.py" in files
     assert ROOT / "tpx/gateway/core.py" in files
     assert all((ROOT / case).exists() for case in GATEWAY_SUITE)  # the judge's cases
     assert all(p.exists() for p in files)

@@ -35,9 +35,9 @@ from conformance.replay import (
     tlc_graph,
 )
 from conformance.shapes import MESSAGES_FLAGS, OPENAI_FLAGS, OPENAI_STREAM_SHAPES
-from tpx.model import Config
-from tpx.tlc import StateGraph, simulate
-from tpx.values import ModelValue
+from tpx.oracle.model import Config
+from tpx.oracle.tlc import StateGraph, simulate
+from tpx.oracle.values import ModelValue
 
 SEED = Config.of(2, 3)
 

@@ -41,9 +41,9 @@ from conformance.fakes import (
     FailureKind,
 )
 from conformance.replay import ConformanceError, Replayer, StepResult
-from tpx.model import Config, Init, Next, State
+from tpx.oracle.model import Config, Init, Next, State
+from tpx.oracle.values import Record
 from tpx.transport import Transport
-from tpx.values import Record
 
 CONFIG = Config.of(3, 5)
 IDS = sorted(str(i) for i in CONFIG.ToolIds)

@@ -19,9 +19,9 @@ import pytest
 from conformance.abstraction import assemble_messages, sse_events
 from conformance.fakes import KEY, TOKEN
 from tpx import errors
-from tpx.exchange import Exchange, Provider
-from tpx.translate.signing import ThinkingSigner
 from tpx.transport import Transport, boot
+from tpx.transport.exchange import Exchange, Provider
+from tpx.transport.translate.signing import ThinkingSigner
 
 URL = "https://edge.fake.test/v1"
 SECRET = "conformance-thinking-secret"
@@ -406,7 +406,7 @@ def test_a_fault_inside_the_stream_translation_is_a_provider_failure(
     """Nothing wedges an exchange: an exception tpx did not foresee while it reads a stream
     is ``ProviderFail`` (the turn ends ``err``, the caller's last event is an ``error``),
     and the next turn works."""
-    from tpx.translate import stream
+    from tpx.transport.translate import stream
 
     def broken(self: Any, chunk: bytes) -> Any:
         raise RuntimeError("a fault inside the translation")

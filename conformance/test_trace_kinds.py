@@ -10,8 +10,8 @@ import pytest
 
 from conformance.gateway_core import GatewayRig
 from tpx.cli import main
-from tpx.exchange import Provider
-from tpx.tracecheck_gateway import CONVERSATION_TRACE, EXCHANGE_TRACE, trace_kind
+from tpx.oracle.tracecheck_gateway import CONVERSATION_TRACE, EXCHANGE_TRACE, trace_kind
+from tpx.transport.exchange import Provider
 
 ROOT = Path(__file__).parents[1]
 GATEWAY = str(ROOT / "spec" / "TpxGateway.tla")

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from tpx.cli import main
-from tpx.model import Config, Init, Next, State
-from tpx.values import Record
+from tpx.oracle.model import Config, Init, Next, State
+from tpx.oracle.values import Record
 
 ROOT = Path(__file__).parents[1]
 SPEC = ROOT / "spec" / "TpxTransport.tla"

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from tpx import errors
-from tpx._http import error_from_httpx, ssl_cause
+from tpx.transport._http import error_from_httpx, ssl_cause
 
 SECRET = "sk-ant-SECRET-0123456789"
 

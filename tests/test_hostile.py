@@ -22,6 +22,7 @@ import orjson
 import pytest
 
 import tpx.transport
+import tpx.transport.client
 from tpx import errors
 from tpx.errors import ModelError
 
@@ -322,19 +323,19 @@ class Boom(Exception):
 @pytest.mark.parametrize(
     "target",
     [
-        "tpx.exchange.Exchange.receive",
-        "tpx.exchange.Exchange.receive_stream_start",
-        "tpx.exchange.Exchange.feed",
-        "tpx.exchange.Exchange.flush",
-        "tpx.exchange.Exchange.end_stream",
-        "tpx.exchange.check_message",
-        "tpx.exchange.check_event",
-        "tpx.exchange.response_checked",
-        "tpx.translate.stream.SSEParser.feed",
-        "tpx.translate.stream.serialize_event",
+        "tpx.transport.exchange.Exchange.receive",
+        "tpx.transport.exchange.Exchange.receive_stream_start",
+        "tpx.transport.exchange.Exchange.feed",
+        "tpx.transport.exchange.Exchange.flush",
+        "tpx.transport.exchange.Exchange.end_stream",
+        "tpx.transport.exchange.check_message",
+        "tpx.transport.exchange.check_event",
+        "tpx.transport.exchange.response_checked",
+        "tpx.transport.translate.stream.SSEParser.feed",
+        "tpx.transport.translate.stream.serialize_event",
         "tpx.errors.error_for_status",
-        "tpx.transport._Core._receive",
-        "tpx.transport._Core._hand_over",
+        "tpx.transport.client._Core._receive",
+        "tpx.transport.client._Core._hand_over",
     ],
 )
 @pytest.mark.parametrize("kind", [Boom, RecursionError, KeyboardInterrupt])

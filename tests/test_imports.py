@@ -79,7 +79,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_is_read() -> None:
     graph = import_graph()
-    assert "tpx.tlc.runner" in graph["tpx.tlc.graph"]
+    assert "tpx.oracle.tlc.runner" in graph["tpx.oracle.tlc.graph"]
     assert "tpx.gateway.turn" in graph["tpx.gateway.core"]
 
 

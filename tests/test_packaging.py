@@ -58,7 +58,7 @@ def test_fresh_install_works_from_any_folder(tmp_path: Path) -> None:
         assert proc.returncode == 0, (args, proc.stdout, proc.stderr)
         return proc.stdout
 
-    site = "site-packages/tpx/specs/TpxTransport.tla"
+    site = "site-packages/tpx/oracle/specs/TpxTransport.tla"
     for cmd in ("tlc", "explore"):
         out = run(cmd)
         assert site in out.splitlines()[0]

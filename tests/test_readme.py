@@ -234,7 +234,7 @@ def test_the_setup_commands_are_in_the_readme() -> None:
 
 
 def test_the_readme_figures_are_the_mirrors() -> None:
-    from tpx.model import Config, explore
+    from tpx.oracle.model import Config, explore
 
     (block,) = [c for lang, c, _ in _blocks(README) if lang == "console" and "tlc: spec/" in c]
     quoted = {

@@ -20,7 +20,7 @@ import httpx2
 import orjson
 import pytest
 
-import tpx._config
+import tpx.transport._config
 from tpx import errors
 from tpx.errors import redact, secret_forms
 from tpx.transport import AsyncTransport, Transport, aboot, boot
@@ -334,7 +334,7 @@ def test_redaction_covers_escaped_forms() -> None:
 
 def _unchecked(monkeypatch: pytest.MonkeyPatch) -> None:
     """Boot without the credential check, to test the defences behind it."""
-    monkeypatch.setattr(tpx._config, "_credential_problem", lambda value: None)
+    monkeypatch.setattr(tpx.transport._config, "_credential_problem", lambda value: None)
 
 
 def test_a_header_httpx_refuses_fails_the_exchange_without_leaking(

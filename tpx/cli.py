@@ -28,10 +28,10 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
 from tpx.errors import TLCConfigError, TpxError
-from tpx.tlc.values import format_value
+from tpx.oracle.tlc.values import format_value
 
 if TYPE_CHECKING:
-    from tpx.model.explore import ExploreResult
+    from tpx.oracle.model.explore import ExploreResult
 
 #: Exit codes of a run stopped by a signal (128 + the signal number).
 EXIT_SIGINT = 130
@@ -44,7 +44,7 @@ class Terminated(BaseException):
 
 def default_spec() -> Path:
     """The TpxTransport spec shipped inside the package (a copy of the repo's spec/)."""
-    from tpx.model import TRANSPORT
+    from tpx.oracle.model import TRANSPORT
 
     return TRANSPORT.spec_path
 
@@ -138,7 +138,7 @@ def summary(
 
 
 def _cmd_tlc(args: argparse.Namespace) -> int:
-    from tpx.tlc import run_tlc
+    from tpx.oracle.tlc import run_tlc
 
     spec = _spec_of(args)
     cfg = _cfg_for(spec, args.config)
@@ -235,10 +235,10 @@ def _tlc_reason(message: str) -> str:
 def _mirror_checks(spec: Path, cfg: Path) -> tuple[Any, Any]:
     """The mirror's Config for *spec* / *cfg* and what the cfg asks to check (refusing a
     spec that is not the mirrored one, or a cfg naming what the mirror does not define)."""
-    from tpx.model import Config
-    from tpx.model.gateway import GATEWAY
-    from tpx.model.gateway import Config as GatewayConfig
-    from tpx.model.registry import check_mirrored
+    from tpx.oracle.model import Config
+    from tpx.oracle.model.gateway import GATEWAY
+    from tpx.oracle.model.gateway import Config as GatewayConfig
+    from tpx.oracle.model.registry import check_mirrored
 
     _require_file(spec, "spec")
     _require_file(cfg, "cfg")
@@ -263,12 +263,12 @@ def _explore_gateway(
     names (``Refinement`` as a step property, its Init conjunct on every initial state)."""
     import attrs
 
-    from tpx.model.explore import Verdict
-    from tpx.model.gateway import INVARIANTS as GW_INVARIANTS
-    from tpx.model.gateway import PROPERTIES as GW_PROPERTIES
-    from tpx.model.gateway import Init
-    from tpx.model.gateway.explore import explore as explore_gateway
-    from tpx.model.gateway.refinement import (
+    from tpx.oracle.model.explore import Verdict
+    from tpx.oracle.model.gateway import INVARIANTS as GW_INVARIANTS
+    from tpx.oracle.model.gateway import PROPERTIES as GW_PROPERTIES
+    from tpx.oracle.model.gateway import Init
+    from tpx.oracle.model.gateway.explore import explore as explore_gateway
+    from tpx.oracle.model.gateway.refinement import (
         RefinementInit,
         RefinementStep,
         RefinementUpToErrorsStep,
@@ -298,9 +298,9 @@ def _explore_gateway(
 
 
 def _cmd_explore(args: argparse.Namespace) -> int:
-    from tpx.model import INVARIANTS, SelectionStable
-    from tpx.model.explore import Progress, explore
-    from tpx.model.packed import explore_packed
+    from tpx.oracle.model import INVARIANTS, SelectionStable
+    from tpx.oracle.model.explore import Progress, explore
+    from tpx.oracle.model.packed import explore_packed
 
     spec = _spec_of(args)
     cfg_path = _cfg_for(spec, args.config)
@@ -368,7 +368,7 @@ def _cmd_explore(args: argparse.Namespace) -> int:
 def _refuse_mismatched_traces(args: argparse.Namespace, *, gateway: bool) -> None:
     """A trace read the wrong way is a usage error (exit 2) naming the right flags, never a
     verdict: the kinds ``tpx serve`` writes say what they are on their first line."""
-    from tpx import tracecheck_gateway as gateway_traces
+    from tpx.oracle import tracecheck_gateway as gateway_traces
 
     gateway_flags = "--spec spec/TpxGateway.tla"
     if args.exchange and not gateway:
@@ -388,9 +388,9 @@ def _refuse_mismatched_traces(args: argparse.Namespace, *, gateway: bool) -> Non
 
 
 def _cmd_check_trace(args: argparse.Namespace) -> int:
-    from tpx.itf import TraceFormatError
-    from tpx.model import Config
-    from tpx.tracecheck import (
+    from tpx.oracle.itf import TraceFormatError
+    from tpx.oracle.model import Config
+    from tpx.oracle.tracecheck import (
         TraceReport,
         check_trace,
         check_traces_tlc,
@@ -400,10 +400,10 @@ def _cmd_check_trace(args: argparse.Namespace) -> int:
 
     spec = _spec_of(args)
     cfg_path = _cfg_for(spec, args.config)
-    from tpx import tracecheck_gateway as gateway_traces
+    from tpx.oracle import tracecheck_gateway as gateway_traces
 
     if gateway_traces.is_gateway_spec(spec):  # per-conversation gateway traces (the mirror)
-        from tpx.model.gateway import Config as GatewayConfig
+        from tpx.oracle.model.gateway import Config as GatewayConfig
 
         if args.tlc:
             raise TpxError("--tlc does not check gateway traces; the mirror does")
@@ -476,8 +476,8 @@ def _cmd_check_trace(args: argparse.Namespace) -> int:
 
 
 def _cmd_graph(args: argparse.Namespace) -> int:
-    from tpx.graphviz import coverage_summary, read_covered, render_coverage
-    from tpx.model.explore import explore
+    from tpx.oracle.graphviz import coverage_summary, read_covered, render_coverage
+    from tpx.oracle.model.explore import explore
 
     spec = _spec_of(args)
     cfg_path = _cfg_for(spec, args.config)

@@ -45,7 +45,7 @@ matches one. Two rules, by who reads the text:
   which also removes every 8-character run of a secret and a secret's start cut short.
   Its cost is linear in the text; the gateway cuts each log field first. A text of tpx's
   own making that a client may see (an HTTP client's error) is withheld whole when
-  :func:`redact` would change it (:func:`tpx._http.scrubbed`).
+  :func:`redact` would change it (:func:`tpx.transport._http.scrubbed`).
 
 See docs/threat-model.md for who sees what and how the rules are checked.
 """

@@ -68,9 +68,9 @@ from conformance.gateway_http import binding
 from conformance.gateway_http.client import ConvClient, Settled
 from conformance.gateway_http.harness import API_KEY, GATEWAY_SECRET, OAUTH_TOKEN
 from conformance.gateway_http.upstream import WIRE_ID, Channel, UpstreamExchange
-from tpx.model.gateway.state import VARS
-from tpx.translate.ids import verify_signed_id, wire_id
-from tpx.values import Function, ModelValue, Record
+from tpx.oracle.model.gateway.state import VARS
+from tpx.oracle.values import Function, ModelValue, Record
+from tpx.transport.translate.ids import verify_signed_id, wire_id
 
 __all__ = [
     "BOUND",

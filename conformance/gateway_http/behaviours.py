@@ -1,7 +1,8 @@
 """The gateway spec's behaviours, from the mirror's reachable graph.
 
-:func:`mirror_graph` turns :func:`tpx.model.gateway.explore`'s graph (equal to TLC's dump,
-see ``tests/model/gateway``) into a :class:`~tpx.tlc.StateGraph`, so the seed's generic
+:func:`mirror_graph` turns :func:`tpx.oracle.model.gateway.explore`'s graph (equal to TLC's dump,
+see ``tests/oracle/model/gateway``) into a :class:`~tpx.oracle.tlc.StateGraph`, so the seed's
+generic
 graph code applies unchanged: :func:`conformance.replay.complete_behaviours` (every
 behaviour), :func:`conformance.replay.edge_cover` (a minimum edge cover, min-flow) and
 :func:`conformance.replay.edge_cover_certificate` (its proof of minimality).
@@ -30,9 +31,9 @@ from conformance.replay import (
     edge_cover,
     edge_cover_certificate,
 )
-from tpx.model.gateway import PER_CONVERSATION, Config, explore
-from tpx.tlc import StateGraph
-from tpx.values import ModelValue, Record
+from tpx.oracle.model.gateway import PER_CONVERSATION, Config, explore
+from tpx.oracle.tlc import StateGraph
+from tpx.oracle.values import ModelValue, Record
 
 __all__ = [
     "RETRY",

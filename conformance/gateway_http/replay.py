@@ -75,9 +75,9 @@ from conformance.gateway_http.harness import GATEWAY_KEY, STEP_GUARD_S, Gateway,
 from conformance.gateway_http.serve import TAIL_HITS
 from conformance.gateway_http.upstream import FAIL_KINDS, STREAM_FAIL_KINDS, Channel, Plan
 from conformance.replay import Behaviour, Coverage
-from tpx.model.gateway import INVARIANTS, Config, SelectionStable, State
-from tpx.model.gateway import invariants as _invariants
-from tpx.values import ModelValue, Record
+from tpx.oracle.model.gateway import INVARIANTS, Config, SelectionStable, State
+from tpx.oracle.model.gateway import invariants as _invariants
+from tpx.oracle.values import ModelValue, Record
 
 __all__ = ["HttpConformanceError", "HttpReplayer"]
 

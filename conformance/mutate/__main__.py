@@ -78,7 +78,7 @@ def _ids_in(path: Path, known: set[str]) -> list[str]:
 
 def _behaviours(cache: Path) -> None:
     from conformance.replay import edge_cover, tlc_graph
-    from tpx.model import Config
+    from tpx.oracle.model import Config
 
     cover = edge_cover(tlc_graph())
     cache.write_bytes(pickle.dumps((Config.of(2, 3), cover)))
@@ -110,11 +110,11 @@ def _pristine(base: Path) -> Path:
     while it runs do not change the judge half-way)."""
     pristine = base / "pristine"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in ("tpx", "conformance", "spec", "tests/gateway", "tests/model"):
+    for name in ("tpx", "conformance", "spec", "tests/gateway", "tests/oracle/model"):
         shutil.copytree(ROOT / name, pristine / name, ignore=ignore)
     # the gateway conformance runs under pytest with the project's configuration; the live
     # gateway bugs use the gateway test helpers (tests/gateway) and the reference monitor
-    # (tests/model/gateway)
+    # (tests/oracle/model/gateway)
     for name in ("pyproject.toml", "tests/__init__.py"):
         shutil.copy2(ROOT / name, pristine / name)
     return pristine

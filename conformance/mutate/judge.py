@@ -13,7 +13,7 @@ the working directory in two stages, stopping at the first that fails:
    loops, every upstream failure and its retry, aborts, refusals, traces checked against
    spec/TpxGateway.tla), then the seeded gateway bugs against a live ``tpx serve
    --monitor`` on loopback. The seed edge cover never reaches the gateway core; this
-   stage does (and the id signing of :mod:`tpx.translate.ids` only the gateway uses).
+   stage does (and the id signing of :mod:`tpx.transport.translate.ids` only the gateway uses).
 
 Exit status: 0 every stage conforms (the mutant survives), 1 a
 :class:`~conformance.replay.ConformanceError` or a failed gateway conformance case
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.replay import Behaviour, ConformanceError, Replayer
-from tpx.model import Config
+from tpx.oracle.model import Config
 
 __all__ = ["GATEWAY_SUITE", "gateway", "judge", "main"]
 

@@ -12,9 +12,9 @@ import attrs
 import httpx2
 import uvicorn
 
-from tpx.exchange import Provider
 from tpx.gateway.protocol import HeaderTimeoutProtocol
 from tpx.gateway.settings import Credential, Limits, Settings
+from tpx.transport.exchange import Provider
 
 UPSTREAM_TOKEN = "tok-upstream-SECRET-1234"
 UPSTREAM_KEY = "sk-ant-upstream-SECRET-5678"

@@ -18,8 +18,8 @@ from tests.fuzz.strategies import json_member_runs
 from tests.gateway.bodies_oracle import read_as_orjson
 from tpx._safe import MAX_DEPTH, parsed_too_deep
 from tpx.gateway.bodies import BodyReader
-from tpx.translate.profiles import PROFILES, get_profile
-from tpx.translate.tools import FrozenJSONList, translate_tools
+from tpx.transport.translate.profiles import PROFILES, get_profile
+from tpx.transport.translate.tools import FrozenJSONList, translate_tools
 
 TOUR = Path(__file__).parents[1] / "fixtures/clients/claude-code/2.1.197/tour"
 

@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from tpx.gateway.asgi import GatewayApp, create_app
-from tpx.translate.ids import sign_caller_id
+from tpx.transport.translate.ids import sign_caller_id
 
 from .conftest import GATEWAY_KEY, UPSTREAM_KEY, UPSTREAM_TOKEN, make_settings, serving
 from .fakes import FakeUpstream

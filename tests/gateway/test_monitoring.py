@@ -13,7 +13,7 @@ import pytest
 
 from tpx.cli import main
 from tpx.gateway.asgi import GatewayApp, create_app
-from tpx.model.gateway.monitor import GatewayMonitor, Violation
+from tpx.oracle.model.gateway.monitor import GatewayMonitor, Violation
 
 from .conftest import GATEWAY_KEY, make_settings, serving
 from .fakes import FakeUpstream
@@ -116,7 +116,7 @@ def test_a_correct_request_refused_is_stopped(
     The client's request answers each obligation once (read from its bytes), so the
     refusal is RefusesOnlyWrong: the monitor stops it (500), it is counted, and nothing
     reaches the upstream."""
-    import tpx.exchange
+    import tpx.transport.exchange
 
     with monitored(provider, tmp_path) as (client, fake, _):
         history: list[Any] = [{"role": "user", "content": f"refused {provider}"}]
@@ -126,7 +126,7 @@ def test_a_correct_request_refused_is_stopped(
         def refusing(answered: Any, pending: frozenset[str]) -> str | None:
             return "refused by a seeded bug" if answered else None
 
-        monkeypatch.setattr(tpx.exchange, "_pairing_problem", refusing)
+        monkeypatch.setattr(tpx.transport.exchange, "_pairing_problem", refusing)
         stopped = client.post("/v1/messages", headers=AUTH, json=body(history))
         metrics = client.get("/metrics").text
     assert stopped.status_code == 500

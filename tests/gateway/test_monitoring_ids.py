@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from tpx.gateway.metrics import Metrics
 from tpx.gateway.monitoring import LiveMonitor
-from tpx.translate.ids import (
+from tpx.transport.translate.ids import (
     sign_caller_id,
     to_caller_id,
     verify_signed_id,

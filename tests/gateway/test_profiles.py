@@ -12,9 +12,9 @@ import pytest
 from tpx.gateway.core import Gateway, Request, Response, Turn
 from tpx.gateway.settings import load_settings
 from tpx.gateway.upstream import SyncUpstream, run_turn_sync
-from tpx.translate import request_to_openai
-from tpx.translate.profiles import PROFILES, get_profile
-from tpx.translate.stream import MessageAccumulator, SSEParser
+from tpx.transport.translate import request_to_openai
+from tpx.transport.translate.profiles import PROFILES, get_profile
+from tpx.transport.translate.stream import MessageAccumulator, SSEParser
 
 from .conftest import UPSTREAM_TOKEN, make_settings
 from .fakes import FakeUpstream

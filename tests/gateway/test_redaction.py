@@ -13,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tpx.errors import redact, secret_forms
-from tpx.exchange import Exchange, Provider
 from tpx.gateway.core import LOG_FIELD_LIMIT, Gateway
 from tpx.gateway.redaction import Redactor, prepared
 from tpx.gateway.settings import Credential
 from tpx.gateway.turn import Conversation
+from tpx.transport.exchange import Exchange, Provider
 
 from .conftest import GATEWAY_KEY, UPSTREAM_TOKEN, make_settings
 

@@ -13,7 +13,7 @@ import pytest
 
 import tpx.sdk
 from tpx.gateway.asgi import create_app
-from tpx.translate.ids import verify_signed_id
+from tpx.transport.translate.ids import verify_signed_id
 
 from .conftest import GATEWAY_KEY, make_settings, serving
 from .fakes import FakeUpstream

@@ -17,12 +17,12 @@ import pytest
 
 import tpx.sdk
 from tpx.errors import ConfigurationError, UnauthorizedError
-from tpx.exchange import Provider
 from tpx.gateway import settings as settings_module
 from tpx.gateway.asgi import create_app
 from tpx.gateway.settings import BACKOFF_FIRST, BACKOFF_MAX, Credential, Settings, load_settings
 from tpx.gateway.token_command import run_token_command
-from tpx.translate.ids import sign_caller_id, to_caller_id, verify_signed_id
+from tpx.transport.exchange import Provider
+from tpx.transport.translate.ids import sign_caller_id, to_caller_id, verify_signed_id
 
 from .conftest import serving
 from .fakes import FakeUpstream
@@ -250,7 +250,7 @@ def test_ids_and_thinking_signed_under_a_key_still_listed_verify_after_rotation(
     """Gateway A signs with k1; B lists k2 (current) and k1: A's tool ids and thinking
     signatures verify there (the thinking goes back upstream as reasoning); C lists only
     k2: A's id is refused with the Messages-shaped 400, before the wire (a thinking
-    signature under a retired key: tests/translate/test_ids.py). The seeded bug, ids
+    signature under a retired key: tests/transport/translate/test_ids.py). The seeded bug, ids
     verified with the current key only, is refused at B."""
     if seeded:
         monkeypatch.setattr(Settings, "id_keys", property(lambda self: (self.secret,)))

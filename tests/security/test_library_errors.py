@@ -19,6 +19,7 @@ import httpx2
 import pytest
 
 import tpx.transport
+import tpx.transport.client
 from tpx import errors
 from tpx.errors import NetworkError, TpxError, redact
 
@@ -153,7 +154,7 @@ def test_an_unforeseen_send_error_re_raised_as_it_is_is_caught(
     def as_it_is(self: Any, exc: Exception, what: str) -> Exception:
         return exc
 
-    monkeypatch.setattr(tpx.transport._Core, "_local_failure", as_it_is)
+    monkeypatch.setattr(tpx.transport.client._Core, "_local_failure", as_it_is)
     error = raised("TPX", "create", slice(None), False)
     assert not isinstance(error, NetworkError)
     assert TOKEN in str(error)
@@ -162,7 +163,7 @@ def test_an_unforeseen_send_error_re_raised_as_it_is_is_caught(
 def test_an_error_text_redacted_in_pieces_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """The seeded bug: the exception's text redacted piece by piece (a secret's start before
     a cut, the runs of 8): what is left around the pieces shows; withheld whole, nothing."""
-    monkeypatch.setattr(tpx.transport, "scrubbed", redact)
+    monkeypatch.setattr(tpx.transport.client, "scrubbed", redact)
     error = raised("TPX", "create", slice(None), False)
     assert "header [REDACTED]" in str(error)  # the text around the credential survived
 

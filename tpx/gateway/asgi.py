@@ -16,11 +16,11 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from tpx.exchange import Provider
 from tpx.gateway.core import Forward, Gateway, Request, Response, Turn, error_body, new_request_id
 from tpx.gateway.offload import Offload
 from tpx.gateway.settings import Settings
 from tpx.gateway.upstream import AsyncUpstream, forward, run_turn
+from tpx.transport.exchange import Provider
 
 __all__ = ["GatewayApp", "create_app"]
 

@@ -25,7 +25,7 @@ full, so the error a bad body gets is ``orjson``'s own.
 **Shared, read-only.** A kept tail's values are shared by every request that carries it
 (and by nothing else: a different tail is parsed anew). The gateway only reads request
 bodies (it replaces top-level members: ``{**head, **tail}`` is each request's own dict);
-its ``tools`` list is a :class:`~tpx.translate.tools.FrozenJSONList` (mutating it
+its ``tools`` list is a :class:`~tpx.transport.translate.tools.FrozenJSONList` (mutating it
 raises), which also carries its JSON text, so the translator looks its translation up
 without serializing it and the exchange writes it without serializing it again.
 
@@ -45,7 +45,7 @@ import attrs
 import orjson
 
 from tpx._safe import parsed_too_deep
-from tpx.translate.tools import FrozenJSONList
+from tpx.transport.translate.tools import FrozenJSONList
 
 __all__ = ["BodyReader", "Decoded"]
 

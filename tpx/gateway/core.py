@@ -12,7 +12,7 @@ query, headers, body bytes) and returns one of
   and :meth:`Turn.close` once (the log line);
 * a :class:`Forward`: an ANTHROPIC pass-through (``count_tokens``, ``/v1/models``).
 
-Each turn runs its own :class:`~tpx.exchange.Exchange` (one spec instance per
+Each turn runs its own :class:`~tpx.transport.exchange.Exchange` (one spec instance per
 conversation turn) seeded with the obligations its history carries
 (:mod:`tpx.gateway.history`); only the boot-time provider selection
 (:class:`~tpx.gateway.settings.Settings`) is shared, so any number of conversations run
@@ -38,7 +38,6 @@ import orjson
 
 from tpx import _safe
 from tpx.errors import PairingError, ProtocolError, UnsupportedError
-from tpx.exchange import ExchangeSnapshot, Provider
 from tpx.gateway import history
 from tpx.gateway.bodies import BodyReader, Decoded
 from tpx.gateway.history import (
@@ -71,8 +70,9 @@ from tpx.gateway.wire import (
     new_request_id,
     snapshot_record,
 )
-from tpx.tracecheck_gateway import EXCHANGE_TRACE
-from tpx.translate import request_to_openai
+from tpx.oracle.tracecheck_gateway import EXCHANGE_TRACE
+from tpx.transport.exchange import ExchangeSnapshot, Provider
+from tpx.transport.translate import request_to_openai
 
 __all__ = [
     "PING",

@@ -6,7 +6,7 @@ before the last run of user messages); the last user turn's tool_results must an
 exactly those (``CallerSend``), otherwise the request is refused before the wire
 (``CallerAbort``) with the Messages API's own wording.
 
-TPX ids the gateway issued carry a MAC (:func:`tpx.translate.ids.sign_caller_id`):
+TPX ids the gateway issued carry a MAC (:func:`tpx.transport.translate.ids.sign_caller_id`):
 :func:`unsign_ids` checks every ``tpx``-encoded id of the history and replaces it, in
 place, with the unsigned id the translator decodes. An id in the ``tpx`` encoding without
 a valid MAC was not issued by this gateway (or one sharing its secret, or one whose
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tpx.translate.ids import CALLER_ID_PREFIX, decode_caller_id, verify_signed_id
+from tpx.transport.translate.ids import CALLER_ID_PREFIX, decode_caller_id, verify_signed_id
 
 __all__ = ["Refusal", "last_turns", "pairing_problem", "unsign_ids", "validate_request"]
 

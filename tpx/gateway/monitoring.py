@@ -1,7 +1,7 @@
 """``tpx serve --monitor``: every exchange's spec actions checked live against the gateway mirror.
 
 One :class:`LiveMonitor` per gateway process wraps a
-:class:`tpx.model.gateway.monitor.GatewayMonitor` (keyed by request id: one exchange,
+:class:`tpx.oracle.model.gateway.monitor.GatewayMonitor` (keyed by request id: one exchange,
 which the stateless gateway can always name; two requests of one conversation at once
 resume with the same history and are no cross-pairing). The core calls
 :meth:`LiveMonitor.start` (``Resume``: the history's obligations) before the exchange's
@@ -35,13 +35,13 @@ from prometheus_client.metrics_core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from tpx.errors import ModelError
-from tpx.exchange import ExchangeSnapshot, Provider
 from tpx.gateway.metrics import Metrics
 from tpx.gateway.settings import Settings
-from tpx.model.gateway.events import request_kind
-from tpx.model.gateway.monitor import GatewayMonitor, Violation, snapshot_of_exchange
-from tpx.tracecheck_gateway import trace_file_name, write_trace
-from tpx.translate.ids import verify_signed_id, wire_id
+from tpx.oracle.model.gateway.events import request_kind
+from tpx.oracle.model.gateway.monitor import GatewayMonitor, Violation, snapshot_of_exchange
+from tpx.oracle.tracecheck_gateway import trace_file_name, write_trace
+from tpx.transport.exchange import ExchangeSnapshot, Provider
+from tpx.transport.translate.ids import verify_signed_id, wire_id
 
 __all__ = ["LiveMonitor", "SpecViolationError"]
 
@@ -102,7 +102,7 @@ class LiveMonitor:
                 ends that prefix and 13 characters on, past the nonce, comes the ``-``
                 before the MAC. An id without a ``-`` there matches no signed id (and was
                 never cached as verified: only ids whose MAC is right are), so
-                :func:`~tpx.translate.ids.verify_signed_id` refuses it. The exchange's own
+                :func:`~tpx.transport.translate.ids.verify_signed_id` refuses it. The exchange's own
                 caller ids (``<nonce>_``: the ``pending`` of every Deliver) are such ids."""
                 k = i.find("-")
                 if k < 0 or i[k + 13 : k + 14] != "-":

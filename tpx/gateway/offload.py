@@ -34,9 +34,9 @@ from concurrent.futures.process import BrokenProcessPool, ProcessPoolExecutor
 
 import attrs
 
-from tpx.exchange import Provider
 from tpx.gateway.core import Forward, Gateway, Request, Response, Turn
 from tpx.gateway.wire import COUNT, endpoint_label
+from tpx.transport.exchange import Provider
 
 __all__ = ["READY_TIMEOUT", "Offload"]
 

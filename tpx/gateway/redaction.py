@@ -44,7 +44,7 @@ class Secrets:
         self.values = values
         #: every rendered form (:func:`tpx.errors.secret_forms`)
         self.forms = secret_forms(values)
-        #: what an :class:`~tpx.exchange.Exchange` holding *values* scrubs replies with
+        #: what an :class:`~tpx.transport.exchange.Exchange` holding *values* scrubs replies with
         self.scrubber = Scrubber(self.forms, plain=values)
         self.redact = Redactor(self.forms)
 

@@ -25,7 +25,7 @@ TOML file (every key optional)::
     [upstream]
     base_url = "http://127.0.0.1:9000/v1"  # TPX_BASE_URL / ANTHROPIC_BASE_URL win
     model = "qwen3"                         # TPX_MODEL wins
-    profile = "vllm"                        # the upstream's kind (tpx.translate.profiles);
+    profile = "vllm"                        # the upstream's kind (translate.profiles);
                                             # --profile > TPX_PROFILE > this > "generic"
     token_ttl = 300                         # seconds a command-made token is reused
     token_timeout = 30                      # seconds the token command may run
@@ -72,11 +72,11 @@ from typing import Any
 import attrs
 
 from tpx.errors import ConfigurationError, UnauthorizedError
-from tpx.exchange import Provider
 from tpx.gateway.token_command import TIMEOUT, run_token_command
-from tpx.translate.profiles import DEFAULT_PROFILE, Profile, get_profile
-from tpx.translate.signing import PROCESS_SIGNER, ThinkingSigner, signer_for, split_secret
-from tpx.transport import _check_credential, _configure
+from tpx.transport._config import _check_credential, _configure
+from tpx.transport.exchange import Provider
+from tpx.transport.translate.profiles import DEFAULT_PROFILE, Profile, get_profile
+from tpx.transport.translate.signing import PROCESS_SIGNER, ThinkingSigner, signer_for, split_secret
 
 __all__ = ["Credential", "Limits", "ModelRoute", "Settings", "load_settings"]
 
@@ -276,10 +276,10 @@ class Settings:
     trace_dir: Path | None = None
     monitor: bool = False
     """``tpx serve --monitor``: check every exchange's spec steps (tpx.gateway.monitoring)."""
-    #: the TPX upstream's kind: how requests are shaped for it (tpx.translate.profiles)
+    #: the TPX upstream's kind: how requests are shaped for it (tpx.transport.translate.profiles)
     profile: Profile = DEFAULT_PROFILE
     #: signs / verifies thinking blocks (None: a random per-process key); may list several
-    #: keys (tpx.translate.signing.split_secret): the first signs, every one verifies
+    #: keys (tpx.transport.translate.signing.split_secret): the first signs, every one verifies
     thinking_secret: str | None = None
     #: keys being retired: tool ids signed with one still verify (``secret`` signs new ones)
     previous_secrets: tuple[bytes, ...] = ()

@@ -12,7 +12,6 @@ import orjson
 
 from tpx import _safe
 from tpx.errors import ModelError, NetworkError, holds_secret
-from tpx.exchange import Exchange, Provider
 from tpx.gateway.monitoring import LiveMonitor, SpecViolationError
 from tpx.gateway.redaction import Secrets
 from tpx.gateway.settings import Settings
@@ -25,8 +24,9 @@ from tpx.gateway.wire import (
     json_response,
     model_error_response,
 )
-from tpx.translate.ids import CALLER_ID_PREFIX, sign_caller_id
-from tpx.translate.stream import serialize_event
+from tpx.transport.exchange import Exchange, Provider
+from tpx.transport.translate.ids import CALLER_ID_PREFIX, sign_caller_id
+from tpx.transport.translate.stream import serialize_event
 
 __all__ = ["Conversation", "Forward", "Host", "Turn"]
 
@@ -56,7 +56,7 @@ class Conversation(Exchange):
 
     *prepared*: every secret of the gateway (the thinking secret included) with its forms
     and scrubber built once at boot, in place of ``secrets=``, which an
-    :class:`~tpx.exchange.Exchange` renders anew each time (~0.1 ms a request). Pass the
+    :class:`~tpx.transport.exchange.Exchange` renders anew each time (~0.1 ms a request). Pass the
     thinking secret as its signer then (``thinking_secret=settings.signer``; a str would
     be rendered again). A credential fetched while the request is in flight (a token
     command run again after a 401) joins them: :meth:`join`.

@@ -12,7 +12,7 @@ turn: it yields a whole :class:`~tpx.gateway.core.Response`, or SSE byte chunks
 (:class:`SyncUpstream`, :func:`run_turn_sync`) serves the in-process sync SDK client.
 
 No httpx2 exception leaves here: failures become :class:`~tpx.errors.ModelError` (mapped
-by :func:`tpx._http.error_from_httpx`, redacted, raised outside the handler so nothing is
+by :func:`tpx.transport._http.error_from_httpx`, redacted, raised outside the handler so nothing is
 chained to the httpx2 exception, whose request headers hold the credential).
 """
 
@@ -26,15 +26,15 @@ from typing import Any, Generic, TypeVar
 
 import httpx2
 
-from tpx._http import error_from_httpx
 from tpx.errors import ModelError
-from tpx.exchange import Provider
 from tpx.gateway.core import PING, Forward, Response, Turn, UpstreamCall
 from tpx.gateway.h1 import H1Transport, fast_transport_allowed
 from tpx.gateway.inflate import Decoder, raw_chunks, raw_chunks_sync, read_body, read_body_sync
 from tpx.gateway.netio import install
 from tpx.gateway.redaction import prepared
 from tpx.gateway.settings import Settings
+from tpx.transport._http import error_from_httpx
+from tpx.transport.exchange import Provider
 
 __all__ = [
     "AsyncUpstream",

@@ -10,7 +10,7 @@ import attrs
 import orjson
 
 from tpx.errors import ModelError, UnauthorizedError
-from tpx.exchange import ExchangeSnapshot
+from tpx.transport.exchange import ExchangeSnapshot
 
 __all__ = [
     "JSON",

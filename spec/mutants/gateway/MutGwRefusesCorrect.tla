@@ -75,7 +75,7 @@
 (* (turn + 1, "err", idle) that keeps the obligations and leaves the wire  *)
 (* as it was. (Retry is a seed CallerSend of the projection.)              *)
 (*                                                                         *)
-(* Mirror: tpx/model/gateway/ (test_gateway_spec_table checks the lines)   *)
+(* Mirror: tpx/oracle/model/gateway/ (test_gateway_spec_table checks the lines)   *)
 (*   line  spec                  mirror                                    *)
 (*    119  CONSTANTS             state.py   Config                         *)
 (*    135  VARIABLES             state.py   State, VARS                    *)

@@ -1,0 +1,1 @@
+"""Tests of the TLC runner (tpx.oracle.tlc)."""

@@ -1,1 +1,0 @@
-"""Tests of the TLC runner (tpx.tlc)."""

@@ -1,0 +1,1034 @@
+"""The exchange state machine: a sans-I/O mirror of ``spec/TpxTransport.tla``.
+
+No sockets, no httpx2: dicts and bytes go in, dicts and bytes come out, and the
+I/O shells in :mod:`tpx.transport` move the bytes. Each step is one action of
+the spec and is refused (:class:`~tpx.errors.ExchangeStateError`, nothing
+changes) when the spec's guard does not hold.
+
+==============================  ===================================================
+spec/TpxTransport.tla           here
+==============================  ===================================================
+``Select(k, t)``                :func:`select_provider`
+``NativeShape(p)``              :func:`native_shape`
+``CallerSend``                  :meth:`Exchange.send` (pairing holds)
+``CallerAbort``                 :meth:`Exchange.abort`, and :meth:`Exchange.send` when
+                                the tool_results do not answer the pending tool_uses
+``NoProvider``                  :meth:`Exchange.no_provider`
+``ProviderReply``               :meth:`Exchange.receive` (2xx, well-formed native body);
+                                streaming: :meth:`Exchange.end_stream` once the stream
+                                completed well-formed (``[DONE]`` / ``message_stop``)
+``ProviderFail``                :meth:`Exchange.receive` (non-2xx / bad body) and
+                                :meth:`Exchange.fail` (timeout, network, TLS, the
+                                caller stopped reading); streaming:
+                                :meth:`Exchange.receive_stream_start` (non-2xx),
+                                :meth:`Exchange.feed` (error event, malformed chunk,
+                                bad tool arguments), :meth:`Exchange.end_stream` (the
+                                body ended before ``[DONE]`` / ``message_stop``)
+``Deliver``                     :meth:`Exchange.deliver` / :meth:`Exchange.deliver_bytes`
+                                (streaming too: the accumulated Messages body)
+``Halted``                      :attr:`Exchange.halted` (no step: nothing to do)
+``MaxTurns``                    ``max_turns`` (``None``: unbounded)
+variables                       :class:`ExchangeSnapshot` (:meth:`Exchange.snapshot`)
+each action as it happens       ``Exchange(..., observer=...)`` (see below)
+``PairingInv``                  checked on every send / receive (see below)
+==============================  ===================================================
+
+Concrete readings of the abstract spec:
+
+* ``pending`` holds the tool_use ids *the caller sees* (for TPX the translator's
+  reversible encodings of the provider's ids); ``wire_ids`` / ``emitted`` hold the
+  ids on the wire (the provider's own ids).
+* ``CallerSend`` requires the tool_result ids of the request's last run of
+  consecutive user messages (the Messages API merges consecutive user messages into
+  one turn; usually the run is just the last user message) to answer exactly
+  ``pending``. When they do not and ``pending`` is non-empty the send performs
+  ``CallerAbort`` and raises :class:`~tpx.errors.PairingError`.
+  When ``pending`` is empty the spec enables no abort, so a request carrying
+  tool_results then raises :class:`~tpx.errors.PairingError` and changes nothing.
+* A request the transport cannot frame (a feature the translator cannot carry)
+  raises before anything is sent and changes nothing: no spec action covers it.
+* Streaming (``stream: true``) keeps the same steps. ``CallerSend`` frames the
+  request with ``stream: true`` (TPX: plus ``stream_options.include_usage``). The
+  reply is consumed incrementally while the phase stays ``req``:
+  :meth:`Exchange.receive_stream_start` (status, headers), then
+  :meth:`Exchange.feed` (bytes in any chunking -> the Messages stream events for
+  the caller, translated for TPX, passed through for ANTHROPIC), then
+  :meth:`Exchange.end_stream`: ``ProviderReply`` when the stream completed
+  well-formed, else ``ProviderFail``. Every failure while streaming is a
+  ``ProviderFail`` that returns, as the last event, the Messages ``error`` event
+  (``ModelError.body()``); the error itself is :attr:`Exchange.last_error`.
+  ``Deliver`` then returns the body accumulated from the events and sets
+  ``pending`` to the tool_use ids the caller received. Events reach the caller
+  before ``Deliver``; the caller's obligations (``pending``) only change at
+  ``Deliver``, as in the spec. :attr:`Exchange.stream_complete` tells the I/O
+  shell that the terminal event (``message_stop``, always the last event
+  returned) was produced: the shell hands every event before it over first and
+  takes ``ProviderReply`` and ``Deliver`` only when the caller asks for the
+  terminal event, so a caller that stops reading before ``message_stop`` fails
+  the exchange (it may not have seen every tool_use) and one that stops right
+  after it keeps its obligations. When the body ends, :meth:`Exchange.flush`
+  returns the events of a last event the body ended without its closing blank
+  line (no action), before :meth:`Exchange.end_stream`.
+* The response is validated *and translated* in :meth:`Exchange.receive`, so a
+  body that cannot be handed back Messages-shaped is a ``ProviderFail`` (from
+  phase ``req``), never a stuck ``resp`` phase.
+* ``PairingInv`` is checked concretely: the translated request must carry one tool
+  result per tool_result the caller sent, and the translated response one (unique)
+  tool_use per tool call the provider emitted; otherwise
+  :class:`~tpx.errors.ProtocolError`. Providers may repeat or omit ids (the
+  translator's encoding keeps caller ids unique), so wire ids are compared by count.
+
+Observing the actions: ``Exchange(provider, observer=f)`` calls ``f(action, snapshot)``
+exactly once after every step that changes the state, with the spec action's name
+(``"CallerSend"``, ``"CallerAbort"``, ``"NoProvider"``, ``"ProviderReply"``,
+``"ProviderFail"``, ``"Deliver"``) and :meth:`Exchange.snapshot` after it. It is not called
+for a refused step (:class:`~tpx.errors.ExchangeStateError`), for a request refused before
+anything changed (a :class:`~tpx.errors.PairingError` with nothing pending, a request that
+cannot be framed) nor for the streaming calls that take no action
+(:meth:`Exchange.receive_stream_start` on a 2xx, :meth:`Exchange.feed` without a failure).
+
+* The step is complete when the observer runs: it may read the exchange (properties,
+  :meth:`Exchange.snapshot`, :meth:`Exchange.enabled_actions`, :attr:`Exchange.outbound`);
+  a step taken from inside it is refused (:class:`~tpx.errors.ExchangeStateError`).
+* An exception raised by the observer propagates from the step's method *after* the step,
+  in place of its result (or of the error it raises; a ``ProviderFail``'s error stays in
+  :attr:`Exchange.last_error`). The exchange keeps the state the observer was shown and
+  takes the next step as usual: nothing is rolled back, nothing is half done.
+* The observer receives no credentials: a snapshot holds the spec's variables (provider,
+  turn, phase, tool ids, shapes, outcome), never the ``secrets``.
+
+``tests/transport/test_exchange.py`` walks every reachable state of the spec (via the
+mirror in :mod:`tpx.oracle.model`, ToolIds = {t1, t2}, MaxTurns = 3: 361 states) and
+replays each path on this machine, for both providers, checking the variables and
+the set of enabled actions state by state.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+import attrs
+import orjson
+
+from tpx import _safe
+from tpx._safe import quote
+from tpx._scrub import DeltaScrubber, Scrubber
+from tpx.errors import (
+    WITHHELD,
+    ExchangeStateError,
+    ModelError,
+    PairingError,
+    ProtocolError,
+    UnauthorizedError,
+    UnsupportedError,
+    detached,
+    error_for_status,
+    holds_secret,
+    secret_forms,
+)
+from tpx.transport.shape import check_event, check_message
+from tpx.transport.translate import tool_result_ids
+from tpx.transport.translate.profiles import Profile, get_profile
+from tpx.transport.translate.request import translate_checked
+from tpx.transport.translate.response import is_first_choice, response_checked
+from tpx.transport.translate.signing import signer_for
+from tpx.transport.translate.stream import (
+    AnthropicStreamReader,
+    MessageAccumulator,
+    OpenAIStreamTranslator,
+    SSEEvent,
+    SSEParser,
+)
+from tpx.transport.translate.tools import FrozenJSONList
+
+__all__ = [
+    "ANTHROPIC_VERSION",
+    "Exchange",
+    "ExchangeObserver",
+    "ExchangeSnapshot",
+    "OutboundRequest",
+    "Outcome",
+    "Phase",
+    "Provider",
+    "Shape",
+    "native_shape",
+    "select_provider",
+]
+
+ANTHROPIC_VERSION = "2023-06-01"
+
+Phase = Literal["idle", "req", "resp"]
+Outcome = Literal["none", "ok", "err"]
+Shape = Literal["messages", "openai"]
+
+
+def _caller_error(message: str) -> ProtocolError:
+    """The error for a request the caller got wrong (400 ``invalid_request_error``)."""
+    return ProtocolError(
+        f"invalid Messages request: {message}", status=400, error_type="invalid_request_error"
+    )
+
+
+class Provider(enum.Enum):
+    """The spec's provider constants."""
+
+    ANTHROPIC = "ANTHROPIC"
+    TPX = "TPX"
+    NONE = "NONE"
+
+
+def select_provider(has_key: bool, has_token: bool) -> Provider:
+    """``Select(k, t)``: key wins, then token, else no provider."""
+    if has_key:
+        return Provider.ANTHROPIC
+    if has_token:
+        return Provider.TPX
+    return Provider.NONE
+
+
+def native_shape(provider: Provider) -> Shape:
+    """``NativeShape(p)``: the protocol the provider speaks on the wire."""
+    return "openai" if provider is Provider.TPX else "messages"
+
+
+@attrs.frozen
+class OutboundRequest:
+    """One HTTP request to make, without credentials (the I/O shell adds them)."""
+
+    method: str
+    path: str
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+
+    def header_dict(self) -> dict[str, str]:
+        return dict(self.headers)
+
+
+@attrs.frozen
+class ExchangeSnapshot:
+    """The spec's exchange variables at one instant (``hasKey``/``hasToken`` live in boot)."""
+
+    provider: Provider
+    turn: int
+    phase: Phase
+    pending: frozenset[str]
+    last_outcome: Outcome
+    max_turns: int | None
+    req_ids: frozenset[str]
+    wire_shape: Shape
+    wire_ids: frozenset[str]
+    emitted: frozenset[str]
+    got_shape: Shape
+    wire_list: tuple[str, ...] = ()
+    """``wire_ids`` as a multiset: one entry per tool id on the wire, in order, repeats kept
+    (a provider may repeat ``""`` or ``call_0``, or share one id, within a response; the
+    caller-side ids stay unique, :mod:`tpx.transport.translate.ids`). A call without an id is
+    ``""``,
+    what goes back to the provider for it."""
+    emitted_list: tuple[str, ...] = ()
+    """``emitted`` as a multiset, as ``wire_list``."""
+
+
+#: ``observer(action, snapshot)``: called after every spec action the exchange takes.
+ExchangeObserver = Callable[[str, ExchangeSnapshot], None]
+
+
+# --------------------------------------------------------------------------
+# Tool ids in Messages and Chat Completions bodies.
+# --------------------------------------------------------------------------
+
+
+def _serialize(body: Mapping[str, Any]) -> bytes:
+    """``orjson.dumps(body)``; a member that carries its own JSON text (a
+    :class:`~tpx.transport.translate.tools.FrozenJSONList`: tools the gateway parsed once, or their
+    translation) is written as that text, not serialized again."""
+    for value in body.values():
+        if value.__class__ is FrozenJSONList:
+            return orjson.dumps(
+                {
+                    k: orjson.Fragment(v.json) if v.__class__ is FrozenJSONList else v
+                    for k, v in body.items()
+                }
+            )
+    return orjson.dumps(body)
+
+
+def _tool_result_ids(request: Mapping[str, Any]) -> list[str]:
+    """tool_result ids of the last user turn (duplicates kept; odd ids shown by repr)."""
+    return [i if isinstance(i, str) else quote(i) for i in tool_result_ids(request)]
+
+
+def _openai_request_tool_ids(body: Mapping[str, Any]) -> list[str]:
+    """``tool_call_id`` of the tool messages after the last assistant message (a trailing
+    prefill, an assistant message without tool calls, does not count as that message)."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return []
+    end = len(messages)
+    last = messages[-1] if messages else None
+    if isinstance(last, Mapping) and last.get("role") == "assistant" and not last.get("tool_calls"):
+        end -= 1  # a prefill: the tool results answer the assistant turn before it
+    start = 0
+    for index, message in enumerate(messages[:end]):
+        if isinstance(message, Mapping) and message.get("role") == "assistant":
+            start = index + 1
+    return [
+        str(m.get("tool_call_id"))
+        for m in messages[start:end]
+        if isinstance(m, Mapping) and m.get("role") == "tool"
+    ]
+
+
+def _openai_response_tool_ids(body: Mapping[str, Any]) -> list[str]:
+    choices = body.get("choices")
+    if not isinstance(choices, list):
+        return []
+    # the choice the translator uses: index 0, whatever its position
+    choice = next((c for c in choices if isinstance(c, Mapping) and is_first_choice(c)), None)
+    if choice is None:
+        return []
+    message = choice.get("message")
+    if not isinstance(message, Mapping):
+        return []
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list):
+        # a legacy function_call is one call without an id (the translator carries it)
+        return [""] if isinstance(message.get("function_call"), Mapping) else []
+    return [_wire_str(c.get("id")) if isinstance(c, Mapping) else "" for c in calls]
+
+
+def _wire_str(foreign: Any) -> str:
+    """A provider's tool-call id as a string; a missing / null id is ``""`` (what the
+    translator sends back for it, :func:`tpx.transport.translate.ids.wire_id`)."""
+    return "" if foreign is None else str(foreign)
+
+
+def _check_messages_response(body: Any) -> list[str]:
+    """Validate a Messages response body (ShapeInv, :mod:`tpx.transport.shape`); return its tool_use
+    ids. Raises ProtocolError."""
+    return check_message(body)
+
+
+def _reply_headers(status: Any, headers: Any) -> Mapping[str, str]:
+    """*headers* of a reply (``None``: none); TypeError for a non-int status or non-mapping."""
+    if isinstance(status, bool) or not isinstance(status, int):
+        raise TypeError(f"status must be an int, got {type(status).__name__}")
+    if headers is None:
+        return {}
+    if not isinstance(headers, Mapping):
+        raise TypeError(f"headers must be a mapping or None, got {type(headers).__name__}")
+    return headers
+
+
+def _pairing_problem(answered: Sequence[str], pending: frozenset[str]) -> str | None:
+    duplicated = sorted({i for i in answered if answered.count(i) > 1})
+    missing = sorted(pending - set(answered))
+    unknown = sorted(set(answered) - pending)
+    problems = []
+    if missing:
+        problems.append(f"no tool_result for tool_use ids {missing}")
+    if duplicated:
+        problems.append(f"duplicated tool_result ids {duplicated}")
+    if unknown:
+        problems.append(f"tool_result ids {unknown} answer no pending tool_use")
+    return "; ".join(problems) or None
+
+
+# --------------------------------------------------------------------------
+# The machine.
+# --------------------------------------------------------------------------
+
+
+def _internal(exc: BaseException) -> ProtocolError:
+    """The ProtocolError for an exception tpx did not foresee while reading a reply (only
+    its class is kept: its text may quote the reply)."""
+    return ProtocolError(f"the reply could not be read ({type(exc).__name__})")
+
+
+class _StreamState:
+    """The stream being read: SSE parser, reader/translator, and (TPX) an accumulator
+    of the events produced for the caller (the delivered body is built from them)."""
+
+    __slots__ = ("hold", "own", "parser", "reader")
+
+    def __init__(
+        self, reader: AnthropicStreamReader | OpenAIStreamTranslator, scrub: Scrubber
+    ) -> None:
+        self.parser = SSEParser()
+        self.reader = reader
+        #: the deltas' ends held back while they could begin a secret (tpx._scrub)
+        self.hold = DeltaScrubber(scrub) if scrub else None
+        self.own = MessageAccumulator() if isinstance(reader, OpenAIStreamTranslator) else None
+
+
+class Exchange:
+    """One boot's exchange machine. Provider and bound are fixed at construction.
+
+    ``secrets`` (never shown) are only used to redact error messages built from
+    provider output; the exchange itself never sends credentials. ``observer`` is called
+    with the spec action's name and the snapshot after every state-changing step (see the
+    module docstring: never for a refused step; its exceptions propagate once the step is
+    complete). ``profile`` (the TPX upstream's kind) and ``thinking_secret`` (signs and
+    verifies thinking blocks; redacted like ``secrets``) go to the translator
+    (:mod:`tpx.transport.translate.profiles`, :mod:`tpx.transport.translate.signing`).
+
+    An exchange cannot be pickled or copied (``pickle``, ``copy``, ``deepcopy`` raise
+    :class:`TypeError`): it keeps the credentials' forms for redaction. Use
+    :meth:`snapshot` for a credential-free copy of its state.
+    """
+
+    __slots__ = (
+        "_delivered",
+        "_delivered_ids",
+        "_emitted",
+        "_emitted_list",
+        "_got_shape",
+        "_last_error",
+        "_last_outcome",
+        "_max_turns",
+        "_model",
+        "_notifying",
+        "_observer",
+        "_observer_failure",
+        "_outbound",
+        "_pending",
+        "_phase",
+        "_profile",
+        "_provider",
+        "_req_ids",
+        "_scrub",
+        "_secrets",
+        "_signer",
+        "_stream",
+        "_streaming",
+        "_turn",
+        "_wire_ids",
+        "_wire_list",
+        "_wire_model",
+        "_wire_shape",
+    )
+
+    def __init__(
+        self,
+        provider: Provider,
+        *,
+        max_turns: int | None = None,
+        model: str | None = None,
+        secrets: Iterable[str | None] = (),
+        observer: ExchangeObserver | None = None,
+        profile: str | Profile | None = None,
+        thinking_secret: str | bytes | None = None,
+    ) -> None:
+        if not isinstance(provider, Provider):
+            raise TypeError(f"provider must be a Provider, got {type(provider).__name__}")
+        if max_turns is not None and (isinstance(max_turns, bool) or max_turns < 0):
+            raise ValueError("max_turns must be None or a non-negative int")
+        if observer is not None and not callable(observer):
+            raise TypeError(f"observer must be callable, got {type(observer).__name__}")
+        self._provider = provider
+        self._max_turns = max_turns
+        self._model = model
+        # The upstream profile and the thinking signer (tpx.transport.translate.profiles /
+        # .signing).
+        self._profile = get_profile(profile)
+        self._signer = signer_for(thinking_secret)
+        values = tuple(v for v in secrets if v)
+        if isinstance(thinking_secret, str) and thinking_secret:
+            values = (*values, thinking_secret)
+        # Every rendered form of each secret (repr / bytes repr / JSON escapes too).
+        self._secrets: tuple[str, ...] = secret_forms(values)
+        self._scrub = Scrubber(self._secrets, plain=values)  # echoes in delivered replies
+        self._turn = 0
+        self._phase: Phase = "idle"
+        self._pending: frozenset[str] = frozenset()
+        self._req_ids: frozenset[str] = frozenset()
+        self._wire_shape: Shape = "messages"
+        self._wire_ids: frozenset[str] = frozenset()
+        self._wire_list: tuple[str, ...] = ()
+        self._emitted: frozenset[str] = frozenset()
+        self._emitted_list: tuple[str, ...] = ()
+        self._got_shape: Shape = "messages"
+        self._last_outcome: Outcome = "none"
+        self._delivered: dict[str, Any] | None = None
+        self._delivered_ids: frozenset[str] = frozenset()
+        self._wire_model: str | None = None
+        self._streaming = False
+        self._stream: _StreamState | None = None
+        self._last_error: ModelError | None = None
+        self._outbound: OutboundRequest | None = None
+        self._observer = observer
+        self._observer_failure: BaseException | None = None
+        self._notifying = False
+
+    # -- read-only state ---------------------------------------------------
+
+    @property
+    def provider(self) -> Provider:
+        return self._provider
+
+    @property
+    def turn(self) -> int:
+        return self._turn
+
+    @property
+    def phase(self) -> Phase:
+        return self._phase
+
+    @property
+    def pending(self) -> frozenset[str]:
+        return self._pending
+
+    @property
+    def last_outcome(self) -> Outcome:
+        return self._last_outcome
+
+    @property
+    def max_turns(self) -> int | None:
+        return self._max_turns
+
+    @property
+    def model(self) -> str | None:
+        return self._model
+
+    @property
+    def streaming(self) -> bool:
+        """The request in flight asked for a stream (``stream: true``)."""
+        return self._phase != "idle" and self._streaming
+
+    @property
+    def stream_complete(self) -> bool:
+        """The stream in flight produced its terminal event (``message_stop``)."""
+        return self._stream is not None and self._stream.reader.complete
+
+    @property
+    def last_error(self) -> ModelError | None:
+        """The error of the last ``ProviderFail`` (``None`` once a new request is sent)."""
+        return self._last_error
+
+    @property
+    def outbound(self) -> OutboundRequest | None:
+        """The request :meth:`send` framed for the exchange in flight (``None`` when idle).
+
+        Credential-free: the I/O shell adds the credential to its own HTTP request.
+        """
+        return self._outbound
+
+    @property
+    def halted(self) -> bool:
+        """``Halted``'s guard: idle with the turn budget spent."""
+        return self._phase == "idle" and self._turn == self._max_turns
+
+    def snapshot(self) -> ExchangeSnapshot:
+        return ExchangeSnapshot(
+            provider=self._provider,
+            turn=self._turn,
+            phase=self._phase,
+            pending=self._pending,
+            last_outcome=self._last_outcome,
+            max_turns=self._max_turns,
+            req_ids=self._req_ids,
+            wire_shape=self._wire_shape,
+            wire_ids=self._wire_ids,
+            emitted=self._emitted,
+            got_shape=self._got_shape,
+            wire_list=self._wire_list,
+            emitted_list=self._emitted_list,
+        )
+
+    def enabled_actions(self) -> frozenset[str]:
+        """Names of the spec actions whose guards hold now."""
+        names: set[str] = set()
+        if self._phase == "idle":
+            if self._below_bound():
+                if self._provider is Provider.NONE:
+                    names.add("NoProvider")
+                else:
+                    names.add("CallerSend")
+                    if self._pending:
+                        names.add("CallerAbort")
+            else:
+                names.add("Halted")
+        elif self._phase == "req":
+            names.update(("ProviderReply", "ProviderFail"))
+        else:
+            names.add("Deliver")
+        return frozenset(names)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """Refused: an exchange keeps the credentials (to redact errors) and a live stream."""
+        raise TypeError(
+            "an Exchange cannot be pickled or copied: it holds the credentials it redacts "
+            "(snapshot() gives its state without them)"
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Exchange(provider={self._provider.name}, turn={self._turn}, "
+            f"phase={self._phase!r}, pending={sorted(self._pending)!r}, "
+            f"last_outcome={self._last_outcome!r}, max_turns={self._max_turns!r})"
+        )
+
+    # -- guards --------------------------------------------------------------
+
+    def _below_bound(self) -> bool:
+        return self._max_turns is None or self._turn < self._max_turns
+
+    def _require(self, action: str, ok: bool) -> None:
+        if self._notifying:
+            raise ExchangeStateError(
+                f"{action} refused: the observer may read the exchange, not take steps"
+            )
+        if not ok:
+            raise ExchangeStateError(
+                f"{action} is not enabled: provider={self._provider.name}, "
+                f"phase={self._phase!r}, turn={self._turn}, max_turns={self._max_turns!r}"
+            )
+
+    def _end_turn(self, outcome: Outcome) -> None:
+        self._turn += 1
+        self._phase = "idle"
+        self._last_outcome = outcome
+        self._outbound = None
+
+    def _notify(self, action: str) -> None:
+        """Show *action* and the state after it to the observer. Called last in a step:
+        whatever the observer raises, the step is complete."""
+        observer = self._observer
+        if observer is None:
+            return
+        self._notifying = True
+        try:
+            observer(action, self.snapshot())
+        except BaseException as exc:
+            self._observer_failure = exc  # so a shell can tell it from its own failures
+            raise
+        finally:
+            self._notifying = False
+
+    def raised_by_observer(self, exc: BaseException) -> bool:
+        """*exc* is what the observer raised at the last step (it propagates as is)."""
+        return exc is self._observer_failure
+
+    # -- CallerSend / CallerAbort / NoProvider ----------------------------------
+
+    def send(self, request: Mapping[str, Any], *, shallow: bool = False) -> OutboundRequest:
+        """``CallerSend``: frame (ANTHROPIC) or translate (TPX) the caller's Messages body.
+
+        Raises :class:`PairingError` after ``CallerAbort`` when the last user
+        message's tool_results do not answer exactly the pending tool_uses.
+        *shallow*: the caller has already held *request* to the depth rule (e.g.
+        :func:`tpx._safe.parsed_too_deep` on the value ``orjson`` parsed), so the walk
+        is not done again.
+        """
+        self._require(
+            "CallerSend",
+            self._phase == "idle" and self._below_bound() and self._provider is not Provider.NONE,
+        )
+        if not isinstance(request, Mapping):
+            raise TypeError(f"request must be a mapping, got {type(request).__name__}")
+        if not shallow and _safe.too_deep(request):
+            raise _caller_error(
+                f"the request nests deeper than {_safe.MAX_DEPTH} levels; nothing was sent"
+            )
+        refused: ModelError | None = None
+        try:
+            answered = _tool_result_ids(request)
+        except Exception as exc:  # a hostile Mapping; no state changed yet
+            refused = _caller_error(f"the request cannot be read ({type(exc).__name__})")
+        if refused is not None:
+            raise refused
+        problem = _pairing_problem(answered, self._pending)
+        if problem is not None:
+            if self._pending:
+                self._caller_abort()
+                raise PairingError(f"{problem}; the turn was aborted and nothing was sent")
+            raise PairingError(f"{problem}; nothing was sent")
+        streaming = request.get("stream") is True
+        try:
+            outbound, wire_ids, wire_model = self._frame(request, streaming)
+        except ModelError as exc:
+            refused = exc
+        except Exception as exc:  # unforeseen: still the request's doing, nothing was sent
+            refused = _caller_error(f"the request cannot be framed ({type(exc).__name__})")
+        if refused is not None:
+            raise detached(refused)  # outside the handler: no chained context
+        if len(wire_ids) != len(answered):
+            # e.g. a tool_result turn followed by an empty assistant turn: the history is
+            # malformed (the Messages API requires non-empty assistant content there)
+            raise _caller_error(
+                f"the history carries {len(wire_ids)} tool results on the wire for "
+                f"{len(answered)} tool_result blocks in its last user turn (an assistant "
+                "message with empty content?); nothing was sent"
+            )
+        self._req_ids = frozenset(answered)
+        self._wire_shape = native_shape(self._provider)
+        self._wire_ids = frozenset(wire_ids)
+        self._wire_list = tuple(wire_ids)
+        self._wire_model = wire_model
+        self._streaming = streaming
+        self._stream = None
+        self._last_error = None
+        self._outbound = outbound
+        self._phase = "req"
+        self._notify("CallerSend")
+        return outbound
+
+    def send_bytes(self, request: bytes) -> OutboundRequest:
+        """:meth:`send` for a JSON-encoded request body."""
+        failure: str | None = None
+        try:
+            decoded = _safe.loads(request)
+        except ValueError as exc:  # not JSON, or nested too deep
+            failure = str(exc)
+        if failure is not None:
+            raise UnsupportedError(f"request body is not JSON: {failure}")
+        if not isinstance(decoded, dict):
+            raise UnsupportedError("request body is not a JSON object")
+        return self.send(decoded, shallow=True)  # _safe.loads held it to the depth rule
+
+    def _frame(
+        self, request: Mapping[str, Any], streaming: bool = False
+    ) -> tuple[OutboundRequest, list[str], str | None]:
+        headers: list[tuple[str, str]] = [
+            ("content-type", "application/json"),
+            ("accept", "text/event-stream" if streaming else "application/json"),
+        ]
+        if self._provider is Provider.ANTHROPIC:
+            body: Mapping[str, Any] = dict(request)
+            path = "/v1/messages"
+            headers.append(("anthropic-version", ANTHROPIC_VERSION))
+            wire_ids = _tool_result_ids(request)
+        else:
+            body = translate_checked(  # send() held the request to the depth rule
+                request, model=self._model, profile=self._profile, secret=self._signer
+            ).body
+            path = "/v1/chat/completions"
+            wire_ids = _openai_request_tool_ids(body)
+        problem: str | None = None
+        try:
+            data = _serialize(body)
+        except TypeError as exc:
+            problem = str(exc)
+        if problem is not None:
+            raise UnsupportedError(f"request is not JSON-serializable: {problem}")
+        model = body.get("model")
+        return (
+            OutboundRequest("POST", path, tuple(headers), data),
+            wire_ids,
+            model if isinstance(model, str) else None,
+        )
+
+    def abort(self) -> PairingError:
+        """``CallerAbort``: the caller cannot answer the pending tool_uses.
+
+        Returns the :class:`PairingError` the turn ended with (for the caller to raise).
+        """
+        self._require(
+            "CallerAbort",
+            self._phase == "idle"
+            and self._below_bound()
+            and self._provider is not Provider.NONE
+            and bool(self._pending),
+        )
+        missing = sorted(self._pending)
+        self._caller_abort()
+        return PairingError(f"the caller aborted without answering tool_use ids {missing}")
+
+    def _caller_abort(self) -> None:
+        self._pending = frozenset()
+        self._turn += 1
+        self._last_outcome = "err"
+        self._notify("CallerAbort")
+
+    def no_provider(self) -> UnauthorizedError:
+        """``NoProvider``: no credentials at boot. Returns the error to raise."""
+        self._require(
+            "NoProvider",
+            self._phase == "idle" and self._below_bound() and self._provider is Provider.NONE,
+        )
+        self._turn += 1
+        self._last_outcome = "err"
+        self._notify("NoProvider")
+        return UnauthorizedError(
+            "no credentials at boot: set ANTHROPIC_API_KEY (Anthropic) or "
+            "TPX_OAUTH_TOKEN with TPX_BASE_URL (TPX)"
+        )
+
+    # -- ProviderReply / ProviderFail ------------------------------------------
+
+    def receive(self, status: int, headers: Mapping[str, str] | None, body: bytes) -> None:
+        """``ProviderReply`` for a 2xx well-formed native body, else ``ProviderFail``.
+
+        *headers* ``None`` means no headers. A *status* that is not an int or *headers*
+        that are not a mapping raise :class:`TypeError` and change nothing.
+
+        On failure the exchange is back in ``idle`` (turn+1, ``err``, pending
+        cleared) and the :class:`ModelError` is raised.
+        """
+        self._require("ProviderReply", self._phase == "req" and not self._streaming)
+        headers = _reply_headers(status, headers)
+        name = self._provider.name
+        failure: ModelError | None = None
+        try:
+            if not 200 <= status < 300:
+                failure = error_for_status(
+                    status, headers, body, provider=name, secrets=self._secrets
+                )
+            else:
+                delivered, ids, wire_ids = self._read_reply(body)
+        except ModelError as exc:
+            failure = ProtocolError(exc.message, provider=name)
+        except Exception as exc:  # unforeseen: the reply still cannot be delivered
+            failure = _internal(exc)
+        if failure is not None:  # raised outside the handlers: nothing chained
+            raise self._provider_fail(failure)
+        self._delivered = delivered
+        self._delivered_ids = frozenset(ids)
+        self._emitted = frozenset(wire_ids)
+        self._emitted_list = self._wire_list = tuple(wire_ids)
+        self._wire_ids = frozenset(wire_ids)
+        self._wire_shape = native_shape(self._provider)
+        self._phase = "resp"
+        self._notify("ProviderReply")
+
+    def _read_reply(self, body: bytes) -> tuple[dict[str, Any], list[str], list[str]]:
+        """(Messages body, its tool_use ids, the tool ids on the wire)."""
+        walk = False
+        if self._scrub:  # a credential echoed by the provider never reaches the caller
+            body, walk = self._scrub.reply(body)
+        try:
+            decoded = _safe.loads(body)
+        except _safe.DepthError:
+            raise ProtocolError(
+                f"response body nests deeper than {_safe.MAX_DEPTH} levels"
+            ) from None
+        except ValueError:
+            raise ProtocolError("response body is not JSON") from None
+        if not isinstance(decoded, dict):
+            raise ProtocolError("response body is not a JSON object")
+        if walk:  # an escape may spell a secret (and an error may quote what it decodes to)
+            decoded = self._scrub.value(decoded)
+        if self._provider is Provider.ANTHROPIC:
+            ids = _check_messages_response(decoded)
+            return decoded, ids, ids
+        if not isinstance(decoded.get("choices"), list) or not decoded["choices"]:
+            raise ProtocolError("response is not a chat completion (no choices)")
+        wire_ids = _openai_response_tool_ids(decoded)
+        try:
+            # Report the provider's model; if it named none, the model the request named.
+            fallback = None if isinstance(decoded.get("model"), str) else self._wire_model
+            # _safe.loads held it to the depth rule (the scrubber only replaces strings)
+            translated = response_checked(decoded, model=fallback, secret=self._signer).body
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise ProtocolError(f"cannot translate the response: {type(exc).__name__}") from None
+        delivered = dict(translated)
+        if walk:  # tool arguments are JSON in a string: what their input decodes to
+            delivered = self._scrub.value(delivered)
+        ids = _check_messages_response(delivered)
+        if len(ids) != len(wire_ids):
+            raise ProtocolError(
+                f"translation returned {len(ids)} tool_use blocks for {len(wire_ids)} tool calls"
+            )
+        return delivered, ids, wire_ids
+
+    def fail(self, error: ModelError) -> ModelError:
+        """``ProviderFail`` for a failure the I/O shell saw (timeout, network, TLS).
+
+        Returns *error* (its message redacted) for the shell to raise.
+        """
+        if not isinstance(error, ModelError):
+            raise TypeError(f"error must be a ModelError, got {type(error).__name__}")
+        self._require("ProviderFail", self._phase == "req")
+        return self._provider_fail(error)
+
+    def _provider_fail(self, error: ModelError) -> ModelError:
+        detached(error)
+        if self._secrets and holds_secret(error.message, self._secrets):
+            # whole or not at all: the text may quote the caller's input (tpx.errors)
+            error.message = f"{self._provider.name}: {WITHHELD}"
+            error.args = (error.message,)
+        if error.provider is None:
+            error.provider = self._provider.name
+        self._pending = frozenset()
+        self._delivered = None
+        self._stream = None
+        self._last_error = error
+        self._end_turn("err")
+        self._notify("ProviderFail")
+        return error
+
+    # -- ProviderReply / ProviderFail, streaming -----------------------------------
+
+    def receive_stream_start(
+        self, status: int, headers: Mapping[str, str] | None, body: bytes = b""
+    ) -> None:
+        """The streamed reply's status line and headers arrived.
+
+        Non-2xx (*body*: the error body, read by the shell) is ``ProviderFail``: the
+        mapped :class:`ModelError` is raised. A 2xx JSON (not event-stream) reply is
+        ``ProviderFail`` with a :class:`ProtocolError`. Otherwise the exchange stays in
+        ``req`` and :meth:`feed` takes the body.
+        """
+        self._require(
+            "ProviderReply", self._phase == "req" and self._streaming and self._stream is None
+        )
+        headers = _reply_headers(status, headers)
+        name = self._provider.name
+        if not 200 <= status < 300:
+            raise self._provider_fail(
+                error_for_status(status, headers, body, provider=name, secrets=self._secrets)
+            )
+        content_type = {k.lower(): v for k, v in headers.items()}.get("content-type", "")
+        if content_type.lower().startswith("application/json"):
+            raise self._provider_fail(
+                ProtocolError(
+                    f"{name} answered a streaming request with {content_type}, "
+                    "not text/event-stream",
+                    provider=name,
+                )
+            )
+        reader: AnthropicStreamReader | OpenAIStreamTranslator
+        if self._provider is Provider.ANTHROPIC:
+            reader = AnthropicStreamReader(provider=name)
+        else:
+            reader = OpenAIStreamTranslator(
+                default_model=self._wire_model, provider=name, secret=self._signer
+            )
+        self._stream = _StreamState(reader, self._scrub)
+
+    def feed(self, chunk: bytes) -> list[dict[str, Any]]:
+        """The Messages stream events for the next bytes of the streamed body.
+
+        On a failure (a provider error event, a malformed chunk, tool arguments that
+        are not a JSON object, ...) this is ``ProviderFail``: the returned list ends
+        with the Messages ``error`` event, the exchange is back in ``idle`` and the
+        error is :attr:`last_error`. Bytes after the terminal event are ignored.
+        """
+        self._require("ProviderReply", self._phase == "req" and self._stream is not None)
+        stream = self._stream
+        assert stream is not None
+        out: list[dict[str, Any]] = []
+        try:
+            self._consume(stream, stream.parser.feed(chunk), out)
+        except ModelError as error:
+            self._stream_fail(error, out)
+        except Exception as exc:  # unforeseen: still a ProviderFail, never a stuck "req"
+            self._stream_fail(_internal(exc), out)
+        return out
+
+    def flush(self) -> list[dict[str, Any]]:
+        """The streamed body ended: the events of what the SSE parser still holds (a last
+        event whose lines all ended but whose closing blank line never came).
+
+        Takes no action (call :meth:`end_stream` next), except ``ProviderFail`` when that
+        event is malformed or a provider error (as in :meth:`feed`: the list then ends
+        with the ``error`` event). Lets an I/O shell hand over every event before the
+        terminal one before ``ProviderReply`` (see the module docstring).
+        """
+        self._require("ProviderReply", self._phase == "req" and self._stream is not None)
+        stream = self._stream
+        assert stream is not None
+        out: list[dict[str, Any]] = []
+        if stream.reader.complete:
+            return out
+        try:
+            self._consume(stream, stream.parser.close(), out)
+        except ModelError as error:
+            self._stream_fail(error, out)
+        except Exception as exc:
+            self._stream_fail(_internal(exc), out)
+        return out
+
+    def end_stream(self) -> list[dict[str, Any]]:
+        """The streamed body ended: ``ProviderReply`` if the stream completed, else
+        ``ProviderFail`` (the returned list then ends with the ``error`` event)."""
+        self._require("ProviderReply", self._phase == "req" and self._stream is not None)
+        stream = self._stream
+        assert stream is not None
+        out: list[dict[str, Any]] = []
+        try:
+            if not stream.reader.complete:
+                self._consume(stream, stream.parser.close(), out)
+            if not stream.reader.complete:
+                marker = "[DONE]" if self._provider is Provider.TPX else "message_stop"
+                raise ProtocolError(f"the stream ended before {marker}")
+            self._stream_reply(stream)
+        except ModelError as error:
+            self._stream_fail(error, out)
+        except Exception as exc:
+            self._stream_fail(_internal(exc), out)
+        else:
+            self._notify("ProviderReply")
+        return out
+
+    def _consume(self, stream: _StreamState, events: Iterable[Any], out: list[Any]) -> None:
+        scrub = self._scrub
+        for event in events:
+            walk = False
+            if scrub:  # a credential echoed by the provider never reaches the caller
+                data, walk = scrub.text(event.data)
+                if data != event.data:
+                    event = SSEEvent(data, event.event, event.id)
+            produced = stream.reader.on_event(event)
+            if walk:
+                produced = [scrub.value(item) for item in produced]
+            if stream.hold is not None:  # a secret split across deltas, escapes decoded
+                produced = stream.hold.events(produced)
+            if stream.own is not None:
+                stream.own.add_all(produced)
+            for item in produced:  # ShapeInv: only Messages events reach the caller
+                if check_event(item):
+                    out.append(item)
+
+    def _stream_fail(self, error: ModelError, out: list[dict[str, Any]]) -> None:
+        if isinstance(error, ProtocolError | UnsupportedError) and error.provider is None:
+            error = ProtocolError(error.message, provider=self._provider.name)
+        self._provider_fail(error)
+        out.append(error.body())
+
+    def _stream_reply(self, stream: _StreamState) -> None:
+        if stream.own is not None:
+            delivered = stream.own.message()
+        else:
+            assert isinstance(stream.reader, AnthropicStreamReader)
+            delivered = stream.reader.message()
+        if self._scrub:
+            delivered = self._scrub.value(delivered)
+        ids = _check_messages_response(delivered)
+        if isinstance(stream.reader, OpenAIStreamTranslator):
+            wire_ids = [_wire_str(i) for i in stream.reader.wire_ids]
+            if len(ids) != len(wire_ids):
+                raise ProtocolError(
+                    f"translation returned {len(ids)} tool_use blocks "
+                    f"for {len(wire_ids)} tool calls"
+                )
+        else:
+            wire_ids = ids
+        self._stream = None
+        self._delivered = delivered
+        self._delivered_ids = frozenset(ids)
+        self._emitted = frozenset(wire_ids)
+        self._emitted_list = self._wire_list = tuple(wire_ids)
+        self._wire_ids = frozenset(wire_ids)
+        self._wire_shape = native_shape(self._provider)
+        self._phase = "resp"
+
+    # -- Deliver -------------------------------------------------------------------
+
+    def deliver(self) -> dict[str, Any]:
+        """``Deliver``: the Messages-shaped response; its tool_use ids become pending."""
+        self._require("Deliver", self._phase == "resp" and self._delivered is not None)
+        delivered = self._delivered
+        assert delivered is not None
+        self._delivered = None
+        self._pending = self._delivered_ids
+        self._got_shape = "messages"
+        self._end_turn("ok")
+        self._notify("Deliver")
+        return delivered
+
+    def deliver_bytes(self) -> bytes:
+        """:meth:`deliver`, JSON-encoded."""
+        return orjson.dumps(self.deliver())
