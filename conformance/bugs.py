@@ -180,7 +180,7 @@ def _provider_changes(mp: pytest.MonkeyPatch) -> None:
 
 
 def _pairing_unchecked(mp: pytest.MonkeyPatch) -> None:
-    mp.setattr(tpx.transport.exchange, "_pairing_problem", lambda answered, pending: None)
+    mp.setattr(tpx.transport.exchange, "pairing_problem", lambda answered, pending: None)
 
 
 BUGS: dict[str, Bug] = {

@@ -48,7 +48,7 @@ def _history_tool_count(mp: pytest.MonkeyPatch) -> None:
         messages = body.get("messages") or []
         return [str(m.get("tool_call_id")) for m in messages if m.get("role") == "tool"]
 
-    mp.setattr(tpx.transport.exchange, "_openai_request_tool_ids", every_tool_message)
+    mp.setattr(tpx.transport.exchange, "openai_request_tool_ids", every_tool_message)
 
 
 def _missing_id_invented(mp: pytest.MonkeyPatch) -> None:
@@ -180,8 +180,8 @@ def _final_flush_skipped(mp: pytest.MonkeyPatch) -> None:
 
     def end_stream(self: Exchange) -> list[dict[str, Any]]:
         stream = self._stream
-        if stream is not None and not stream.reader.complete:
-            stream.parser = SSEParser()
+        if stream is not None and not stream.complete:
+            stream._parser = SSEParser()
         return original(self)
 
     mp.setattr(Exchange, "end_stream", end_stream)

@@ -70,6 +70,7 @@ import tpx.gateway.core
 import tpx.gateway.turn
 import tpx.gateway.upstream
 import tpx.transport.exchange
+import tpx.transport.wire
 from tpx.gateway.history import pending_ids
 from tpx.gateway.turn import Conversation
 from tpx.transport.exchange import Provider
@@ -110,12 +111,12 @@ def _ids_leak(mp: pytest.MonkeyPatch) -> None:
 
 
 def _unissued_id(mp: pytest.MonkeyPatch) -> None:
-    real = tpx.transport.exchange._pairing_problem
+    real = tpx.transport.wire.pairing_problem
 
     def lax(answered: Sequence[str], pending: frozenset[str]) -> str | None:
         return real([i for i in answered if i in pending], pending)
 
-    mp.setattr(tpx.transport.exchange, "_pairing_problem", lax)
+    mp.setattr(tpx.transport.exchange, "pairing_problem", lax)
 
 
 def _selection_drift(mp: pytest.MonkeyPatch) -> None:
@@ -253,7 +254,7 @@ def _ids_permuted(mp: pytest.MonkeyPatch) -> None:
 
 
 def _results_in_order(mp: pytest.MonkeyPatch) -> None:
-    real = tpx.transport.exchange._pairing_problem
+    real = tpx.transport.wire.pairing_problem
 
     def ordered(answered: Sequence[str], pending: frozenset[str]) -> str | None:
         problem = real(answered, pending)
@@ -261,7 +262,7 @@ def _results_in_order(mp: pytest.MonkeyPatch) -> None:
             return f"tool_result ids {list(answered)} do not answer {sorted(pending)}"
         return problem
 
-    mp.setattr(tpx.transport.exchange, "_pairing_problem", ordered)
+    mp.setattr(tpx.transport.exchange, "pairing_problem", ordered)
 
 
 def _resend_on_5xx(mp: pytest.MonkeyPatch) -> None:

@@ -126,7 +126,7 @@ def test_a_correct_request_refused_is_stopped(
         def refusing(answered: Any, pending: frozenset[str]) -> str | None:
             return "refused by a seeded bug" if answered else None
 
-        monkeypatch.setattr(tpx.transport.exchange, "_pairing_problem", refusing)
+        monkeypatch.setattr(tpx.transport.exchange, "pairing_problem", refusing)
         stopped = client.post("/v1/messages", headers=AUTH, json=body(history))
         metrics = client.get("/metrics").text
     assert stopped.status_code == 500

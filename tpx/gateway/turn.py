@@ -95,8 +95,8 @@ class Conversation(Exchange):
             return
         self._secrets = tuple(sorted({*known, *fresh}, key=lambda f: (-len(f), f)))
         self._scrub = self._scrub.joined(fresh, plain=current.values)
-        if self._stream is not None and self._stream.hold is not None:
-            self._stream.hold.scrub = self._scrub
+        if self._stream is not None:
+            self._stream.rescrub(self._scrub)
 
 
 class Turn:

@@ -1,9 +1,11 @@
 """The exchange state machine: a sans-I/O mirror of ``spec/TpxTransport.tla``.
 
 No sockets, no httpx2: dicts and bytes go in, dicts and bytes come out, and the
-I/O shells in :mod:`tpx.transport` move the bytes. Each step is one action of
+I/O shells in :mod:`tpx.transport.client` move the bytes. Each step is one action of
 the spec and is refused (:class:`~tpx.errors.ExchangeStateError`, nothing
-changes) when the spec's guard does not hold.
+changes) when the spec's guard does not hold. What a step reads lives beside it:
+a reply in :mod:`tpx.transport.reply`, the provider and the tool ids in bodies in
+:mod:`tpx.transport.wire`.
 
 ==============================  ===================================================
 spec/TpxTransport.tla           here
@@ -105,16 +107,14 @@ the set of enabled actions state by state.
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 import attrs
 import orjson
 
 from tpx import _safe
-from tpx._safe import quote
-from tpx._scrub import DeltaScrubber, Scrubber
+from tpx._scrub import Scrubber
 from tpx.errors import (
     WITHHELD,
     ExchangeStateError,
@@ -128,20 +128,22 @@ from tpx.errors import (
     holds_secret,
     secret_forms,
 )
-from tpx.transport.shape import check_event, check_message
-from tpx.transport.translate import tool_result_ids
+from tpx.transport.reply import Reply, StreamRead, internal, read_body
 from tpx.transport.translate.profiles import Profile, get_profile
 from tpx.transport.translate.request import translate_checked
-from tpx.transport.translate.response import is_first_choice, response_checked
 from tpx.transport.translate.signing import signer_for
-from tpx.transport.translate.stream import (
-    AnthropicStreamReader,
-    MessageAccumulator,
-    OpenAIStreamTranslator,
-    SSEEvent,
-    SSEParser,
+from tpx.transport.wire import (
+    ANTHROPIC_VERSION,
+    Provider,
+    Shape,
+    answered_ids,
+    native_shape,
+    openai_request_tool_ids,
+    pairing_problem,
+    reply_headers,
+    select_provider,
+    serialize,
 )
-from tpx.transport.translate.tools import FrozenJSONList
 
 __all__ = [
     "ANTHROPIC_VERSION",
@@ -157,11 +159,8 @@ __all__ = [
     "select_provider",
 ]
 
-ANTHROPIC_VERSION = "2023-06-01"
-
 Phase = Literal["idle", "req", "resp"]
 Outcome = Literal["none", "ok", "err"]
-Shape = Literal["messages", "openai"]
 
 
 def _caller_error(message: str) -> ProtocolError:
@@ -169,28 +168,6 @@ def _caller_error(message: str) -> ProtocolError:
     return ProtocolError(
         f"invalid Messages request: {message}", status=400, error_type="invalid_request_error"
     )
-
-
-class Provider(enum.Enum):
-    """The spec's provider constants."""
-
-    ANTHROPIC = "ANTHROPIC"
-    TPX = "TPX"
-    NONE = "NONE"
-
-
-def select_provider(has_key: bool, has_token: bool) -> Provider:
-    """``Select(k, t)``: key wins, then token, else no provider."""
-    if has_key:
-        return Provider.ANTHROPIC
-    if has_token:
-        return Provider.TPX
-    return Provider.NONE
-
-
-def native_shape(provider: Provider) -> Shape:
-    """``NativeShape(p)``: the protocol the provider speaks on the wire."""
-    return "openai" if provider is Provider.TPX else "messages"
 
 
 @attrs.frozen
@@ -233,134 +210,6 @@ class ExchangeSnapshot:
 
 #: ``observer(action, snapshot)``: called after every spec action the exchange takes.
 ExchangeObserver = Callable[[str, ExchangeSnapshot], None]
-
-
-# --------------------------------------------------------------------------
-# Tool ids in Messages and Chat Completions bodies.
-# --------------------------------------------------------------------------
-
-
-def _serialize(body: Mapping[str, Any]) -> bytes:
-    """``orjson.dumps(body)``; a member that carries its own JSON text (a
-    :class:`~tpx.transport.translate.tools.FrozenJSONList`: tools the gateway parsed once, or their
-    translation) is written as that text, not serialized again."""
-    for value in body.values():
-        if value.__class__ is FrozenJSONList:
-            return orjson.dumps(
-                {
-                    k: orjson.Fragment(v.json) if v.__class__ is FrozenJSONList else v
-                    for k, v in body.items()
-                }
-            )
-    return orjson.dumps(body)
-
-
-def _tool_result_ids(request: Mapping[str, Any]) -> list[str]:
-    """tool_result ids of the last user turn (duplicates kept; odd ids shown by repr)."""
-    return [i if isinstance(i, str) else quote(i) for i in tool_result_ids(request)]
-
-
-def _openai_request_tool_ids(body: Mapping[str, Any]) -> list[str]:
-    """``tool_call_id`` of the tool messages after the last assistant message (a trailing
-    prefill, an assistant message without tool calls, does not count as that message)."""
-    messages = body.get("messages")
-    if not isinstance(messages, list):
-        return []
-    end = len(messages)
-    last = messages[-1] if messages else None
-    if isinstance(last, Mapping) and last.get("role") == "assistant" and not last.get("tool_calls"):
-        end -= 1  # a prefill: the tool results answer the assistant turn before it
-    start = 0
-    for index, message in enumerate(messages[:end]):
-        if isinstance(message, Mapping) and message.get("role") == "assistant":
-            start = index + 1
-    return [
-        str(m.get("tool_call_id"))
-        for m in messages[start:end]
-        if isinstance(m, Mapping) and m.get("role") == "tool"
-    ]
-
-
-def _openai_response_tool_ids(body: Mapping[str, Any]) -> list[str]:
-    choices = body.get("choices")
-    if not isinstance(choices, list):
-        return []
-    # the choice the translator uses: index 0, whatever its position
-    choice = next((c for c in choices if isinstance(c, Mapping) and is_first_choice(c)), None)
-    if choice is None:
-        return []
-    message = choice.get("message")
-    if not isinstance(message, Mapping):
-        return []
-    calls = message.get("tool_calls")
-    if not isinstance(calls, list):
-        # a legacy function_call is one call without an id (the translator carries it)
-        return [""] if isinstance(message.get("function_call"), Mapping) else []
-    return [_wire_str(c.get("id")) if isinstance(c, Mapping) else "" for c in calls]
-
-
-def _wire_str(foreign: Any) -> str:
-    """A provider's tool-call id as a string; a missing / null id is ``""`` (what the
-    translator sends back for it, :func:`tpx.transport.translate.ids.wire_id`)."""
-    return "" if foreign is None else str(foreign)
-
-
-def _check_messages_response(body: Any) -> list[str]:
-    """Validate a Messages response body (ShapeInv, :mod:`tpx.transport.shape`); return its tool_use
-    ids. Raises ProtocolError."""
-    return check_message(body)
-
-
-def _reply_headers(status: Any, headers: Any) -> Mapping[str, str]:
-    """*headers* of a reply (``None``: none); TypeError for a non-int status or non-mapping."""
-    if isinstance(status, bool) or not isinstance(status, int):
-        raise TypeError(f"status must be an int, got {type(status).__name__}")
-    if headers is None:
-        return {}
-    if not isinstance(headers, Mapping):
-        raise TypeError(f"headers must be a mapping or None, got {type(headers).__name__}")
-    return headers
-
-
-def _pairing_problem(answered: Sequence[str], pending: frozenset[str]) -> str | None:
-    duplicated = sorted({i for i in answered if answered.count(i) > 1})
-    missing = sorted(pending - set(answered))
-    unknown = sorted(set(answered) - pending)
-    problems = []
-    if missing:
-        problems.append(f"no tool_result for tool_use ids {missing}")
-    if duplicated:
-        problems.append(f"duplicated tool_result ids {duplicated}")
-    if unknown:
-        problems.append(f"tool_result ids {unknown} answer no pending tool_use")
-    return "; ".join(problems) or None
-
-
-# --------------------------------------------------------------------------
-# The machine.
-# --------------------------------------------------------------------------
-
-
-def _internal(exc: BaseException) -> ProtocolError:
-    """The ProtocolError for an exception tpx did not foresee while reading a reply (only
-    its class is kept: its text may quote the reply)."""
-    return ProtocolError(f"the reply could not be read ({type(exc).__name__})")
-
-
-class _StreamState:
-    """The stream being read: SSE parser, reader/translator, and (TPX) an accumulator
-    of the events produced for the caller (the delivered body is built from them)."""
-
-    __slots__ = ("hold", "own", "parser", "reader")
-
-    def __init__(
-        self, reader: AnthropicStreamReader | OpenAIStreamTranslator, scrub: Scrubber
-    ) -> None:
-        self.parser = SSEParser()
-        self.reader = reader
-        #: the deltas' ends held back while they could begin a secret (tpx._scrub)
-        self.hold = DeltaScrubber(scrub) if scrub else None
-        self.own = MessageAccumulator() if isinstance(reader, OpenAIStreamTranslator) else None
 
 
 class Exchange:
@@ -455,7 +304,7 @@ class Exchange:
         self._delivered_ids: frozenset[str] = frozenset()
         self._wire_model: str | None = None
         self._streaming = False
-        self._stream: _StreamState | None = None
+        self._stream: StreamRead | None = None
         self._last_error: ModelError | None = None
         self._outbound: OutboundRequest | None = None
         self._observer = observer
@@ -500,7 +349,7 @@ class Exchange:
     @property
     def stream_complete(self) -> bool:
         """The stream in flight produced its terminal event (``message_stop``)."""
-        return self._stream is not None and self._stream.reader.complete
+        return self._stream is not None and self._stream.complete
 
     @property
     def last_error(self) -> ModelError | None:
@@ -634,12 +483,12 @@ class Exchange:
             )
         refused: ModelError | None = None
         try:
-            answered = _tool_result_ids(request)
+            answered = answered_ids(request)
         except Exception as exc:  # a hostile Mapping; no state changed yet
             refused = _caller_error(f"the request cannot be read ({type(exc).__name__})")
         if refused is not None:
             raise refused
-        problem = _pairing_problem(answered, self._pending)
+        problem = pairing_problem(answered, self._pending)
         if problem is not None:
             if self._pending:
                 self._caller_abort()
@@ -699,16 +548,16 @@ class Exchange:
             body: Mapping[str, Any] = dict(request)
             path = "/v1/messages"
             headers.append(("anthropic-version", ANTHROPIC_VERSION))
-            wire_ids = _tool_result_ids(request)
+            wire_ids = answered_ids(request)
         else:
             body = translate_checked(  # send() held the request to the depth rule
                 request, model=self._model, profile=self._profile, secret=self._signer
             ).body
             path = "/v1/chat/completions"
-            wire_ids = _openai_request_tool_ids(body)
+            wire_ids = openai_request_tool_ids(body)
         problem: str | None = None
         try:
-            data = _serialize(body)
+            data = serialize(body)
         except TypeError as exc:
             problem = str(exc)
         if problem is not None:
@@ -768,7 +617,7 @@ class Exchange:
         cleared) and the :class:`ModelError` is raised.
         """
         self._require("ProviderReply", self._phase == "req" and not self._streaming)
-        headers = _reply_headers(status, headers)
+        headers = reply_headers(status, headers)
         name = self._provider.name
         failure: ModelError | None = None
         try:
@@ -777,61 +626,31 @@ class Exchange:
                     status, headers, body, provider=name, secrets=self._secrets
                 )
             else:
-                delivered, ids, wire_ids = self._read_reply(body)
+                reply = read_body(
+                    body,
+                    self._provider,
+                    scrub=self._scrub,
+                    signer=self._signer,
+                    wire_model=self._wire_model,
+                )
         except ModelError as exc:
             failure = ProtocolError(exc.message, provider=name)
         except Exception as exc:  # unforeseen: the reply still cannot be delivered
-            failure = _internal(exc)
+            failure = internal(exc)
         if failure is not None:  # raised outside the handlers: nothing chained
             raise self._provider_fail(failure)
-        self._delivered = delivered
-        self._delivered_ids = frozenset(ids)
-        self._emitted = frozenset(wire_ids)
-        self._emitted_list = self._wire_list = tuple(wire_ids)
-        self._wire_ids = frozenset(wire_ids)
-        self._wire_shape = native_shape(self._provider)
-        self._phase = "resp"
+        self._replied(reply)
         self._notify("ProviderReply")
 
-    def _read_reply(self, body: bytes) -> tuple[dict[str, Any], list[str], list[str]]:
-        """(Messages body, its tool_use ids, the tool ids on the wire)."""
-        walk = False
-        if self._scrub:  # a credential echoed by the provider never reaches the caller
-            body, walk = self._scrub.reply(body)
-        try:
-            decoded = _safe.loads(body)
-        except _safe.DepthError:
-            raise ProtocolError(
-                f"response body nests deeper than {_safe.MAX_DEPTH} levels"
-            ) from None
-        except ValueError:
-            raise ProtocolError("response body is not JSON") from None
-        if not isinstance(decoded, dict):
-            raise ProtocolError("response body is not a JSON object")
-        if walk:  # an escape may spell a secret (and an error may quote what it decodes to)
-            decoded = self._scrub.value(decoded)
-        if self._provider is Provider.ANTHROPIC:
-            ids = _check_messages_response(decoded)
-            return decoded, ids, ids
-        if not isinstance(decoded.get("choices"), list) or not decoded["choices"]:
-            raise ProtocolError("response is not a chat completion (no choices)")
-        wire_ids = _openai_response_tool_ids(decoded)
-        try:
-            # Report the provider's model; if it named none, the model the request named.
-            fallback = None if isinstance(decoded.get("model"), str) else self._wire_model
-            # _safe.loads held it to the depth rule (the scrubber only replaces strings)
-            translated = response_checked(decoded, model=fallback, secret=self._signer).body
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-            raise ProtocolError(f"cannot translate the response: {type(exc).__name__}") from None
-        delivered = dict(translated)
-        if walk:  # tool arguments are JSON in a string: what their input decodes to
-            delivered = self._scrub.value(delivered)
-        ids = _check_messages_response(delivered)
-        if len(ids) != len(wire_ids):
-            raise ProtocolError(
-                f"translation returned {len(ids)} tool_use blocks for {len(wire_ids)} tool calls"
-            )
-        return delivered, ids, wire_ids
+    def _replied(self, reply: Reply) -> None:
+        """``ProviderReply``'s effect: the reply is ready for ``Deliver``."""
+        self._delivered = reply.message
+        self._delivered_ids = frozenset(reply.ids)
+        self._emitted = frozenset(reply.wire_ids)
+        self._emitted_list = self._wire_list = tuple(reply.wire_ids)
+        self._wire_ids = frozenset(reply.wire_ids)
+        self._wire_shape = native_shape(self._provider)
+        self._phase = "resp"
 
     def fail(self, error: ModelError) -> ModelError:
         """``ProviderFail`` for a failure the I/O shell saw (timeout, network, TLS).
@@ -874,7 +693,7 @@ class Exchange:
         self._require(
             "ProviderReply", self._phase == "req" and self._streaming and self._stream is None
         )
-        headers = _reply_headers(status, headers)
+        headers = reply_headers(status, headers)
         name = self._provider.name
         if not 200 <= status < 300:
             raise self._provider_fail(
@@ -889,14 +708,9 @@ class Exchange:
                     provider=name,
                 )
             )
-        reader: AnthropicStreamReader | OpenAIStreamTranslator
-        if self._provider is Provider.ANTHROPIC:
-            reader = AnthropicStreamReader(provider=name)
-        else:
-            reader = OpenAIStreamTranslator(
-                default_model=self._wire_model, provider=name, secret=self._signer
-            )
-        self._stream = _StreamState(reader, self._scrub)
+        self._stream = StreamRead(
+            self._provider, scrub=self._scrub, signer=self._signer, wire_model=self._wire_model
+        )
 
     def feed(self, chunk: bytes) -> list[dict[str, Any]]:
         """The Messages stream events for the next bytes of the streamed body.
@@ -911,11 +725,11 @@ class Exchange:
         assert stream is not None
         out: list[dict[str, Any]] = []
         try:
-            self._consume(stream, stream.parser.feed(chunk), out)
+            stream.feed(chunk, out)
         except ModelError as error:
             self._stream_fail(error, out)
         except Exception as exc:  # unforeseen: still a ProviderFail, never a stuck "req"
-            self._stream_fail(_internal(exc), out)
+            self._stream_fail(internal(exc), out)
         return out
 
     def flush(self) -> list[dict[str, Any]]:
@@ -931,14 +745,14 @@ class Exchange:
         stream = self._stream
         assert stream is not None
         out: list[dict[str, Any]] = []
-        if stream.reader.complete:
+        if stream.complete:
             return out
         try:
-            self._consume(stream, stream.parser.close(), out)
+            stream.close(out)
         except ModelError as error:
             self._stream_fail(error, out)
         except Exception as exc:
-            self._stream_fail(_internal(exc), out)
+            self._stream_fail(internal(exc), out)
         return out
 
     def end_stream(self) -> list[dict[str, Any]]:
@@ -949,71 +763,24 @@ class Exchange:
         assert stream is not None
         out: list[dict[str, Any]] = []
         try:
-            if not stream.reader.complete:
-                self._consume(stream, stream.parser.close(), out)
-            if not stream.reader.complete:
-                marker = "[DONE]" if self._provider is Provider.TPX else "message_stop"
-                raise ProtocolError(f"the stream ended before {marker}")
-            self._stream_reply(stream)
+            if not stream.complete:
+                stream.close(out)
+            reply = stream.finish()
         except ModelError as error:
             self._stream_fail(error, out)
         except Exception as exc:
-            self._stream_fail(_internal(exc), out)
+            self._stream_fail(internal(exc), out)
         else:
+            self._stream = None
+            self._replied(reply)
             self._notify("ProviderReply")
         return out
-
-    def _consume(self, stream: _StreamState, events: Iterable[Any], out: list[Any]) -> None:
-        scrub = self._scrub
-        for event in events:
-            walk = False
-            if scrub:  # a credential echoed by the provider never reaches the caller
-                data, walk = scrub.text(event.data)
-                if data != event.data:
-                    event = SSEEvent(data, event.event, event.id)
-            produced = stream.reader.on_event(event)
-            if walk:
-                produced = [scrub.value(item) for item in produced]
-            if stream.hold is not None:  # a secret split across deltas, escapes decoded
-                produced = stream.hold.events(produced)
-            if stream.own is not None:
-                stream.own.add_all(produced)
-            for item in produced:  # ShapeInv: only Messages events reach the caller
-                if check_event(item):
-                    out.append(item)
 
     def _stream_fail(self, error: ModelError, out: list[dict[str, Any]]) -> None:
         if isinstance(error, ProtocolError | UnsupportedError) and error.provider is None:
             error = ProtocolError(error.message, provider=self._provider.name)
         self._provider_fail(error)
         out.append(error.body())
-
-    def _stream_reply(self, stream: _StreamState) -> None:
-        if stream.own is not None:
-            delivered = stream.own.message()
-        else:
-            assert isinstance(stream.reader, AnthropicStreamReader)
-            delivered = stream.reader.message()
-        if self._scrub:
-            delivered = self._scrub.value(delivered)
-        ids = _check_messages_response(delivered)
-        if isinstance(stream.reader, OpenAIStreamTranslator):
-            wire_ids = [_wire_str(i) for i in stream.reader.wire_ids]
-            if len(ids) != len(wire_ids):
-                raise ProtocolError(
-                    f"translation returned {len(ids)} tool_use blocks "
-                    f"for {len(wire_ids)} tool calls"
-                )
-        else:
-            wire_ids = ids
-        self._stream = None
-        self._delivered = delivered
-        self._delivered_ids = frozenset(ids)
-        self._emitted = frozenset(wire_ids)
-        self._emitted_list = self._wire_list = tuple(wire_ids)
-        self._wire_ids = frozenset(wire_ids)
-        self._wire_shape = native_shape(self._provider)
-        self._phase = "resp"
 
     # -- Deliver -------------------------------------------------------------------
 
