@@ -264,6 +264,36 @@ def test_a_response_closed_early_does_not_reuse_its_connection(loop: str) -> Non
 
 
 @pytest.mark.parametrize("loop", sorted(RUNNERS))
+def test_a_response_left_whole_in_the_buffer_leaves_its_connection_readable(loop: str) -> None:
+    """A body one byte over the read-ahead bound arrives whole before the caller reads (so
+    its last bytes pause reading) and is closed unread: the connection goes back to the
+    pool, and the next response on it is read (not waited for until the timeout)."""
+    size = (1 << 20) + 1
+
+    async def big_then_small(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: bytes, body: bytes
+    ) -> bool:
+        if head.startswith(b"GET /big"):
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % size)
+            writer.write(b"b" * size)
+            await writer.drain()
+            return True
+        return await _echo_size(reader, writer, head, body)
+
+    server = Raw(big_then_small)
+
+    async def main() -> str:
+        async with await server.start(), _client(timeout=5) as client:
+            async with client.stream("GET", server.url + "big") as response:
+                await asyncio.sleep(0.5)  # every byte arrives, and none is read
+                assert response.status_code == 200
+            return (await client.post(server.url, content=b"xyz")).text
+
+    assert RUNNERS[loop](main()) == "3"
+    assert len(set(server.peers)) == 1  # the same connection, reused
+
+
+@pytest.mark.parametrize("loop", sorted(RUNNERS))
 def test_the_pool_bound_and_its_timeout(loop: str) -> None:
     gate = asyncio.Event()
 

@@ -161,6 +161,15 @@ class _Connection(FlowControl):
             self.transport.resume_reading()
         return data
 
+    def drop(self) -> None:
+        """Forget what arrived of a response nobody reads further; reading resumes (a
+        connection paused with its last bytes in would wait forever for the next response)."""
+        self.chunks.clear()
+        self.buffered = 0
+        if self._read_paused:
+            self._read_paused = False
+            self.transport.resume_reading()
+
     @property
     def reusable(self) -> bool:
         return (
@@ -228,7 +237,7 @@ class _Body(httpx2.AsyncByteStream):
         conn = self._conn
         if conn is not None:  # closed before its end: the connection cannot be reused
             if conn.complete:  # unless all of it arrived (the rest is simply dropped)
-                conn.chunks.clear()
+                conn.drop()
                 self._release()
             else:
                 self._fail()
