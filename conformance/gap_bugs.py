@@ -1,4 +1,4 @@
-"""Hand-written mutants of the gaps issue #12 found: plausible bugs the conformance suite
+"""Hand-written mutants of gaps a review found: plausible bugs the conformance suite
 did not see before the caller kept whole histories, the fakes drew every id style and
 stream shape, and the abstraction read the wire exactly.
 

@@ -1,4 +1,4 @@
-"""Each gap issue #12 found has a conformance case that fails against a hand-written mutant
+"""Each gap a review found has a conformance case that fails against a hand-written mutant
 of it (:mod:`conformance.gap_bugs`): the replay of the seed behaviours under the mutant
 fails, naming the property."""
 
