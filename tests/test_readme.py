@@ -541,9 +541,31 @@ def test_the_gateway_table_of_a_small_run() -> None:
 # -- the documents speak to their readers, not about their making ---------------------------
 
 HISTORY = re.compile(
-    r"\b[Ss]top [0-9]+\b|this[ ]stop|branch (latency|survivors|monitor|tail|reqbuild)[0-9]*\b"
-    r"|\(issue [0-9]+\)"
+    r"\b[Ss]top [0-9]+\b|this[ ]stop|\bbranch [a-z]+[0-9]+\b"
+    r"|branch (latency|survivors|monitor|tail|reqbuild)[0-9]*\b|\b[Ii]ssue #?[0-9]+\b"
 )
+TEXT_SUFFIXES = {".py", ".md", ".tla", ".cfg", ".toml", ".sh", ".ini"}
+NOT_OURS = {
+    ".git",
+    ".venv",
+    ".cache",
+    "node_modules",
+    "__pycache__",
+    ".hypothesis",
+    ".pytest_cache",
+}
+
+
+def _repository_texts() -> list[Path]:
+    """Every text file of the repository (code, comments, specs, docs), not what tools made."""
+    found = []
+    for path in ROOT.rglob("*"):
+        rel = path.relative_to(ROOT)
+        if any(part in NOT_OURS or part.startswith(".venv") for part in rel.parts[:-1]):
+            continue
+        if path.is_file() and (path.suffix in TEXT_SUFFIXES or path.name in {"Makefile", "run"}):
+            found.append(path)
+    return found
 
 
 def _history_problems(page: Path) -> list[str]:
@@ -558,6 +580,13 @@ def _history_problems(page: Path) -> list[str]:
 def test_no_development_record_in_the_documents() -> None:
     pages = [*PAGES, ROOT / "conformance" / "mutate" / "RESULTS.md"]
     assert [p for page in pages for p in _history_problems(page)] == []
+
+
+def test_no_development_record_in_code_or_comments() -> None:
+    texts = _repository_texts()
+    assert ROOT / "tpx" / "gateway" / "core.py" in texts
+    assert ROOT / "spec" / "TpxGateway.tla" in texts
+    assert [p for text in texts for p in _history_problems(text)] == []
 
 
 def test_the_checks_catch_a_broken_page(tmp_path: Path) -> None:
