@@ -126,7 +126,7 @@ def baseline_gateway(logdir: Path, upstream: Proc, tree: Path) -> Iterator[Proc]
         }
     )
     probe = subprocess.run(
-        [sys.executable, "-c", "import tpx; print(tpx.__file__)"],
+        [sys.executable, "-P", "-c", "import tpx; print(tpx.__file__)"],
         env=env,
         capture_output=True,
         text=True,
