@@ -50,7 +50,7 @@ __all__ = ["H1Transport", "fast_transport_allowed"]
 #: Reading pauses while this much of a response arrived unread (a fast upstream, slow client).
 _READ_HIGH = 1 << 20
 #: A request body longer than this is written after its head, not joined to it (a copy).
-_JOINED = 1 << 16
+_JOINED = 1 << 20
 _PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
 
 
