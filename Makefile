@@ -78,8 +78,11 @@ bench: $(STAMP)
 
 ## The gateway's added latency vs the upstream called directly and vs LiteLLM's proxy, side by side
 ## (benchmarks/gateway_latency.py; installs LiteLLM into .cache/litellm-venv on first use).
+## BASELINE=REV: `tpx serve` at git revision REV runs in the same run too (a worktree under
+## .cache/), and the ratio of the two added latencies is printed (the docs table is not written).
+BASELINE ?=
 bench-gateway: $(STAMP)
-	$(PY) -m benchmarks.gateway_latency
+	$(PY) -m benchmarks.gateway_latency $(if $(BASELINE),--baseline $(BASELINE))
 
 ## Red team: all of tests/security against real `tpx serve` processes (the heavy attacks
 ## included: hundreds of MB on loopback; the 10,000-guess oracle attack), their memory read

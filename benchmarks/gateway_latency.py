@@ -1,7 +1,7 @@
 """Added latency of ``tpx serve`` (and of LiteLLM's proxy) over calling the upstream directly.
 
     python -m benchmarks.gateway_latency [--rounds 300] [--no-litellm] [--no-floor]
-                                                                       (make bench-gateway)
+                                         [--baseline REV]              (make bench-gateway)
 
 One run, side by side, all on loopback, against the same scripted fake OpenAI upstream
 (tests/e2e/fake_openai.py):
@@ -18,6 +18,10 @@ One run, side by side, all on loopback, against the same scripted fake OpenAI up
 
 - ``tpx-cold``: ``tpx serve`` with ``[limits] tail_cache = 0``: every body parsed in full, as
   on a session's first turns (tpx.gateway.bodies).
+- ``baseline`` (``--baseline REV``, ``make bench-gateway BASELINE=REV``): ``tpx serve`` as it
+  is at the git revision REV (checked out into a temporary worktree under .cache/, run with
+  this venv), in the same run: the ratio of the two added latencies (and CPU per request)
+  says whether the tree is slower than REV. The docs table is not written by such a run.
 
 The request is the first turn Claude Code 2.1.197 really sent (tests/fixtures/clients/
 claude-code/2.1.197/bash/002-post-v1-messages.json: 24 tools, about 75 KB) as it was sent
@@ -73,6 +77,80 @@ FIXTURE = ROOT / "tests/fixtures/clients/claude-code/2.1.197/bash/002-post-v1-me
 LITELLM_VENV = ROOT / ".cache" / "litellm-venv"
 LITELLM_VERSION = "1.108.7"  # newer proxy extras pin packages PyPI does not have
 LITELLM_KEY = "sk-tpx-bench"
+
+
+@contextmanager
+def baseline_tree(rev: str) -> Iterator[tuple[Path, str]]:
+    """*rev* checked out (detached) into a worktree under .cache/, removed afterwards; its
+    path and its commit."""
+    found = subprocess.run(
+        ["git", "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if found.returncode != 0:
+        raise HarnessError(f"--baseline {rev}: not a git revision of {ROOT}")
+    commit = found.stdout.strip()
+    tree = Path(tempfile.mkdtemp(prefix=f"bench-baseline-{commit[:12]}-", dir=_cache()))
+    git = ["git", "-C", str(ROOT), "worktree"]
+    subprocess.run(
+        [*git, "add", "--detach", "--force", str(tree), commit], check=True, capture_output=True
+    )
+    try:
+        yield tree, commit
+    finally:
+        subprocess.run([*git, "remove", "--force", str(tree)], check=False, capture_output=True)
+        shutil.rmtree(tree, ignore_errors=True)
+        subprocess.run([*git, "prune"], check=False, capture_output=True)
+
+
+def _cache() -> Path:
+    cache = ROOT / ".cache"
+    cache.mkdir(exist_ok=True)
+    return cache
+
+
+@contextmanager
+def baseline_gateway(logdir: Path, upstream: Proc, tree: Path) -> Iterator[Proc]:
+    """``tpx serve`` as :func:`tests.e2e.procs.gateway` starts it, its ``tpx`` package the
+    one in *tree* (first on ``PYTHONPATH``; this venv's dependencies)."""
+    env = base_env()
+    env.update(
+        {
+            "PYTHONPATH": str(tree),
+            "TPX_BASE_URL": upstream.url + "/v1",
+            "TPX_OAUTH_TOKEN": UPSTREAM_TOKEN,
+            "TPX_GATEWAY_KEY": GATEWAY_KEY,
+        }
+    )
+    probe = subprocess.run(
+        [sys.executable, "-P", "-c", "import tpx; print(tpx.__file__)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if not probe.stdout.strip().startswith(str(tree)):
+        raise HarnessError(f"the baseline's tpx is not imported from {tree}: {probe.stdout}")
+    tpx = Path(sys.executable).parent / "tpx"
+    port = free_port()
+    cmd = [str(tpx), "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    popen, log = _spawn("baseline", cmd, env, logdir)
+    proc = Proc("tpx serve (baseline)", popen, log, port)
+
+    def ready() -> bool:
+        try:
+            return httpx2.get(proc.url + "/healthz", timeout=1).status_code == 200
+        except httpx2.TransportError:
+            return False
+
+    try:
+        _wait(proc, ready, 60)
+        yield proc
+    finally:
+        proc.stop()
 
 
 def messages_body(stream: bool, round_: int | None = None) -> dict[str, Any]:
@@ -400,6 +478,11 @@ def main() -> None:
     parser.add_argument("--no-floor", action="store_true", help="skip the pass-through floor")
     parser.add_argument("--no-cold", action="store_true", help="skip tpx-cold (the tail cache off)")
     parser.add_argument("--throughput-seconds", type=float, default=5.0)
+    parser.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also run tpx serve as it is at git revision REV, side by side; print the ratio",
+    )
     args = parser.parse_args()
     direct_bodies = _Bodies(chat_body)
     messages_bodies = _Bodies(messages_body)
@@ -438,6 +521,18 @@ def main() -> None:
                         messages_bodies,
                     )
                 )
+            if args.baseline:
+                tree, commit = stack.enter_context(baseline_tree(args.baseline))
+                base_gw = stack.enter_context(baseline_gateway(logdir, up, tree))
+                print(f"baseline: {args.baseline} = {commit[:12]}", flush=True)
+                targets.append(
+                    (
+                        "baseline",
+                        base_gw.url + "/v1/messages?beta=true",
+                        messages_headers,
+                        messages_bodies,
+                    )
+                )
             if not args.no_floor:
                 floor = stack.enter_context(passthrough(logdir, up))
                 targets.append(("floor", floor.url + "/", json_headers, messages_bodies))
@@ -460,6 +555,8 @@ def main() -> None:
             procs = {"direct": up, "tpx": gw}
             if not args.no_cold:
                 procs["tpx-cold"] = cold
+            if args.baseline:
+                procs["baseline"] = base_gw
             if not args.no_floor:
                 procs["floor"] = floor
             if not args.no_litellm:
@@ -487,6 +584,9 @@ def main() -> None:
         "tpx gateway core alone (sans-I/O: handle + reply + log line, no httpx2): "
         f"{alone_ms:.2f} CPU ms/request"
     )
+    if args.baseline:
+        print(baseline_ratio(results, cpu_ms, args.baseline))
+        return  # the docs table is the tree's alone
     command = ".venv/bin/python -m benchmarks.gateway_latency " + " ".join(sys.argv[1:])
     table, notes = gateway_table(results, rps, cpu_ms, core_ms, alone_ms, size, args.rounds)
     written = write_section("gateway", command.strip(), table, notes=notes)
@@ -546,6 +646,32 @@ def gateway_table(
             ratio = added("litellm", kind, 0.5) / max(added("tpx", kind, 0.5), 1e-6)
             notes.append(f"LiteLLM / tpx added p50 latency ({label}): {ratio:.1f}x.")
     return markdown_table(headers, rows), notes
+
+
+def baseline_ratio(
+    results: dict[str, dict[str, list[float]]], cpu_ms: dict[str, float], rev: str
+) -> str:
+    """The tree against the baseline revision: the ratio of their added p50 latencies (each
+    kind) and of their CPU time per request; above 1: the tree is slower."""
+    base = results["direct"]
+
+    def added(name: str, kind: str) -> float:
+        return _pct(results[name][kind], 0.5) - _pct(base[kind], 0.5)
+
+    lines = []
+    for kind, label in (("plain", "non-streaming"), ("ttfb", "first byte, streaming")):
+        ours, theirs = added("tpx", kind), added("baseline", kind)
+        ratio = ours / theirs if theirs > 0 else float("inf")
+        lines.append(
+            f"tpx / baseline {rev}, added p50 latency ({label}): {ratio:.3f} "
+            f"({ours * 1e3:.3f} ms vs {theirs * 1e3:.3f} ms, {100 * (ratio - 1):+.1f}%)"
+        )
+    ratio = cpu_ms["tpx"] / cpu_ms["baseline"]
+    lines.append(
+        f"tpx / baseline {rev}, gateway CPU ms per request: {ratio:.3f} "
+        f"({cpu_ms['tpx']:.3f} vs {cpu_ms['baseline']:.3f}, {100 * (ratio - 1):+.1f}%)"
+    )
+    return "\n".join(lines)
 
 
 def report(results: dict[str, dict[str, list[float]]], rps: float) -> None:

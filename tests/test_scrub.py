@@ -93,8 +93,8 @@ def test_deltas_are_delivered_whole_once_the_block_ends() -> None:
 
 
 def test_a_joined_scrubber_knows_both() -> None:
-    scrub = Scrubber(secret_forms(["first-secret-0001"]), plain=["first-secret-0001"])
-    both = scrub.joined(secret_forms(["second-secret-0002"]), plain=["second-secret-0002"])
+    scrub = Scrubber(secret_forms(["first-secret-0001"]))
+    both = scrub.joined(secret_forms(["second-secret-0002"]))
     assert both.clean("first-secret-0001 second-secret-0002") == "[REDACTED] [REDACTED]"
     assert scrub.clean("second-secret-0002") == "second-secret-0002"  # the first is as it was
     assert both.split("", "a second-se") == ("a ", "second-se")

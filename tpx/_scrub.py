@@ -13,11 +13,10 @@ will decode, not the bytes on the wire:
   are JSON inside a string: the ``input`` they decode to is checked);
 * a stream's text, thinking and tool-argument deltas go through a :class:`DeltaScrubber`:
   the text a block has so far (its ``partial_json`` read as the JSON the caller will
-  decode) is cleaned, and the end that could still begin a secret (at most the longest
-  secret less one character, plus an unfinished escape) is held back until the next delta
-  or the block's end, so a secret split across deltas is caught whole. (The hold-back is
-  for the secrets as the caller decodes them; an encoded spelling, base64 say, is caught
-  within a delta, not across two.)
+  decode) is cleaned, and the end that could still begin a form (at most the longest
+  form less one character, plus an unfinished escape) is held back until the next delta
+  or the block's end, so a secret split across deltas is caught whole, in every spelling
+  it is caught in within one delta (base64, URL-encoding, ``\\uXXXX``, ``repr``, ...).
 
 A credential that changes mid-request (a token command run again after a 401) joins the
 scrubber of that request: :meth:`Scrubber.joined`.
@@ -54,9 +53,9 @@ class Scrubber:
 
     __slots__ = ("_anchors", "_byte_anchors", "_bytes", "_forms", "_plain", "_tails", "_text")
 
-    def __init__(self, forms: Iterable[str], *, plain: Iterable[str] | None = None) -> None:
-        """*forms*: every form to remove; *plain*: the secrets themselves, what a stream's
-        deltas are held back for (the default: every form)."""
+    def __init__(self, forms: Iterable[str]) -> None:
+        """*forms*: every form to remove (:func:`tpx.errors.secret_forms`); a stream's
+        deltas are held back for each of them, and for its JSON-escaped spelling."""
         self._forms = tuple(f for f in forms if f)
         text: set[str] = set()
         for form in self._forms:
@@ -69,20 +68,16 @@ class Scrubber:
         # for a few short anchors is much cheaper than for every (long) form.
         self._anchors = frozenset(t[:_ANCHOR] for t in ordered)
         self._byte_anchors = frozenset(t[:_ANCHOR] for t in self._bytes)
-        if plain is None:
-            self._plain = self._text
-        else:
-            spelled = {spelling for v in plain if v for spelling in (v, json.dumps(v)[1:-1])}
-            self._plain = tuple(sorted(spelled, key=lambda t: (-len(t), t)))
+        # what a stream's deltas are held back for: every spelling matched within a delta
+        self._plain = self._text
         self._tails: _Tails | None = None  # built when a stream first needs it
 
     def __bool__(self) -> bool:
         return bool(self._text)
 
-    def joined(self, forms: Iterable[str], *, plain: Iterable[str] = ()) -> Scrubber:
-        """A scrubber for these forms and *forms* too (a credential fetched mid-request;
-        *plain*: that credential itself)."""
-        return Scrubber((*self._forms, *forms), plain=(*self._plain, *plain))
+    def joined(self, forms: Iterable[str]) -> Scrubber:
+        """A scrubber for these forms and *forms* too (a credential fetched mid-request)."""
+        return Scrubber((*self._forms, *forms))
 
     def reply(self, data: bytes) -> tuple[bytes, bool]:
         """*data* without the forms; ``True`` when the parsed value needs :meth:`value`

@@ -13,9 +13,11 @@ import httpx2
 import pytest
 
 import tpx.gateway.core
+from tests.gateway import test_longjson as long_json
 from tests.security import test_client_bounds as bounds
+from tests.security import test_long_strings as long_strings
 from tests.security import test_low as low
-from tpx.gateway import tokens
+from tpx.gateway import longjson, tokens
 from tpx.gateway.asgi import GatewayApp, _BodyError
 from tpx.gateway.core import Gateway
 from tpx.gateway.offload import Offload
@@ -112,6 +114,17 @@ def _pieces_cut_anywhere(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(tokens, "_CUT", re.compile(r"(?!x)x"))
 
 
+def _parsed_whole(mp: pytest.MonkeyPatch) -> None:
+    """A large body parsed in one orjson call again (the loop held for all of it)."""
+    mp.setattr(longjson, "loads", lambda body: longjson._parse(body))
+
+
+def _escaped_quotes_counted(mp: pytest.MonkeyPatch) -> None:
+    """Every quote taken to open or close a string, ``\\"`` included."""
+    long_json.make_small(mp)
+    mp.setattr(longjson, "_quotes", lambda body, start, end: body.count(b'"', start, end))
+
+
 def _no_figures(finding: str, what: str, value: str) -> None:
     pass
 
@@ -144,6 +157,14 @@ BUGS: dict[str, tuple[Patch, Callable[[pytest.MonkeyPatch], None]]] = {
     "pieces_cut_anywhere": (
         _pieces_cut_anywhere,
         lambda mp: bounds.test_a_long_text_is_counted_in_pieces_exactly(),
+    ),
+    "parsed_whole": (
+        _parsed_whole,
+        lambda mp: long_strings.test_a_long_string_is_parsed_a_slice_at_a_time(mp, "a long text"),
+    ),
+    "escaped_quotes_counted": (
+        _escaped_quotes_counted,
+        lambda mp: long_json.test_a_long_string_after_escaped_quotes_is_cut_in_slices(None, mp),
     ),
     "metrics_key_ignored": (
         _metrics_key_ignored,

@@ -484,9 +484,10 @@ def test_a_large_turn_is_answered_while_the_loop_keeps_serving(
     serve: Serve, figures: Figures, shape: str
 ) -> None:
     """``/v1/messages`` with the same bodies: handled in a thread, so the loop pauses only
-    for the longest single C call of that work, the body's JSON parse, which
-    ``limits.max_json_containers`` bounds: a body denser than that is refused (413) before
-    it is parsed, the 30 MB text (three containers) is answered."""
+    for the longest single C call of that work; the body's JSON parse is cut in slices
+    (:mod:`tpx.gateway.longjson`), its structure bounded by ``limits.max_json_containers``:
+    a body denser than that is refused (413) before it is parsed, the 30 MB text (three
+    containers) is answered."""
     server = serve()
     body = orjson.dumps({**SHAPES[shape](), "max_tokens": 8})
     status, seconds, latencies = _post_while_polling(server, "/v1/messages", body, 300)

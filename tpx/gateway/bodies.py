@@ -29,6 +29,10 @@ its ``tools`` list is a :class:`~tpx.transport.translate.tools.FrozenJSONList` (
 raises), which also carries its JSON text, so the translator looks its translation up
 without serializing it and the exchange writes it without serializing it again.
 
+A body larger than :data:`tpx.gateway.longjson.THRESHOLD` is parsed in short steps
+(:func:`tpx.gateway.longjson.loads`: no single call holds the interpreter long), and its
+tail is not kept.
+
 Bounded: at most ``capacity`` tails are kept (the least recently used goes). Reusing a
 tail makes a request that carries a tail already seen faster than one that does not,
 by a fraction of a millisecond: ``[limits] tail_cache = 0`` turns it off where
@@ -45,6 +49,7 @@ import attrs
 import orjson
 
 from tpx._safe import parsed_too_deep
+from tpx.gateway import longjson
 from tpx.transport.translate.tools import FrozenJSONList
 
 __all__ = ["BodyReader", "Decoded"]
@@ -112,6 +117,8 @@ class BodyReader:
         self.kept = 0
 
     def read(self, body: bytes) -> Decoded:
+        if len(body) > longjson.THRESHOLD:  # parsed in short steps, its tail not kept
+            return Decoded(longjson.loads(body))
         if self.capacity <= 0 or len(body) < self.min_body:
             return Decoded(orjson.loads(body))
         probe = body[-_PROBE:]

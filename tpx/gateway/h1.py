@@ -49,6 +49,8 @@ __all__ = ["H1Transport", "fast_transport_allowed"]
 
 #: Reading pauses while this much of a response arrived unread (a fast upstream, slow client).
 _READ_HIGH = 1 << 20
+#: A request body longer than this is written after its head, not joined to it (a copy).
+_JOINED = 1 << 20
 _PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
 
 
@@ -441,7 +443,11 @@ class H1Transport(httpx2.AsyncBaseTransport):
                 body = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
             elif chunked:
                 body = b"0\r\n\r\n"
-            transport.write(head + body)
+            if len(body) > _JOINED:
+                transport.write(head)  # a large body is not copied to go after its head
+                transport.write(body)
+            else:
+                transport.write(head + body)
         else:
             transport.write(head)
             async for part in body:

@@ -45,7 +45,7 @@ class Secrets:
         #: every rendered form (:func:`tpx.errors.secret_forms`)
         self.forms = secret_forms(values)
         #: what an :class:`~tpx.transport.exchange.Exchange` holding *values* scrubs replies with
-        self.scrubber = Scrubber(self.forms, plain=values)
+        self.scrubber = Scrubber(self.forms)
         self.redact = Redactor(self.forms)
 
 

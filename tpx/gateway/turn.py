@@ -94,7 +94,7 @@ class Conversation(Exchange):
         if not fresh:
             return
         self._secrets = tuple(sorted({*known, *fresh}, key=lambda f: (-len(f), f)))
-        self._scrub = self._scrub.joined(fresh, plain=current.values)
+        self._scrub = self._scrub.joined(fresh)
         if self._stream is not None:
             self._stream.rescrub(self._scrub)
 

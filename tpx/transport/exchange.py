@@ -288,7 +288,7 @@ class Exchange:
             values = (*values, thinking_secret)
         # Every rendered form of each secret (repr / bytes repr / JSON escapes too).
         self._secrets: tuple[str, ...] = secret_forms(values)
-        self._scrub = Scrubber(self._secrets, plain=values)  # echoes in delivered replies
+        self._scrub = Scrubber(self._secrets)  # echoes in delivered replies
         self._turn = 0
         self._phase: Phase = "idle"
         self._pending: frozenset[str] = frozenset()
