@@ -29,15 +29,9 @@ import anthropic
 import httpx2
 
 from tpx.gateway.core import Forward, Gateway, Request, Response, Turn
+from tpx.gateway.drive import forward, forward_sync, run_turn, run_turn_sync
 from tpx.gateway.settings import Settings, load_settings
-from tpx.gateway.upstream import (
-    AsyncUpstream,
-    SyncUpstream,
-    forward,
-    forward_sync,
-    run_turn,
-    run_turn_sync,
-)
+from tpx.gateway.upstream import AsyncUpstream, SyncUpstream
 
 __all__ = [
     "AsyncGatewayTransport",

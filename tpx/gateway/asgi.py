@@ -17,9 +17,10 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from tpx.gateway.core import Forward, Gateway, Request, Response, Turn, error_body, new_request_id
+from tpx.gateway.drive import forward, run_turn
 from tpx.gateway.offload import Offload
 from tpx.gateway.settings import Settings
-from tpx.gateway.upstream import AsyncUpstream, forward, run_turn
+from tpx.gateway.upstream import AsyncUpstream
 from tpx.transport.exchange import Provider
 
 __all__ = ["GatewayApp", "create_app"]
