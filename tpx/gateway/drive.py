@@ -19,6 +19,7 @@ import httpx2
 from tpx.errors import ModelError
 from tpx.gateway.core import PING, Forward, Response, Turn
 from tpx.gateway.inflate import Decoder, raw_chunks, raw_chunks_sync
+from tpx.gateway.pool import UpstreamPool
 from tpx.gateway.upstream import AsyncUpstream, SyncUpstream
 
 __all__ = ["forward", "forward_sync", "run_turn", "run_turn_sync"]
@@ -64,18 +65,19 @@ async def _wait(task: asyncio.Future[Any], timeout: float) -> bool:
 
 
 async def run_turn(
-    turn: Turn, upstream: AsyncUpstream, *, ping_interval: float | None = None
+    turn: Turn, upstream: AsyncUpstream | UpstreamPool, *, ping_interval: float | None = None
 ) -> AsyncIterator[Response | bytes]:
     """Drive *turn*: yields one :class:`Response`, or SSE byte chunks (the first chunk
     means: send the SSE headers). ``ProviderReply`` and ``Deliver`` of a stream happen
     when the consumer asks for the chunk after the last one it took (``message_stop``).
     Cancel the consuming task or ``aclose()`` the iterator when the client left, then
-    call :meth:`Turn.abandon`."""
+    call :meth:`Turn.abandon`. With an :class:`~tpx.gateway.pool.UpstreamPool` the turn
+    goes to its route's upstreams (failover before the first byte: tpx.gateway.dispatch)."""
     ping = ping_interval or upstream.settings.limits.ping_interval
     async with upstream.slots:
         # a streaming turn waits in a task of its own (pings while the upstream is silent);
         # a plain one needs no task
-        opening: Any = upstream.open(turn.call)
+        opening: Any = _open(turn, upstream)
         if turn.streaming:
             opening = asyncio.ensure_future(opening)
         try:
@@ -83,7 +85,7 @@ async def run_turn(
                 while not await _wait(opening, ping):
                     turn.started = True
                     yield PING
-            response = await opening
+            response, client, name = await opening
         except ModelError as error:
             if turn.started:
                 yield turn.fail(error)
@@ -95,16 +97,30 @@ async def run_turn(
                 opening.cancel()
         try:
             if not turn.streaming:
-                body = await _body(turn, upstream, response)
+                body = await _body(turn, client, response)
                 if isinstance(body, Response):
                     yield body
                 else:
                     yield turn.reply(response.status_code, response.headers, body)
                 return
-            async for item in _stream(turn, upstream, response, ping):
+            async for item in _stream(turn, client, response, ping):
                 yield item
         finally:
-            await response.aclose()
+            try:
+                await response.aclose()
+            finally:
+                if name is not None:
+                    assert isinstance(upstream, UpstreamPool)
+                    upstream.release(name)
+
+
+async def _open(
+    turn: Turn, upstream: AsyncUpstream | UpstreamPool
+) -> tuple[httpx2.Response, AsyncUpstream, str | None]:
+    """The upstream response of *turn*, the client that has it and (a pool) its upstream."""
+    if isinstance(upstream, UpstreamPool):
+        return await upstream.open(turn)
+    return await upstream.open(turn.call), upstream, None
 
 
 async def _body(turn: Turn, upstream: AsyncUpstream, response: httpx2.Response) -> bytes | Response:

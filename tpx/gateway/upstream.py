@@ -34,13 +34,23 @@ from tpx.gateway.wire import UpstreamCall
 from tpx.transport._http import error_from_httpx
 from tpx.transport.exchange import Provider
 
-__all__ = ["AsyncUpstream", "SyncUpstream"]
+__all__ = ["AsyncUpstream", "SyncUpstream", "unsent"]
 
 
 #: Sets of request headers :meth:`_Base._request` keeps normalized at most.
 _PREPARED = 32
 #: The owned client's own default headers: no compressed replies (tpx.gateway.inflate).
 _DEFAULT_HEADERS = {"accept-encoding": "identity"}
+
+
+#: The attribute of a mapped failure telling whether the request never left (a connect
+#: failure): :func:`unsent`.
+_UNSENT = "tpx_unsent"
+
+
+def unsent(error: ModelError) -> bool:
+    """*error* (from :meth:`AsyncUpstream.open`) is a connect failure: nothing was sent."""
+    return bool(getattr(error, _UNSENT, False))
 
 
 class _Masked(str):
@@ -150,7 +160,12 @@ class _Base(Generic[_Client, _Transport]):
         while True:
             outcome = yield refresh
             if isinstance(outcome, httpx2.HTTPError):
-                raise self._map(outcome)  # not in a handler: nothing chained
+                error = self._map(outcome)
+                # nothing reached the upstream: another upstream may take it (tpx.gateway.pool)
+                setattr(
+                    error, _UNSENT, isinstance(outcome, httpx2.ConnectError | httpx2.ConnectTimeout)
+                )
+                raise error  # not in a handler: nothing chained
             status = outcome.status_code
             if not refreshed and self._refreshable(status):
                 refresh = refreshed = True
