@@ -190,14 +190,15 @@ def async_anthropic_client(
     env: Mapping[str, str] | None = None,
     config_file: Path | None = None,
     settings: Settings | None = None,
-    upstream: httpx2.AsyncBaseTransport | None = None,
+    upstream: httpx2.AsyncBaseTransport | Mapping[str, httpx2.AsyncBaseTransport] | None = None,
     **kwargs: Any,
 ) -> anthropic.AsyncAnthropic:
-    """An ``anthropic.AsyncAnthropic`` running the gateway in-process."""
+    """An ``anthropic.AsyncAnthropic`` running the gateway in-process (with ``[[upstreams]]``,
+    *upstream* may map their names to transports)."""
     settings = settings or _settings(env, config_file)
     gateway = Gateway(settings)
     client: AsyncUpstream | UpstreamPool = (
-        AsyncUpstream(settings, transport=upstream)
+        AsyncUpstream(settings, transport=upstream)  # type: ignore[arg-type]
         if settings.routing is None
         else UpstreamPool(settings, metrics=gateway.metrics, transport=upstream)
     )

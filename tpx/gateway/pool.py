@@ -42,6 +42,9 @@ __all__ = ["UpstreamPool"]
 
 logger = logging.getLogger("tpx.gateway")
 
+#: How a retry-after is waited for (a test replaces it to see the wait).
+_sleep = asyncio.sleep
+
 #: What a recovery probe asks: the model list (no generation, nothing billed).
 PROBE = UpstreamCall("GET", "/v1/models", (("accept", "application/json"),), b"", False)
 
@@ -104,8 +107,8 @@ class UpstreamPool:
         tried: list[dict[str, Any]] = []
         while True:
             assert isinstance(step, Attempt)
-            if step.wait:
-                await asyncio.sleep(step.wait)
+            if step.wait:  # a short retry-after, honoured
+                await _sleep(step.wait)
             name = step.upstream
             turn.target(self.routing.upstream(name))
             client = self.clients[name]
