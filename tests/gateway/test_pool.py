@@ -249,9 +249,13 @@ async def test_no_failover_once_a_byte_reached_the_client(tmp_path: Path) -> Non
     with one upstream, and the fallback never gets the request."""
     rig = Rig(tmp_path, first_byte_timeout=0.5, ping_interval=0.05)
     rig.up["big"].script = ["hang"]
-    with pytest.raises(anthropic.APIError):
+    failed = False
+    try:
         await rig.ask("list the files", stream=True)
+    except anthropic.APIError:
+        failed = True
     assert rig.seen() == {"small": 0, "big": 1, "cloud": 0}
+    assert failed
 
 
 @pytest.mark.anyio
@@ -261,10 +265,13 @@ async def test_a_connection_lost_after_the_request_was_sent_is_not_sent_again(
     """The upstream may be generating already: no second generation anywhere."""
     rig = Rig(tmp_path)
     rig.up["big"].script = ["reset"]
-    with pytest.raises(anthropic.APIStatusError) as failed:
+    status = 200
+    try:
         await rig.ask("list the files")
-    assert failed.value.status_code == 502
+    except anthropic.APIStatusError as failed:
+        status = failed.status_code
     assert rig.seen() == {"small": 0, "big": 1, "cloud": 0}
+    assert status == 502
 
 
 @pytest.mark.anyio

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 import attrs
@@ -47,6 +47,13 @@ _sleep = asyncio.sleep
 
 #: What a recovery probe asks: the model list (no generation, nothing billed).
 PROBE = UpstreamCall("GET", "/v1/models", (("accept", "application/json"),), b"", False)
+
+
+async def _within(opening: Awaitable[httpx2.Response], timeout: float | None) -> httpx2.Response:
+    """*opening*'s response, or TimeoutError past *timeout* seconds -- with *opening* cancelled
+    then (its connection closed: the upstream stops generating before another is asked)."""
+    async with asyncio.timeout(timeout):
+        return await opening
 
 
 class UpstreamPool:
@@ -155,8 +162,7 @@ class UpstreamPool:
         error: ModelError | None = None
         failure: Failure | None = None
         try:
-            async with asyncio.timeout(timeout):
-                response = await opening
+            response = await _within(opening, timeout)
         except TimeoutError:  # asyncio's: no response before first_byte_timeout
             error = UpstreamTimeout(
                 f"TPX: no response from upstream {name!r} within {timeout} s", provider="TPX"
