@@ -443,7 +443,9 @@ class Gateway:
             call = UpstreamCall("GET", path, (("anthropic-version", "2023-06-01"),), b"")
             return Forward(self, request_id, call)
         names: list[str] = []
-        for name in [self.settings.model, *(r.model for r in self.settings.routes)]:
+        routing = self.settings.routing
+        served = [m for u in routing.upstreams for m in u.models] if routing is not None else []
+        for name in [self.settings.model, *(r.model for r in self.settings.routes), *served]:
             if name and name not in names:
                 names.append(name)
         data = [

@@ -55,6 +55,9 @@ TOML file (every key optional)::
     match = "*haiku*"
     model = "small-model"         # the upstream model (absent: keep the caller's)
     max_tokens = 8192             # ceiling: larger max_tokens are lowered to it
+
+    [[upstreams]], [[routes]], [routing]: many OpenAI-compatible upstreams, per-request
+    routes, failover and balancing (tpx.gateway.routing, tpx.gateway.dispatch)
 """
 
 from __future__ import annotations
