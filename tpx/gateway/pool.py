@@ -56,6 +56,14 @@ async def _within(opening: Awaitable[httpx2.Response], timeout: float | None) ->
         return await opening
 
 
+def _record(name: str, outcome: str | int, waited: float) -> dict[str, Any]:
+    """One attempt in the log line (``waited``: the retry-after honoured before it)."""
+    record: dict[str, Any] = {"upstream": name, "outcome": outcome}
+    if waited:
+        record["waited"] = waited
+    return record
+
+
 class UpstreamPool:
     """The upstreams of ``settings.routing`` for one process (its event loop)."""
 
@@ -124,9 +132,9 @@ class UpstreamPool:
                 assert response is not None
                 self.dispatcher.succeeded(name)
                 if tried:
-                    turn.annotate("attempts", [*tried, {"upstream": name, "outcome": "ok"}])
+                    turn.annotate("attempts", [*tried, _record(name, "ok", step.wait)])
                 return response, client, name
-            tried.append({"upstream": name, "outcome": failure.status or failure.kind})
+            tried.append(_record(name, failure.status or failure.kind, step.wait))
             step = retarget(self.dispatcher, plan, failure, started=turn.started, now=self._clock())
             if failure.retryable:
                 self.metrics.upstream_cooldowns.labels(name).inc()
