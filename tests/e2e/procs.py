@@ -175,9 +175,11 @@ def gateway(
     workers: int = 1,
     extra: list[str] | None = None,
     name: str = "gateway",
+    env_extra: Mapping[str, str] | None = None,
 ) -> Iterator[Proc]:
     """``tpx serve`` on a free loopback port in front of ``upstream`` (provider TPX); ready when
-    ``GET /healthz`` answers 200. *name*: its log's (two gateways in one logdir)."""
+    ``GET /healthz`` answers 200. *name*: its log's (two gateways in one logdir); *env_extra*:
+    more environment (replicas sharing their secrets)."""
     tpx = tpx_executable()
     port = free_port()
     env = base_env()
@@ -186,6 +188,7 @@ def gateway(
             "TPX_BASE_URL": upstream.url + "/v1",
             "TPX_OAUTH_TOKEN": UPSTREAM_TOKEN,
             "TPX_GATEWAY_KEY": GATEWAY_KEY,
+            **(env_extra or {}),
         }
     )
     cmd = [str(tpx), "serve", "--host", "127.0.0.1", "--port", str(port)]

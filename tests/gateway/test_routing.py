@@ -12,6 +12,7 @@ import pytest
 from tpx.errors import ConfigurationError
 from tpx.gateway.routing import Facts, Options, Routing, Rule, facts_of, parse_routing, route
 from tpx.gateway.settings import load_settings
+from tpx.transport.translate.tools import FrozenJSONList
 
 ENV = {"TPX_OAUTH_TOKEN": "tok-default-SECRET", "SMALL_TOKEN": "tok-small-SECRET"}
 
@@ -226,3 +227,19 @@ def test_the_first_upstream_is_the_default_base_url(tmp_path: Path) -> None:
     settings = load_settings(env={"TPX_OAUTH_TOKEN": "t"}, config_file=path)
     assert settings.base_url == "http://h:1"
     assert parse_routing({}) is None
+
+
+def test_the_tools_of_a_shared_tail_are_read_once_and_judged_per_list() -> None:
+    """A client's tools kept by the body reader (FrozenJSONList) are named once; a rule's
+    verdict is kept per tool list, and another list gets its own."""
+    options = Options()
+    search = FrozenJSONList([{"type": "web_search_20250305", "name": "web_search"}], b"[1]")
+    bash = FrozenJSONList([{"name": "Bash"}], b"[2]")
+    rule = Rule("search", ("a",), tools=("web_search*",))
+    for _ in range(2):
+        with_search = facts_of({"model": "m", "tools": search}, {}, 0, options)
+        with_bash = facts_of({"model": "m", "tools": bash}, {}, 0, options)
+        assert with_search.tools == ("web_search", "web_search_20250305")
+        assert with_bash.tools == ("Bash",)
+        assert rule.matches(with_search)
+        assert not rule.matches(with_bash)

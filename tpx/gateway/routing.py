@@ -39,6 +39,7 @@ from tpx.gateway.token_command import TIMEOUT
 from tpx.transport._config import _check_credential
 from tpx.transport.translate.profiles import DEFAULT_PROFILE, Profile, get_profile
 from tpx.transport.translate.signing import ThinkingSigner
+from tpx.transport.translate.tools import FrozenJSONList
 
 __all__ = [
     "Facts",
@@ -57,6 +58,8 @@ __all__ = [
 AGENT_HEADER = "x-claude-code-agent-id"
 #: Bytes of a request body counted as one token by the input-size estimate.
 BYTES_PER_TOKEN = 4
+#: Tool lists whose names (and rule verdicts) are kept, per process and per rule.
+_KEPT = 64
 
 
 @attrs.frozen(repr=False)
@@ -114,10 +117,13 @@ class Rule:
     tools: tuple[str, ...] = ()
     _model_re: re.Pattern[str] | None = attrs.field(init=False, repr=False, eq=False)
     _tools_re: re.Pattern[str] | None = attrs.field(init=False, repr=False, eq=False)
+    #: the tools verdict per tool list seen (a client sends the same tools every turn)
+    _tools_seen: dict[tuple[str, ...], bool] = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(self, "_model_re", _globs(self.model))
         object.__setattr__(self, "_tools_re", _globs(self.tools))
+        object.__setattr__(self, "_tools_seen", {})
 
     def matches(self, facts: Facts) -> bool:
         if self._model_re is not None and self._model_re.match(facts.model) is None:
@@ -131,10 +137,19 @@ class Rule:
         if self.subagent is not None and self.subagent != facts.subagent:
             return False
         if self._tools_re is not None:
-            match = self._tools_re.match
-            if not any(match(tool) is not None for tool in facts.tools):
-                return False
+            return self._offers(facts.tools)
         return True
+
+    def _offers(self, tools: tuple[str, ...]) -> bool:
+        seen = self._tools_seen
+        verdict = seen.get(tools)
+        if verdict is None:
+            match = self._tools_re.match  # type: ignore[union-attr]
+            verdict = any(match(tool) is not None for tool in tools)
+            if len(seen) >= _KEPT:
+                seen.clear()
+            seen[tools] = verdict
+        return verdict
 
 
 @attrs.frozen
@@ -212,23 +227,41 @@ def facts_of(
     model = model if isinstance(model, str) else ""
     thinking = body.get("thinking")
     kind = thinking.get("type") if isinstance(thinking, Mapping) else None
-    names: list[str] = []
     tools = body.get("tools")
-    if isinstance(tools, list):
-        for tool in tools:
-            if isinstance(tool, Mapping):
-                for key in ("name", "type"):
-                    value = tool.get(key)
-                    if isinstance(value, str):
-                        names.append(value)
     return Facts(
         model=model,
         background=options.background(model),
         thinking=kind in ("enabled", "adaptive"),
         input_tokens=size // BYTES_PER_TOKEN,
         subagent=bool(headers.get(AGENT_HEADER)),
-        tools=tuple(names),
+        tools=_tool_names(tools) if isinstance(tools, list) else (),
     )
+
+
+_NAMES: dict[bytes, tuple[str, ...]] = {}
+
+
+def _tool_names(tools: list[Any]) -> tuple[str, ...]:
+    """The ``name`` and ``type`` of every tool; kept per tool list a client sends again (the
+    body reader's shared tools carry their JSON text: tpx.gateway.bodies)."""
+    text = tools.json if isinstance(tools, FrozenJSONList) else None
+    if text is not None:
+        kept = _NAMES.get(text)
+        if kept is not None:
+            return kept
+    names: list[str] = []
+    for tool in tools:
+        if isinstance(tool, Mapping):
+            for key in ("name", "type"):
+                value = tool.get(key)
+                if isinstance(value, str):
+                    names.append(value)
+    found = tuple(names)
+    if text is not None:
+        if len(_NAMES) >= _KEPT:
+            _NAMES.clear()
+        _NAMES[text] = found
+    return found
 
 
 def route(routing: Routing, facts: Facts) -> Rule:
