@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
 import anthropic
+import anyio
+import attrs
 import httpx2
 import orjson
 import pytest
 
 import tpx.sdk
 from tpx.gateway import pool as pool_module
+from tpx.gateway.dispatch import Failure
+from tpx.gateway.pool import UpstreamPool
 from tpx.gateway.settings import Settings, load_settings
 
 from .fakes import FakeUpstream
@@ -369,3 +374,47 @@ async def test_balancing_spreads_concurrent_requests_over_the_route(tmp_path: Pa
     # the small one holds its first request: the next ones go to the least loaded
     assert rig.seen()["small"] >= 1
     assert rig.seen()["big"] >= 1
+
+
+@pytest.mark.anyio
+async def test_a_probe_ends_a_cooldown_when_the_upstream_answers(tmp_path: Path) -> None:
+    """Recovery probes: ``GET /v1/models`` (no generation); an answer below 500 ends the
+    cooldown, a refused connection keeps it; the timer probes a cooling upstream by itself."""
+    rig = Rig(tmp_path)
+    models: list[str] = []
+
+    async def answering(request: httpx2.Request) -> httpx2.Response:
+        models.append(request.url.path)
+        return httpx2.Response(200, json={"data": []})
+
+    async def refusing(request: httpx2.Request) -> httpx2.Response:
+        raise httpx2.ConnectError("connection refused", request=request)
+
+    routing = rig.settings.routing
+    assert routing is not None
+    options = attrs.evolve(routing.options, probe_interval=0.05, cooldown=60.0)
+    settings = attrs.evolve(rig.settings, routing=attrs.evolve(routing, options=options))
+    transports = {
+        "small": httpx2.MockTransport(refusing),
+        "big": httpx2.MockTransport(answering),
+        "cloud": httpx2.MockTransport(answering),
+    }
+    pool = UpstreamPool(settings, transport=transports)
+    try:
+        d = pool.dispatcher
+        now = time.monotonic()
+        d.failed("small", Failure("connect"), now)
+        d.failed("big", Failure("status", 503), now)
+        assert await pool.probe("small") is False
+        assert not d.available("small", time.monotonic())
+        assert await pool.probe("big") is True
+        assert d.available("big", time.monotonic())
+        assert models == ["/v1/models"]
+        d.failed("cloud", Failure("status", 503), time.monotonic())
+        pool._start_probes()
+        with anyio.fail_after(10):  # the timer's probe brings it back
+            while not d.available("cloud", time.monotonic()):
+                await asyncio.sleep(0.02)
+        assert models == ["/v1/models", "/v1/models"]
+    finally:
+        await pool.aclose()
