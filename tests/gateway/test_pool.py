@@ -18,6 +18,7 @@ import orjson
 import pytest
 
 import tpx.sdk
+from tpx.errors import ConfigurationError
 from tpx.gateway import pool as pool_module
 from tpx.gateway.dispatch import Failure
 from tpx.gateway.pool import UpstreamPool
@@ -51,6 +52,7 @@ family = "qwen"
 [[upstreams]]
 name = "cloud"
 base_url = "http://cloud.test/v1"
+token_env = "CLOUD_KEY"
 profile = "deepseek"
 models = ["cloud-model"]
 family = "cloud"
@@ -64,6 +66,9 @@ upstreams = ["small", "big"]
 name = "main"
 upstreams = ["big", "cloud"]
 """
+
+
+CLOUD = "sk-cloud-SECRET-2"
 
 
 class Timeline:
@@ -86,6 +91,7 @@ class Scripted:
         self.fake = FakeUpstream("TPX", calls=1, reasoning=reasoning)
         self.script: list[Any] = []
         self.requests: list[dict[str, Any]] = []
+        self.tokens: set[str] = set()
 
     def transport(self) -> httpx2.MockTransport:
         return httpx2.MockTransport(self.handle)
@@ -93,6 +99,7 @@ class Scripted:
     async def handle(self, request: httpx2.Request) -> httpx2.Response:
         body = orjson.loads(request.content)
         self.requests.append(body)
+        self.tokens.add(request.headers.get("authorization", ""))
         action = self.script.pop(0) if self.script else None
         if action == "connect":
             raise httpx2.ConnectError("connection refused", request=request)
@@ -121,12 +128,12 @@ class Scripted:
 
 
 class Rig:
-    def __init__(self, tmp_path: Path, **config: float) -> None:
+    def __init__(self, tmp_path: Path, *, monitor: bool = False, **config: float) -> None:
         values = {"first_byte_timeout": 5.0, "ping_interval": 10.0, **config}
         path = tmp_path / "gateway.toml"
         path.write_text(CONFIG.format(**values))
-        env = {"TPX_OAUTH_TOKEN": "tok-SECRET-1", "TPX_GATEWAY_SECRET": "s"}
-        self.settings: Settings = load_settings(env=env, config_file=path)
+        env = {"TPX_OAUTH_TOKEN": "tok-SECRET-1", "TPX_GATEWAY_SECRET": "s", "CLOUD_KEY": CLOUD}
+        self.settings: Settings = load_settings(env=env, config_file=path, monitor=monitor)
         self.timeline = Timeline()
         self.up = {
             n: Scripted(n, self.timeline, reasoning=f"thought of {n}")
@@ -188,6 +195,9 @@ async def test_a_failure_before_the_first_byte_fails_over_and_cools_the_upstream
     assert reply.stop_reason == "tool_use"
     assert rig.seen() == {"small": 0, "big": 1, "cloud": 1}
     assert rig.up["cloud"].requests[0]["model"] == "cloud-model"  # framed for the fallback
+    # each upstream gets its own credential, never another's
+    assert rig.up["cloud"].tokens == {f"Bearer {CLOUD}"}
+    assert rig.up["big"].tokens == {"Bearer tok-SECRET-1"}
     await rig.ask("again", stream=stream)  # big cools down: straight to the fallback
     assert rig.seen() == {"small": 0, "big": 1, "cloud": 2}
 
@@ -418,3 +428,27 @@ async def test_a_probe_ends_a_cooldown_when_the_upstream_answers(tmp_path: Path)
         assert models == ["/v1/models", "/v1/models"]
     finally:
         await pool.aclose()
+
+
+@pytest.mark.anyio
+async def test_the_monitor_accepts_a_failover(tmp_path: Path) -> None:
+    """``--monitor``: a turn framed again for the fallback takes the spec steps of one turn
+    (the failover happens before any reply): no violation."""
+    rig = Rig(tmp_path, monitor=True)
+    rig.up["big"].script = ["connect"]
+    reply = await rig.ask("list the files", stream=True)
+    assert reply.stop_reason == "tool_use"
+    metrics = (await rig.client._client.get("http://tpx.in-process/metrics")).text
+    assert "tpx_gateway_monitor_violations_total{" not in metrics
+    (steps,) = [
+        float(line.split()[-1])
+        for line in metrics.splitlines()
+        if line.startswith("tpx_gateway_monitor_steps_total")
+    ]
+    assert steps >= 3  # CallerSend, ProviderReply, Deliver: checked
+
+
+def test_the_sync_in_process_client_refuses_upstreams(tmp_path: Path) -> None:
+    rig = Rig(tmp_path)
+    with pytest.raises(ConfigurationError, match="async_anthropic_client"):
+        tpx.sdk.anthropic_client(settings=rig.settings)
