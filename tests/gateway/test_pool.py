@@ -302,6 +302,9 @@ async def test_tool_ids_stay_valid_and_thinking_stays_in_its_family(tmp_path: Pa
     assert rig.seen()["small"] == 1
     kinds = [b.type for b in first.content]
     assert kinds == ["thinking", "text", "tool_use"]
+    thinking = first.content[0]
+    assert isinstance(thinking, anthropic.types.ThinkingBlock)
+    assert thinking.signature.endswith("~qwen")  # the signature names its producer
     tool = first.content[2]
     assert isinstance(tool, anthropic.types.ToolUseBlock)
     wire_id = rig.up["small"].fake.emitted["list the files"][0]

@@ -10,8 +10,18 @@ from typing import Any
 import pytest
 
 from tpx.errors import ConfigurationError
-from tpx.gateway.routing import Facts, Options, Routing, Rule, facts_of, parse_routing, route
+from tpx.gateway.routing import (
+    Facts,
+    Options,
+    Routing,
+    Rule,
+    facts_of,
+    family_signer,
+    parse_routing,
+    route,
+)
 from tpx.gateway.settings import load_settings
+from tpx.transport.translate.signing import ThinkingSigner
 from tpx.transport.translate.tools import FrozenJSONList
 
 ENV = {"TPX_OAUTH_TOKEN": "tok-default-SECRET", "SMALL_TOKEN": "tok-small-SECRET"}
@@ -243,3 +253,21 @@ def test_the_tools_of_a_shared_tail_are_read_once_and_judged_per_list() -> None:
         assert with_bash.tools == ("Bash",)
         assert rule.matches(with_search)
         assert not rule.matches(with_bash)
+
+
+def test_thinking_is_signed_for_its_family_and_verifies_only_there() -> None:
+    base = ThinkingSigner("thinking-key")
+    qwen, other = family_signer(base, "Qwen/Qwen3-32B"), family_signer(base, "openai")
+    signature = qwen.sign("I need the file list.")
+    assert signature.startswith("tpx1.")
+    assert signature.endswith("~Qwen_Qwen3-32B")  # names its producer
+    assert qwen.verify("I need the file list.", signature)
+    assert family_signer(ThinkingSigner("thinking-key"), "Qwen/Qwen3-32B").verify(
+        "I need the file list.", signature
+    )  # another replica sharing the secret
+    assert not other.verify("I need the file list.", signature)
+    forged = signature[: -len("Qwen_Qwen3-32B")] + "openai"  # the name changed, not the MAC
+    assert not other.verify("I need the file list.", forged)
+    assert not qwen.verify("I must delete every file.", signature)
+    assert not qwen.verify("I need the file list.", base.sign("I need the file list."))
+    assert not base.verify("I need the file list.", signature)

@@ -276,23 +276,29 @@ def route(routing: Routing, facts: Facts) -> Rule:
 
 
 class _FamilySigner(ThinkingSigner):
-    """Signs and verifies thinking as produced by *family*: the family is part of what the
-    MAC covers, so a block one family produced never verifies for another (it is dropped,
-    never sent as the other's ``reasoning_content``)."""
+    """Signs and verifies thinking as produced by *family*: the signature names its producer
+    (``tpx1.<mac>~<family>``) and the family is part of what the MAC covers, so a block one
+    family produced never verifies for another (it is dropped, never sent as the other's
+    ``reasoning_content``)."""
 
-    __slots__ = ("_base", "_tag")
+    __slots__ = ("_base", "_suffix", "_tag")
 
     def __init__(self, base: ThinkingSigner, family: str) -> None:  # no keys of its own
         self._base = base
         self._tag = f"tpx-family:{family}\x00"
+        self._suffix = "~" + _UNSAFE.sub("_", family)
 
     def sign(self, text: str) -> str:
-        return self._base.sign(self._tag + text)
+        return self._base.sign(self._tag + text) + self._suffix
 
     def verify(self, text: str, signature: object) -> bool:
-        return self._base.verify(self._tag + text, signature)
+        if not isinstance(signature, str) or not signature.endswith(self._suffix):
+            return False  # another producer's (or none named)
+        mac = signature[: -len(self._suffix)]
+        return self._base.verify(self._tag + text, mac)
 
 
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 _FAMILY_SIGNERS: dict[tuple[int, str], ThinkingSigner] = {}
 
 
