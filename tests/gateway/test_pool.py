@@ -20,7 +20,9 @@ import pytest
 import tpx.sdk
 from tpx.errors import ConfigurationError
 from tpx.gateway import pool as pool_module
+from tpx.gateway.core import PING, Gateway, Request, Turn
 from tpx.gateway.dispatch import Failure
+from tpx.gateway.drive import run_turn
 from tpx.gateway.pool import UpstreamPool
 from tpx.gateway.settings import Settings, load_settings
 
@@ -455,3 +457,43 @@ def test_the_sync_in_process_client_refuses_upstreams(tmp_path: Path) -> None:
     rig = Rig(tmp_path)
     with pytest.raises(ConfigurationError, match="async_anthropic_client"):
         tpx.sdk.anthropic_client(settings=rig.settings)
+
+
+@pytest.mark.anyio
+async def test_a_client_gone_while_pinging_ends_the_attempt_that_answered_meanwhile(
+    tmp_path: Path,
+) -> None:
+    """The upstream answers after a ping went out and the client left before taking it: the
+    response is closed and its attempt no longer counts as in flight."""
+    rig = Rig(tmp_path)
+    answered = asyncio.Event()
+
+    async def late(request: httpx2.Request) -> httpx2.Response:
+        await asyncio.sleep(0.05)
+        response = await rig.up["big"].handle(request)
+        answered.set()
+        return response
+
+    pool = UpstreamPool(rig.settings, transport={"big": httpx2.MockTransport(late)})
+    gateway = Gateway(rig.settings)
+    body = {
+        "model": "claude-opus-4-8",
+        "max_tokens": 64,
+        "stream": True,
+        "messages": [{"role": "user", "content": "list the files"}],
+    }
+    request = Request("POST", "/v1/messages", "", {}, orjson.dumps(body))
+    turn = gateway.handle(request)
+    assert isinstance(turn, Turn)
+    items = run_turn(turn, pool, ping_interval=0.01)
+    try:
+        assert await items.__anext__() == PING
+        with anyio.fail_after(10):
+            await answered.wait()
+        await asyncio.sleep(0.05)  # the opening task finishes while the ping is held
+        assert pool.dispatcher.health["big"].in_flight == 1
+        await items.aclose()  # type: ignore[attr-defined]
+        turn.abandon()
+        assert pool.dispatcher.health["big"].in_flight == 0
+    finally:
+        await pool.aclose()

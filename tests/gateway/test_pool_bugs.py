@@ -13,7 +13,7 @@ import httpx2
 import pytest
 
 from tests.gateway import test_pool as pool_tests
-from tpx.gateway import dispatch
+from tpx.gateway import dispatch, drive
 from tpx.gateway import pool as pool_module
 
 Patch = Callable[[pytest.MonkeyPatch], None]
@@ -59,6 +59,17 @@ def _lost_cooldown(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(dispatch.Dispatcher, "failed", forgetting)
 
 
+def _answer_left_open(mp: pytest.MonkeyPatch) -> None:
+    """A response that came while the client was leaving is dropped unclosed: its attempt
+    stays in flight for ever (the balancing then avoids a healthy upstream)."""
+
+    async def drop(opening: asyncio.Future[Any], upstream: Any) -> None:
+        if not opening.done():
+            opening.cancel()
+
+    mp.setattr(drive, "_drop", drop)
+
+
 def _run(test: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
     asyncio.run(test(*args))
 
@@ -79,6 +90,13 @@ BUGS: dict[str, tuple[Patch, Callable[[Path, pytest.MonkeyPatch], None]]] = {
         _resent_after_sending,
         lambda tmp, mp: _run(
             pool_tests.test_a_connection_lost_after_the_request_was_sent_is_not_sent_again, tmp
+        ),
+    ),
+    "answer_left_open": (
+        _answer_left_open,
+        lambda tmp, mp: _run(
+            pool_tests.test_a_client_gone_while_pinging_ends_the_attempt_that_answered_meanwhile,
+            tmp,
         ),
     ),
     "lost_cooldown": (

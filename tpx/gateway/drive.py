@@ -80,12 +80,14 @@ async def run_turn(
         opening: Any = _open(turn, upstream)
         if turn.streaming:
             opening = asyncio.ensure_future(opening)
+        taken = False
         try:
             if turn.streaming:
                 while not await _wait(opening, ping):
                     turn.started = True
                     yield PING
             response, client, name = await opening
+            taken = True
         except ModelError as error:
             if turn.started:
                 yield turn.fail(error)
@@ -93,8 +95,8 @@ async def run_turn(
                 yield _failed_before_reply(turn, error)
             return
         finally:
-            if turn.streaming and not opening.done():
-                opening.cancel()
+            if turn.streaming and not taken:
+                await _drop(opening, upstream)
         try:
             if not turn.streaming:
                 body = await _body(turn, client, response)
@@ -112,6 +114,23 @@ async def run_turn(
                 if name is not None:
                     assert isinstance(upstream, UpstreamPool)
                     upstream.release(name)
+
+
+async def _drop(opening: asyncio.Future[Any], upstream: AsyncUpstream | UpstreamPool) -> None:
+    """The client left while the upstream was being asked: stop asking, or close the response
+    that came meanwhile (and end its attempt)."""
+    if not opening.done():
+        opening.cancel()
+        return
+    if opening.cancelled() or opening.exception() is not None:
+        return
+    response, _, name = opening.result()
+    try:
+        await response.aclose()
+    finally:
+        if name is not None:
+            assert isinstance(upstream, UpstreamPool)
+            upstream.release(name)
 
 
 async def _open(
