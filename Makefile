@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 SPEC   ?= spec/TpxTransport.tla
 CFG    ?= spec/TpxTransport.cfg
 
-.PHONY: all setup graphviz tlc explore test conformance conformance-http conformance-deep bench lint clean e2e load bench-gateway fuzz mutate redteam
+.PHONY: all setup graphviz haproxy load-cluster tlc explore test conformance conformance-http conformance-deep bench lint clean e2e load bench-gateway fuzz mutate redteam
 
 all: test
 
@@ -28,6 +28,15 @@ graphviz:
 	  else echo "graphviz (dot) is missing and cannot be installed without root: run 'sudo apt-get install graphviz' (or your package manager's graphviz); the rendering tests fail until then"; exit 0; fi; \
 	  echo "installing graphviz (dot)"; \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq graphviz >/dev/null; }
+
+## HAProxy (Debian's package) for `make load-cluster`; installed like graphviz above.
+haproxy:
+	@command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; \
+	  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO=sudo; \
+	  else echo "haproxy is missing and cannot be installed without root: run 'sudo apt-get install haproxy'"; exit 0; fi; \
+	  echo "installing haproxy"; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq haproxy >/dev/null; }
 
 ## Model-check the seed spec with TLC (the main job), then the gateway spec on its deep cfgs
 ## (two tool ids, three turns, two conversations; docs/specs.md): GatewayRetry = TRUE with key
@@ -105,12 +114,17 @@ $(CLAUDE):
 	$(CLAUDE) --version
 
 e2e: $(STAMP) $(CLAUDE)
-	TPX_CLAUDE=$(CLAUDE) $(PY) -m pytest tests/e2e/test_claude_code.py -m e2e -p no:xdist -q \
+	TPX_CLAUDE=$(CLAUDE) $(PY) -m pytest tests/e2e/test_claude_code.py tests/e2e/test_upstreams.py -m e2e -p no:xdist -q \
 	  --basetemp=.cache/e2e-tmp
 
 ## Load: >= 1,000 concurrent conversations through one `tpx serve` (1 and 2 workers).
 load: $(STAMP)
 	$(PY) -m pytest tests/e2e/test_load.py -m e2e -p no:xdist -q -s --basetemp=.cache/load-tmp
+
+## Three `tpx serve` replicas sharing their secrets behind HAProxy, the same 1,000
+## conversations, one replica killed mid-run (docs/upstreams.md has the figures).
+load-cluster: $(STAMP) haproxy
+	$(PY) -m pytest tests/e2e/test_load_cluster.py -m e2e -p no:xdist -q -s --basetemp=.cache/load-cluster-tmp
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check tpx tests conformance benchmarks

@@ -29,10 +29,11 @@ from conformance.gateway_core import AUTH, GATEWAY_KEY, SECRET, GatewayRig, log_
 from tpx.cli import main
 from tpx.errors import redact, secret_forms
 from tpx.gateway import core
+from tpx.gateway.drive import run_turn_sync
 from tpx.gateway.settings import Credential, ModelRoute
 from tpx.gateway.tokens import count_openai_request
 from tpx.gateway.turn import Turn
-from tpx.gateway.upstream import SyncUpstream, run_turn_sync
+from tpx.gateway.upstream import SyncUpstream
 from tpx.gateway.wire import Request, Response
 from tpx.sdk import GatewayTransport
 from tpx.transport.exchange import Exchange, Provider

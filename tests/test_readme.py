@@ -152,6 +152,9 @@ def test_toml_blocks_are_gateway_settings(tmp_path: Path) -> None:
             path.write_text(code)
             data = tomllib.loads(code)
             env = {"TPX_OAUTH_TOKEN": "unused"}
+            for upstream in data.get("upstreams", []):  # the credentials they name
+                if "token_env" in upstream:
+                    env[upstream["token_env"]] = "unused"
             if "base_url" not in data.get("upstream", {}):
                 env["TPX_BASE_URL"] = "http://127.0.0.1:8000/v1"
             settings = load_settings(env=env, config_file=path)
@@ -160,6 +163,10 @@ def test_toml_blocks_are_gateway_settings(tmp_path: Path) -> None:
             assert len(settings.routes) == len(data.get("models", []))
             if "model" in data.get("upstream", {}):
                 assert settings.model == data["upstream"]["model"]
+            if "upstreams" in data:
+                assert settings.routing is not None
+                assert len(settings.routing.upstreams) == len(data["upstreams"])
+                assert len(settings.routing.rules) == len(data.get("routes", []))
     assert seen >= 1
 
 

@@ -28,16 +28,12 @@ from typing import Any
 import anthropic
 import httpx2
 
+from tpx.errors import ConfigurationError
 from tpx.gateway.core import Forward, Gateway, Request, Response, Turn
+from tpx.gateway.drive import forward, forward_sync, run_turn, run_turn_sync
+from tpx.gateway.pool import UpstreamPool
 from tpx.gateway.settings import Settings, load_settings
-from tpx.gateway.upstream import (
-    AsyncUpstream,
-    SyncUpstream,
-    forward,
-    forward_sync,
-    run_turn,
-    run_turn_sync,
-)
+from tpx.gateway.upstream import AsyncUpstream, SyncUpstream
 
 __all__ = [
     "AsyncGatewayTransport",
@@ -136,7 +132,7 @@ class GatewayTransport(httpx2.BaseTransport):
 class AsyncGatewayTransport(httpx2.AsyncBaseTransport):
     """:class:`GatewayTransport` for ``httpx2.AsyncClient``."""
 
-    def __init__(self, gateway: Gateway, upstream: AsyncUpstream) -> None:
+    def __init__(self, gateway: Gateway, upstream: AsyncUpstream | UpstreamPool) -> None:
         self.gateway = gateway
         self.upstream = upstream
 
@@ -144,7 +140,8 @@ class AsyncGatewayTransport(httpx2.AsyncBaseTransport):
         result = self.gateway.handle(_request(request, await request.aread()))
         if isinstance(result, Response):
             return _response(result, request.method)
-        if isinstance(result, Forward):
+        if isinstance(result, Forward):  # ANTHROPIC: one upstream
+            assert isinstance(self.upstream, AsyncUpstream)
             return _response(await forward(result, self.upstream))
         items = run_turn(result, self.upstream)
         first = await items.__anext__()
@@ -174,6 +171,10 @@ def anthropic_client(
 ) -> anthropic.Anthropic:
     """An ``anthropic.Anthropic`` running the gateway in-process (*kwargs* go to it)."""
     settings = settings or _settings(env, config_file)
+    if settings.routing is not None:
+        raise ConfigurationError(
+            "[[upstreams]] need the async client (async_anthropic_client) or tpx serve"
+        )
     gateway = Gateway(settings)
     transport = GatewayTransport(gateway, SyncUpstream(settings, transport=upstream))
     return anthropic.Anthropic(
@@ -189,13 +190,19 @@ def async_anthropic_client(
     env: Mapping[str, str] | None = None,
     config_file: Path | None = None,
     settings: Settings | None = None,
-    upstream: httpx2.AsyncBaseTransport | None = None,
+    upstream: httpx2.AsyncBaseTransport | Mapping[str, httpx2.AsyncBaseTransport] | None = None,
     **kwargs: Any,
 ) -> anthropic.AsyncAnthropic:
-    """An ``anthropic.AsyncAnthropic`` running the gateway in-process."""
+    """An ``anthropic.AsyncAnthropic`` running the gateway in-process (with ``[[upstreams]]``,
+    *upstream* may map their names to transports)."""
     settings = settings or _settings(env, config_file)
     gateway = Gateway(settings)
-    transport = AsyncGatewayTransport(gateway, AsyncUpstream(settings, transport=upstream))
+    client: AsyncUpstream | UpstreamPool = (
+        AsyncUpstream(settings, transport=upstream)  # type: ignore[arg-type]
+        if settings.routing is None
+        else UpstreamPool(settings, metrics=gateway.metrics, transport=upstream)
+    )
+    transport = AsyncGatewayTransport(gateway, client)
     return anthropic.AsyncAnthropic(
         api_key=settings.gateway_key or "tpx-in-process",
         base_url=_BASE_URL,

@@ -10,7 +10,8 @@ Stateless script: a request's *conversation* is the ``[conv:ID]`` tag found in i
 retried request gets the same reply. Tags in the user text steer a conversation:
 
 - ``[fail-turn:N]`` / ``[fail-status:S]``: answer turn N once with HTTP S (default 529) before
-  answering it normally (the retry);
+  answering it normally (the retry); ``[retry-after:S]``: that answer's ``retry-after``
+  (default 0); ``--no-faults``: these tags are ignored;
 - ``[turns:T]``: the ``load`` script asks for tools on turns 0..T-1 (default 3), then ends;
 - ``[hold:SECONDS]``: a streamed reply pauses that long after its first chunk (open streams);
   ``[hold:gate]`` pauses until ``POST /_release`` (at most 300 s), so a test can keep any number
@@ -24,6 +25,10 @@ retried request gets the same reply. Tags in the user text steer a conversation:
 Scripts: ``bash`` asks for one ``Bash`` tool call (``--command``) then answers text containing
 ``tpx-e2e-final``; ``load`` asks on turn k for ``1 + k % 3`` parallel ``echo`` calls whose
 arguments name the conversation, turn and position, then answers ``final <conv>``.
+
+Several fakes behind one gateway (``--shared``): earlier turns another fake answered are not
+flagged; the ids their history carries are recorded as ``adopted``. ``--ledger-file PATH``: the
+ledger is also written there after every request (it survives the process being killed).
 
 Every tool call id is random and recorded with its conversation. On each request the ledger
 checks that the history echoes, for every earlier turn, exactly the ids emitted for THIS
@@ -53,7 +58,9 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 JSON = dict[str, Any]
 
-TAG = re.compile(r"\[(conv|fail-turn|fail-status|turns|hold|reasoning|flood):([\w.-]+)\]")
+TAG = re.compile(
+    r"\[(conv|fail-turn|fail-status|retry-after|turns|hold|reasoning|flood):([\w.-]+)\]"
+)
 DEFAULT_COMMAND = "echo tpx-e2e-ok > tpx-e2e.txt"
 
 
@@ -73,6 +80,8 @@ class Conversation:
     max_turn: int = 0
     streamed: int = 0
     reasoning_back: int = 0
+    #: ``--shared``: the ids of earlier turns another upstream emitted, as this one saw them
+    adopted: dict[int, list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -97,6 +106,7 @@ class Ledger:
                     "max_turn": c.max_turn,
                     "streamed": c.streamed,
                     "reasoning_back": c.reasoning_back,
+                    "adopted": {str(t): ids for t, ids in c.adopted.items()},
                     "emitted": {
                         str(t): [[k.id, k.name, k.arguments] for k in calls]
                         for t, calls in c.emitted.items()
@@ -137,6 +147,12 @@ class FakeOpenAI:
     token: str | None = None
     ledger: Ledger = field(default_factory=Ledger)
     gate: asyncio.Event = field(default_factory=asyncio.Event)
+    #: other upstreams serve the same conversations (a gateway's failover)
+    shared: bool = False
+    #: where the ledger is written after every request (it outlives a killed process)
+    ledger_file: str | None = None
+    #: ``[fail-turn:N]`` tags fire here (off: another upstream of a gateway fails, not this one)
+    faults: bool = True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -180,7 +196,12 @@ class FakeOpenAI:
         except orjson.JSONDecodeError:
             await _respond(send, 400, {"error": {"message": "not JSON", "type": "invalid_request"}})
             return
-        await self.complete(request, send)
+        try:
+            await self.complete(request, send)
+        finally:
+            if self.ledger_file is not None:
+                with open(self.ledger_file, "wb") as out:
+                    out.write(orjson.dumps(self.ledger.snapshot()))
 
     async def complete(self, request: JSON, send: Send) -> None:
         messages: list[JSON] = request.get("messages", [])
@@ -197,7 +218,8 @@ class FakeOpenAI:
             self._check(cid, conv, messages)
             fail_turn = tags.get("fail-turn")
             if (
-                fail_turn is not None
+                self.faults
+                and fail_turn is not None
                 and int(fail_turn) == turn
                 and (cid, turn) not in ledger.faults_fired
             ):
@@ -205,7 +227,8 @@ class FakeOpenAI:
                 conv.faults += 1
                 status = int(tags.get("fail-status", "529"))
                 error = {"message": "upstream overloaded (scripted)", "type": "server_error"}
-                await _respond(send, status, {"error": error}, retry_after=True)
+                after = tags.get("retry-after", "0")
+                await _respond(send, status, {"error": error}, retry_after=after)
                 return
         text, calls = self._reply(cid, conv, turn, tags, side)
         reasoning = f"reasoning {cid} turn {turn}" if tags.get("reasoning") == "1" else None
@@ -270,6 +293,12 @@ class FakeOpenAI:
                 continue
             emitted = conv.emitted.get(turn)
             seen = [c.get("id") for c in m.get("tool_calls") or []]
+            if emitted is None and self.shared:  # another upstream answered that turn
+                conv.adopted[turn] = [str(i) for i in seen]
+                while i < len(messages) and messages[i].get("role") == "tool":
+                    i += 1
+                turn += 1
+                continue
             if emitted is None:
                 self.ledger.violations.append(
                     f"{cid} turn {turn}: history has a turn never emitted"
@@ -337,11 +366,11 @@ def _completion(
     }
 
 
-async def _respond(send: Send, status: int, payload: JSON, retry_after: bool = False) -> None:
+async def _respond(send: Send, status: int, payload: JSON, retry_after: str | None = None) -> None:
     data = orjson.dumps(payload)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
-    if retry_after:
-        headers.append((b"retry-after", b"0"))
+    if retry_after is not None:
+        headers.append((b"retry-after", retry_after.encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": data})
 
@@ -417,11 +446,21 @@ def main() -> None:
     parser.add_argument("--token", default=None)
     parser.add_argument("--script", choices=("bash", "load"), default="bash")
     parser.add_argument("--command", default=DEFAULT_COMMAND)
+    parser.add_argument("--shared", action="store_true")
+    parser.add_argument("--ledger-file", default=None)
+    parser.add_argument("--no-faults", action="store_true")
     args = parser.parse_args()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", args.port))
-    app = FakeOpenAI(script=args.script, command=args.command, token=args.token)
+    app = FakeOpenAI(
+        script=args.script,
+        command=args.command,
+        token=args.token,
+        shared=args.shared,
+        ledger_file=args.ledger_file,
+        faults=not args.no_faults,
+    )
     config = uvicorn.Config(
         app, log_level="warning", access_log=False, backlog=4096, timeout_keep_alive=30
     )

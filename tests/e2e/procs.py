@@ -115,13 +115,21 @@ def _wait(proc: Proc, ready: Any, timeout: float) -> None:
 
 
 @contextmanager
-def fake_upstream(logdir: Path, script: str, command: str | None = None) -> Iterator[Proc]:
-    """``python -m tests.e2e.fake_openai`` on a free loopback port (requires UPSTREAM_TOKEN)."""
+def fake_upstream(
+    logdir: Path,
+    script: str,
+    command: str | None = None,
+    extra: list[str] | None = None,
+    name: str | None = None,
+) -> Iterator[Proc]:
+    """``python -m tests.e2e.fake_openai`` on a free loopback port (requires UPSTREAM_TOKEN).
+    *extra*: more flags; *name*: its log's (several fakes in one logdir)."""
     cmd = [sys.executable, "-m", "tests.e2e.fake_openai", "--script", script]
     cmd += ["--token", UPSTREAM_TOKEN]
     if command is not None:
         cmd += ["--command", command]
-    popen, log = _spawn(f"fake-{script}", cmd, base_env(), logdir)
+    cmd += extra or []
+    popen, log = _spawn(name or f"fake-{script}", cmd, base_env(), logdir)
     proc = Proc(f"fake upstream ({script})", popen, log, 0)
 
     def ready() -> bool:
@@ -167,9 +175,11 @@ def gateway(
     workers: int = 1,
     extra: list[str] | None = None,
     name: str = "gateway",
+    env_extra: Mapping[str, str] | None = None,
 ) -> Iterator[Proc]:
     """``tpx serve`` on a free loopback port in front of ``upstream`` (provider TPX); ready when
-    ``GET /healthz`` answers 200. *name*: its log's (two gateways in one logdir)."""
+    ``GET /healthz`` answers 200. *name*: its log's (two gateways in one logdir); *env_extra*:
+    more environment (replicas sharing their secrets)."""
     tpx = tpx_executable()
     port = free_port()
     env = base_env()
@@ -178,6 +188,7 @@ def gateway(
             "TPX_BASE_URL": upstream.url + "/v1",
             "TPX_OAUTH_TOKEN": UPSTREAM_TOKEN,
             "TPX_GATEWAY_KEY": GATEWAY_KEY,
+            **(env_extra or {}),
         }
     )
     cmd = [str(tpx), "serve", "--host", "127.0.0.1", "--port", str(port)]
@@ -229,10 +240,12 @@ def run_claude(
     timeout: float = 300,
     max_retries: int | None = None,
     extra: list[str] | None = None,
+    env_extra: Mapping[str, str | None] | None = None,
 ) -> ClaudeRun:
     """``claude -p PROMPT --allowedTools Bash`` in ``workdir`` with its own HOME.
 
-    ``max_retries`` caps the CLI's own retries (``CLAUDE_CODE_MAX_RETRIES``; 2.1.197 retries
+    *env_extra*: more environment (a ``None`` value unsets the variable). ``max_retries`` caps
+    the CLI's own retries (``CLAUDE_CODE_MAX_RETRIES``; 2.1.197 retries
     even a 401 with backoff for minutes by default)."""
     claude = claude_executable()
     home = Path(tempfile.mkdtemp(prefix="tpx-e2e-home-"))
@@ -247,6 +260,11 @@ def run_claude(
     )
     if max_retries is not None:
         env["CLAUDE_CODE_MAX_RETRIES"] = str(max_retries)
+    for name, value in (env_extra or {}).items():  # None: unset
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     try:
         done = subprocess.run(
             [str(claude), "-p", prompt, "--allowedTools", "Bash", *(extra or [])],

@@ -10,8 +10,9 @@ import orjson
 import pytest
 
 from tpx.gateway.core import Gateway, Request, Response, Turn
+from tpx.gateway.drive import run_turn_sync
 from tpx.gateway.settings import load_settings
-from tpx.gateway.upstream import SyncUpstream, run_turn_sync
+from tpx.gateway.upstream import SyncUpstream
 from tpx.transport.translate import request_to_openai
 from tpx.transport.translate.profiles import PROFILES, get_profile
 from tpx.transport.translate.stream import MessageAccumulator, SSEParser

@@ -17,7 +17,7 @@ import pytest
 
 import tpx.sdk
 from tpx.errors import ConfigurationError, UnauthorizedError
-from tpx.gateway import settings as settings_module
+from tpx.gateway import credential as credential_module
 from tpx.gateway.asgi import create_app
 from tpx.gateway.settings import BACKOFF_FIRST, BACKOFF_MAX, Credential, Settings, load_settings
 from tpx.gateway.token_command import run_token_command
@@ -349,7 +349,7 @@ def test_a_token_the_upstream_keeps_refusing_is_not_remade_within_the_backoff(
     """Every token gets a 401: the first 401 runs the command, the next ones within the
     backoff do not (the 401 stands); once the delay has passed, one run again (the first
     delay shortened from 1 s to keep the test fast)."""
-    monkeypatch.setattr(settings_module, "BACKOFF_FIRST", 0.3)
+    monkeypatch.setattr(credential_module, "BACKOFF_FIRST", 0.3)
     command, counter = _counting_command(tmp_path)
     settings = load_settings(env={"TPX_OAUTH_TOKEN_COMMAND": command, "TPX_BASE_URL": "http://u.t"})
     seen: list[str] = []
@@ -426,7 +426,7 @@ def test_the_backoff_doubles_up_to_its_ceiling_and_starts_over_once_a_token_work
     """The gaps between 401-driven runs (the upstream refusing every token): 1, 2, 4, ...
     seconds up to 60; a reply that is not a 401 starts them over."""
     clock = _Clock()
-    monkeypatch.setattr(settings_module, "time", clock)
+    monkeypatch.setattr(credential_module, "time", clock)
     credential = Credential.from_command("echo tok-same", ttl=10_000)
 
     def runs_until(end: float) -> list[float]:

@@ -20,9 +20,9 @@ from tests.security import test_low as low
 from tpx.gateway import longjson, tokens
 from tpx.gateway.asgi import GatewayApp, _BodyError
 from tpx.gateway.core import Gateway
+from tpx.gateway.drive import _Chunks
 from tpx.gateway.offload import Offload
 from tpx.gateway.protocol import HeaderTimeoutProtocol
-from tpx.gateway.upstream import _Chunks
 
 Patch = Callable[[pytest.MonkeyPatch], None]
 

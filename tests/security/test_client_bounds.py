@@ -35,7 +35,7 @@ from tests.security.conftest import (
     settle,
 )
 from tpx.gateway import offload, tokens
-from tpx.gateway.upstream import _Chunks
+from tpx.gateway.drive import _Chunks
 
 AUTH = {"x-api-key": GATEWAY_KEY}
 PAD = b"x-pad: " + b"a" * 1015 + b"\r\n"  # one 1 KiB header line

@@ -5,8 +5,9 @@
   :class:`Response`, :class:`UpstreamCall`, error bodies;
 * :mod:`tpx.gateway.history` -- a request's obligations read from its history, signed ids;
 * :mod:`tpx.gateway.settings` -- flags, environment, TOML file;
-* :mod:`tpx.gateway.upstream` -- the httpx2 upstream and the drivers; :mod:`tpx.gateway.netio` --
-  its connections' network backend (asyncio transports, one write per request);
+* :mod:`tpx.gateway.upstream` -- the httpx2 upstream clients; :mod:`tpx.gateway.drive` -- the
+  drivers that run a turn on them; :mod:`tpx.gateway.netio` -- their connections' network
+  backend (asyncio transports, one write per request);
 * :mod:`tpx.gateway.redaction` -- the secrets' forms, scrubber and fast redactor, prepared once;
 * :mod:`tpx.gateway.asgi` -- the ASGI app uvicorn runs; :mod:`tpx.gateway.protocol` -- its
   header read timeout; :mod:`tpx.gateway.cli` -- ``tpx serve``;

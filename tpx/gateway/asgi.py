@@ -17,9 +17,11 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from tpx.gateway.core import Forward, Gateway, Request, Response, Turn, error_body, new_request_id
+from tpx.gateway.drive import forward, run_turn
 from tpx.gateway.offload import Offload
+from tpx.gateway.pool import UpstreamPool
 from tpx.gateway.settings import Settings
-from tpx.gateway.upstream import AsyncUpstream, forward, run_turn
+from tpx.gateway.upstream import AsyncUpstream
 from tpx.transport.exchange import Provider
 
 __all__ = ["GatewayApp", "create_app"]
@@ -43,7 +45,7 @@ class _BodyError(Exception):
 class GatewayApp:
     """A plain ASGI 3 application: ``GatewayApp(gateway, upstream)``."""
 
-    def __init__(self, gateway: Gateway, upstream: AsyncUpstream) -> None:
+    def __init__(self, gateway: Gateway, upstream: AsyncUpstream | UpstreamPool) -> None:
         self.gateway = gateway
         self.upstream = upstream
         self.settings: Settings = gateway.settings
@@ -111,7 +113,8 @@ class GatewayApp:
                 result = self.gateway.handle(request)
             if isinstance(result, Response):
                 await _send(tracked, result, head=scope["method"] == "HEAD")
-            elif isinstance(result, Forward):
+            elif isinstance(result, Forward):  # ANTHROPIC: one upstream
+                assert isinstance(self.upstream, AsyncUpstream)
                 await _send(tracked, await forward(result, self.upstream))
             else:
                 await self._turn(result, receive, tracked)
@@ -275,8 +278,12 @@ async def _send(send: Send, response: Response, *, head: bool = False) -> None:
 
 
 def create_app(settings: Settings, *, transport: Any = None, client: Any = None) -> GatewayApp:
-    """The ASGI app for *settings* (*transport* / *client*: inject the upstream's httpx2)."""
+    """The ASGI app for *settings* (*transport* / *client*: inject the upstream's httpx2;
+    with ``[[upstreams]]``, *transport* may map upstream names to transports)."""
     gateway = Gateway(settings)
+    if settings.routing is not None:
+        pool = UpstreamPool(settings, metrics=gateway.metrics, transport=transport)
+        return GatewayApp(gateway, pool)
     upstream = AsyncUpstream(
         settings,
         transport=transport,

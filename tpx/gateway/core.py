@@ -50,6 +50,7 @@ from tpx.gateway.history import (
 from tpx.gateway.metrics import CONTENT_TYPE, Metrics
 from tpx.gateway.monitoring import LiveMonitor, SpecViolationError
 from tpx.gateway.redaction import Secrets, prepared
+from tpx.gateway.routing import Routed, facts_of, family_signer, route
 from tpx.gateway.settings import Settings
 from tpx.gateway.turn import Conversation, Forward, Turn
 from tpx.gateway.wire import (
@@ -282,6 +283,12 @@ class Gateway:
             if settings.log_bodies:  # redacted with the whole record (Gateway.log)
                 log["request_body"] = request.body.decode("utf-8", "replace")
             upstream_model = self._route(body)
+            translation = self._translation
+            routed: Routed | None = None
+            if settings.routing is not None:  # [[upstreams]]: framed for the route's first
+                routed, upstream_model, translation = self._routed(request, body, upstream_model)
+                log["route"] = routed.rule.name
+                log["upstream"] = routed.upstream
             if upstream_model is not None:
                 log["upstream_model"] = upstream_model
             shown: dict[str, str] = {}
@@ -308,7 +315,7 @@ class Gateway:
             model=upstream_model,
             prepared=self.secrets,
             observer=observer,
-            **self._translation,
+            **translation,
         )
         if trace is not None:
             trace.append(
@@ -365,7 +372,25 @@ class Gateway:
         call = UpstreamCall(
             outbound.method, outbound.path, tuple(headers), outbound.body, exchange.streaming
         )
-        return Turn(self, request_id, call, exchange, log)
+        turn = Turn(self, request_id, call, exchange, log)
+        turn.routed = routed
+        return turn
+
+    def _routed(
+        self, request: Request, body: dict[str, Any], requested: str | None
+    ) -> tuple[Routed, str | None, dict[str, Any]]:
+        """The route of a request ([[upstreams]]; tpx.gateway.routing): framed for the first
+        upstream of its rule (the driver may send it to another: ``Turn.target``)."""
+        routing = self.settings.routing
+        assert routing is not None
+        facts = facts_of(body, request.headers, len(request.body), routing.options)
+        rule = route(routing, facts)
+        upstream = routing.upstream(rule.upstreams[0])
+        model = upstream.model_for(requested or body["model"])
+        framed = (model, upstream.profile.name, upstream.family)
+        routed = Routed(rule, body, requested or body["model"], upstream.name, framed)
+        signer = family_signer(self.settings.signer, upstream.family)
+        return routed, model, {"profile": upstream.profile, "thinking_secret": signer}
 
     def _observer(self, actions: list[str], trace: list[dict[str, Any]] | None) -> Any:
         counters = self._action_counters
@@ -418,7 +443,9 @@ class Gateway:
             call = UpstreamCall("GET", path, (("anthropic-version", "2023-06-01"),), b"")
             return Forward(self, request_id, call)
         names: list[str] = []
-        for name in [self.settings.model, *(r.model for r in self.settings.routes)]:
+        routing = self.settings.routing
+        served = [m for u in routing.upstreams for m in u.models] if routing is not None else []
+        for name in [self.settings.model, *(r.model for r in self.settings.routes), *served]:
             if name and name not in names:
                 names.append(name)
         data = [

@@ -43,5 +43,44 @@ class Metrics:
             "tpx_gateway_open_streams", "SSE streams open to clients", registry=self.registry
         )
 
+        # [[upstreams]] (tpx.gateway.pool): per upstream
+        self.upstream_requests = Counter(
+            "tpx_gateway_upstream_requests",
+            "Upstream attempts by upstream and outcome (HTTP status, connect, timeout, network)",
+            ["upstream", "outcome"],
+            registry=self.registry,
+        )
+        self.upstream_failovers = Counter(
+            "tpx_gateway_upstream_failovers",
+            "Requests sent on to another attempt after a failure, by the upstream that failed",
+            ["upstream"],
+            registry=self.registry,
+        )
+        self.upstream_cooldowns = Counter(
+            "tpx_gateway_upstream_cooldowns",
+            "Cooldowns an upstream was put into (a connect error, a timeout, a 429/529/5xx)",
+            ["upstream"],
+            registry=self.registry,
+        )
+        self.upstream_probes = Counter(
+            "tpx_gateway_upstream_probes",
+            "Recovery probes of upstreams in cooldown, by upstream and result",
+            ["upstream", "result"],
+            registry=self.registry,
+        )
+        self.upstream_in_flight = Gauge(
+            "tpx_gateway_upstream_in_flight",
+            "Upstream requests in flight, by upstream",
+            ["upstream"],
+            registry=self.registry,
+        )
+        self.upstream_attempt_seconds = Histogram(
+            "tpx_gateway_upstream_attempt_seconds",
+            "Seconds from sending an attempt to its response headers (or its failure)",
+            ["upstream"],
+            registry=self.registry,
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+        )
+
     def render(self) -> bytes:
         return prometheus_client.generate_latest(self.registry)

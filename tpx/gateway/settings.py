@@ -55,6 +55,9 @@ TOML file (every key optional)::
     match = "*haiku*"
     model = "small-model"         # the upstream model (absent: keep the caller's)
     max_tokens = 8192             # ceiling: larger max_tokens are lowered to it
+
+    [[upstreams]], [[routes]], [routing]: many OpenAI-compatible upstreams, per-request
+    routes, failover and balancing (tpx.gateway.routing, tpx.gateway.dispatch)
 """
 
 from __future__ import annotations
@@ -62,8 +65,6 @@ from __future__ import annotations
 import fnmatch
 import os
 import secrets
-import threading
-import time
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -71,143 +72,27 @@ from typing import Any
 
 import attrs
 
-from tpx.errors import ConfigurationError, UnauthorizedError
-from tpx.gateway.token_command import TIMEOUT, run_token_command
+from tpx.errors import ConfigurationError
+from tpx.gateway.credential import BACKOFF_FIRST, BACKOFF_MAX, Credential
+from tpx.gateway.routing import Routing, parse_routing
+from tpx.gateway.token_command import TIMEOUT
 from tpx.transport._config import _check_credential, _configure
 from tpx.transport.exchange import Provider
 from tpx.transport.translate.profiles import DEFAULT_PROFILE, Profile, get_profile
 from tpx.transport.translate.signing import PROCESS_SIGNER, ThinkingSigner, signer_for, split_secret
 
-__all__ = ["Credential", "Limits", "ModelRoute", "Settings", "load_settings"]
+__all__ = [
+    "BACKOFF_FIRST",
+    "BACKOFF_MAX",
+    "Credential",
+    "Limits",
+    "ModelRoute",
+    "Settings",
+    "load_settings",
+]
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8082
-
-
-#: Seconds between two runs of a token command after 401s: the first delay, the longest.
-BACKOFF_FIRST = 1.0
-BACKOFF_MAX = 60.0
-
-
-class Credential:
-    """The upstream credential: static, or made by a command (re-run before expiry).
-
-    After an upstream 401, :meth:`refresh_after` runs the command once for every request
-    the same token failed (single flight: the requests waiting meanwhile take the token
-    that run made), and not again before a delay that doubles with each such run, from
-    :data:`BACKOFF_FIRST` to :data:`BACKOFF_MAX` seconds (back to the first once a reply
-    is not a 401: :meth:`worked`). A failed run waits the same delay before the next.
-
-    Never rendered: ``repr`` shows only its kind.
-    """
-
-    __slots__ = (
-        "_command",
-        "_delay",
-        "_expires",
-        "_lock",
-        "_next_run",
-        "_timeout",
-        "_ttl",
-        "_value",
-    )
-
-    def __init__(
-        self,
-        value: str | None,
-        *,
-        command: str | None = None,
-        ttl: float = 300.0,
-        timeout: float = TIMEOUT,
-    ) -> None:
-        self._value = value
-        self._command = command
-        self._ttl = ttl
-        self._timeout = timeout
-        self._expires = time.monotonic() + ttl if command is not None else float("inf")
-        self._lock = threading.Lock()
-        self._delay = BACKOFF_FIRST
-        self._next_run = 0.0  # monotonic: no 401-driven run before this
-
-    @classmethod
-    def from_command(cls, command: str, ttl: float, timeout: float = TIMEOUT) -> Credential:
-        credential = cls(None, command=command, ttl=ttl, timeout=timeout)
-        credential.refresh()
-        return credential
-
-    @property
-    def refreshable(self) -> bool:
-        return self._command is not None
-
-    def __repr__(self) -> str:
-        return f"<credential {'command' if self._command else 'static'}, redacted>"
-
-    __str__ = __repr__
-
-    def __reduce_ex__(self, protocol: Any) -> Any:
-        raise TypeError("a credential cannot be pickled or copied")
-
-    def value(self) -> str:
-        """The current credential, re-running the command when it has expired (once for all
-        the callers meeting the expiry together)."""
-        if self._command is not None and time.monotonic() >= self._expires:
-            with self._lock:
-                now = time.monotonic()
-                if now >= self._expires:  # nobody refreshed it meanwhile
-                    if now < self._next_run:
-                        raise UnauthorizedError(
-                            "TPX_OAUTH_TOKEN_COMMAND failed a moment ago (not run again yet)"
-                        )
-                    try:
-                        self._run()
-                    except UnauthorizedError:
-                        self._next_run = now + self._delay
-                        self._delay = min(self._delay * 2, BACKOFF_MAX)
-                        raise
-        assert self._value is not None
-        return self._value
-
-    def stale(self) -> bool:
-        return self._command is not None and time.monotonic() >= self._expires
-
-    def refresh(self) -> str:
-        """Run the token command again (no-op for a static credential)."""
-        if self._command is None:
-            assert self._value is not None
-            return self._value
-        with self._lock:
-            return self._run()
-
-    def refresh_after(self, refused: str) -> str | None:
-        """A fresh token after the upstream refused *refused* (a 401): the token a run made
-        since *refused* was sent (single flight), else a new run's; ``None`` while the
-        backoff holds the next run off (the 401 stands). Raises UnauthorizedError when the
-        run fails."""
-        if self._command is None:
-            return None
-        with self._lock:
-            if self._value != refused:  # another request's run replaced it meanwhile
-                return self._value
-            now = time.monotonic()
-            if now < self._next_run:
-                return None
-            self._next_run = now + self._delay
-            self._delay = min(self._delay * 2, BACKOFF_MAX)
-            return self._run()
-
-    def worked(self) -> None:
-        """A reply that was not a 401: the backoff starts over."""
-        if self._delay != BACKOFF_FIRST:
-            self._delay = BACKOFF_FIRST
-
-    def _run(self) -> str:
-        """Run the command (the lock held): the new token."""
-        assert self._command is not None
-        token = run_token_command(self._command, timeout=self._timeout)
-        _check_credential(token, None, "TPX_OAUTH_TOKEN_COMMAND", "token_command")
-        self._value = token
-        self._expires = time.monotonic() + self._ttl
-        return token
 
 
 @attrs.frozen
@@ -291,6 +176,8 @@ class Settings:
 
     #: ``GET /metrics`` needs the gateway key too (``--metrics-auth``)
     metrics_auth: bool = False
+    #: ``[[upstreams]]`` and ``[[routes]]`` (tpx.gateway.routing); None: the one upstream
+    routing: Routing | None = None
 
     @property
     def signer(self) -> ThinkingSigner:
@@ -317,6 +204,8 @@ class Settings:
         values = [self.gateway_key] if self.gateway_key else []
         if self.credential is not None and self.credential._value is not None:
             values.append(self.credential._value)
+        if self.routing is not None:
+            values += [c._value for c in self.routing.credentials() if c._value is not None]
         if self.thinking_secret:
             values.append(self.thinking_secret)
             keys = split_secret(self.thinking_secret)
@@ -417,6 +306,9 @@ def load_settings(
     if not has_key and not static_token and command is not None:
         credential = Credential.from_command(command, float(ttl), float(token_timeout))
         token = credential.value()
+    first = _first_upstream(data)
+    if base is None and first is not None and not (environ.get("TPX_BASE_URL") or "").strip():
+        merged["TPX_BASE_URL"] = first  # [[upstreams]]: the first one's URL is the default
     if base is not None:
         for name in ("ANTHROPIC_BASE_URL", "TPX_BASE_URL"):
             if not (environ.get(name) or "").strip():
@@ -431,6 +323,12 @@ def load_settings(
     )
     if credential is None and config.secret is not None:
         credential = Credential(config.secret.value)
+    routing = parse_routing(data, environ, credential)
+    if routing is not None and config.provider is not Provider.TPX:
+        raise ConfigurationError(
+            "config file: [[upstreams]] are OpenAI-compatible (TPX) deployments; set "
+            "TPX_OAUTH_TOKEN (any word) and leave ANTHROPIC_API_KEY unset"
+        )
     key = (environ.get("TPX_GATEWAY_KEY") or "").strip() or None
     if key is not None:
         _check_credential(key, None, "TPX_GATEWAY_KEY", "gateway_key")
@@ -465,4 +363,13 @@ def load_settings(
         thinking_secret=thinking_secret,
         previous_secrets=tuple(id_keys[1:]),
         metrics_auth=metrics_auth or file_metrics_auth,
+        routing=routing,
     )
+
+
+def _first_upstream(data: Mapping[str, Any]) -> str | None:
+    raw = data.get("upstreams")
+    if isinstance(raw, list) and raw and isinstance(raw[0], Mapping):
+        base = raw[0].get("base_url")
+        return base if isinstance(base, str) else None
+    return None

@@ -14,6 +14,7 @@ from tpx import _safe
 from tpx.errors import ModelError, NetworkError, holds_secret
 from tpx.gateway.monitoring import LiveMonitor, SpecViolationError
 from tpx.gateway.redaction import Secrets
+from tpx.gateway.routing import Routed, UpstreamConfig, family_signer
 from tpx.gateway.settings import Settings
 from tpx.gateway.wire import (
     SSE_HEADERS,
@@ -24,8 +25,10 @@ from tpx.gateway.wire import (
     json_response,
     model_error_response,
 )
-from tpx.transport.exchange import Exchange, Provider
+from tpx.transport.exchange import Exchange, OutboundRequest, Provider
 from tpx.transport.translate.ids import CALLER_ID_PREFIX, sign_caller_id
+from tpx.transport.translate.profiles import get_profile
+from tpx.transport.translate.signing import signer_for
 from tpx.transport.translate.stream import serialize_event
 
 __all__ = ["Conversation", "Forward", "Host", "Turn"]
@@ -98,6 +101,31 @@ class Conversation(Exchange):
         if self._stream is not None:
             self._stream.rescrub(self._scrub)
 
+    def reframe(
+        self,
+        request: Mapping[str, Any],
+        *,
+        model: str | None,
+        profile: Any,
+        thinking_secret: Any,
+    ) -> OutboundRequest:
+        """The request sent (``CallerSend``) framed again for another upstream: its model,
+        profile and thinking signer. Only before any reply (the failover of
+        :mod:`tpx.gateway.dispatch`); no spec step: the exchange stays in ``req`` with the
+        same obligations (the tool ids on the wire do not depend on the upstream)."""
+        if self._phase != "req" or self._stream is not None or self._delivered is not None:
+            raise RuntimeError("an exchange is framed again only before any reply")
+        self._model = model
+        self._profile = get_profile(profile)
+        self._signer = signer_for(thinking_secret)
+        outbound, wire_ids, wire_model = self._frame(request, self._streaming)
+        if frozenset(wire_ids) != self._wire_ids:
+            raise RuntimeError("the tool ids on the wire changed with the upstream")
+        self._wire_list = tuple(wire_ids)
+        self._wire_model = wire_model
+        self._outbound = outbound
+        return outbound
+
 
 class Turn:
     """One ``POST /v1/messages`` exchange (see the module docstring for the protocol)."""
@@ -124,6 +152,7 @@ class Turn:
         self._closed = False
         self._sign = gateway.settings.provider is Provider.TPX
         self._stopped_by: ModelError | None = None  #: the monitor's stop (--monitor)
+        self.routed: Routed | None = None  #: its route ([[upstreams]]; tpx.gateway.routing)
 
     @property
     def complete(self) -> bool:
@@ -141,6 +170,35 @@ class Turn:
 
     def upstream_status(self, status: int) -> None:
         self._log["upstream_status"] = status
+
+    def annotate(self, key: str, value: Any) -> None:
+        """One more field of the exchange's log line."""
+        self._log[key] = value
+
+    def target(self, upstream: UpstreamConfig) -> None:
+        """Send this turn to *upstream* of its route (balancing, or a failover before any
+        reply): framed again when its model, profile or thinking family differ from the
+        current framing (thinking another family produced is then dropped, never sent as
+        this one's reasoning)."""
+        routed = self.routed
+        assert routed is not None
+        assert isinstance(self.exchange, Conversation)
+        model = upstream.model_for(routed.requested)
+        routed.upstream = upstream.name
+        self._log["upstream"] = upstream.name
+        if model is not None:
+            self._log["upstream_model"] = model
+        key = (model, upstream.profile.name, upstream.family)
+        if key == routed.framed:
+            return
+        signer = family_signer(self.gateway.settings.signer, upstream.family)
+        outbound = self.exchange.reframe(
+            routed.body, model=model, profile=upstream.profile, thinking_secret=signer
+        )
+        routed.framed = key
+        self.call = UpstreamCall(
+            outbound.method, outbound.path, tuple(outbound.headers), outbound.body, self.streaming
+        )
 
     # -- non-streaming -----------------------------------------------------------
 

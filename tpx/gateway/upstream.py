@@ -1,4 +1,5 @@
-"""The gateway's I/O: the upstream over httpx2 and the drivers that run a :class:`Turn`.
+"""The gateway's upstream clients over httpx2 (the drivers that run a turn on them:
+:mod:`tpx.gateway.drive`).
 
 :class:`AsyncUpstream` holds the one pooled ``httpx2.AsyncClient`` of a process, adds the
 credential (``x-api-key`` for ANTHROPIC, ``Authorization: Bearer`` for TPX; a
@@ -6,10 +7,8 @@ command-made token is refreshed before expiry and once on a 401, single-flight a
 backoff: :meth:`tpx.gateway.settings.Credential.refresh_after`), bounds the number of
 concurrent upstream requests and records the upstream latency. Reply bodies are read
 undecoded and decoded by :mod:`tpx.gateway.inflate` (bounded: ``limits.max_upstream_body``
-for a body read whole, ``limits.max_upstream_stream`` for a stream). :func:`run_turn` drives a
-turn: it yields a whole :class:`~tpx.gateway.core.Response`, or SSE byte chunks
-(``event: ping`` during upstream silences longer than the ping interval). The sync twin
-(:class:`SyncUpstream`, :func:`run_turn_sync`) serves the in-process sync SDK client.
+for a body read whole, ``limits.max_upstream_stream`` for a stream). The sync twin
+(:class:`SyncUpstream`) serves the in-process sync SDK client.
 
 No httpx2 exception leaves here: failures become :class:`~tpx.errors.ModelError` (mapped
 by :func:`tpx.transport._http.error_from_httpx`, redacted, raised outside the handler so nothing is
@@ -19,37 +18,39 @@ chained to the httpx2 exception, whose request headers hold the credential).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from collections.abc import Generator
 from typing import Any, Generic, TypeVar
 
 import httpx2
 
 from tpx.errors import ModelError
-from tpx.gateway.core import PING, Forward, Response, Turn, UpstreamCall
 from tpx.gateway.h1 import H1Transport, fast_transport_allowed
-from tpx.gateway.inflate import Decoder, raw_chunks, raw_chunks_sync, read_body, read_body_sync
+from tpx.gateway.inflate import Decoder, read_body, read_body_sync
 from tpx.gateway.netio import install
 from tpx.gateway.redaction import prepared
 from tpx.gateway.settings import Settings
+from tpx.gateway.wire import UpstreamCall
 from tpx.transport._http import error_from_httpx
 from tpx.transport.exchange import Provider
 
-__all__ = [
-    "AsyncUpstream",
-    "SyncUpstream",
-    "forward",
-    "forward_sync",
-    "run_turn",
-    "run_turn_sync",
-]
+__all__ = ["AsyncUpstream", "SyncUpstream", "unsent"]
 
 
 #: Sets of request headers :meth:`_Base._request` keeps normalized at most.
 _PREPARED = 32
 #: The owned client's own default headers: no compressed replies (tpx.gateway.inflate).
 _DEFAULT_HEADERS = {"accept-encoding": "identity"}
+
+
+#: The attribute of a mapped failure telling whether the request never left (a connect
+#: failure): :func:`unsent`.
+_UNSENT = "tpx_unsent"
+
+
+def unsent(error: ModelError) -> bool:
+    """*error* (from :meth:`AsyncUpstream.open`) is a connect failure: nothing was sent."""
+    return bool(getattr(error, _UNSENT, False))
 
 
 class _Masked(str):
@@ -159,7 +160,12 @@ class _Base(Generic[_Client, _Transport]):
         while True:
             outcome = yield refresh
             if isinstance(outcome, httpx2.HTTPError):
-                raise self._map(outcome)  # not in a handler: nothing chained
+                error = self._map(outcome)
+                # nothing reached the upstream: another upstream may take it (tpx.gateway.pool)
+                setattr(
+                    error, _UNSENT, isinstance(outcome, httpx2.ConnectError | httpx2.ConnectTimeout)
+                )
+                raise error  # not in a handler: nothing chained
             status = outcome.status_code
             if not refreshed and self._refreshable(status):
                 refresh = refreshed = True
@@ -384,333 +390,3 @@ class SyncUpstream(_Base[httpx2.Client, httpx2.BaseTransport]):
     def close(self) -> None:
         if self._owns:
             self.client.close()
-
-
-# -- drivers -------------------------------------------------------------------------------
-
-
-def _failed_before_reply(turn: Turn, error: ModelError) -> Response:
-    if turn.exchange.phase == "req":
-        try:
-            error = turn.exchange.fail(error)
-        except ModelError as stop:  # tpx serve --monitor stopped the step
-            error = stop
-    return turn.error_response(error)
-
-
-async def forward(fwd: Forward, upstream: AsyncUpstream) -> Response:
-    """Run an ANTHROPIC pass-through (its body bounded like a turn's)."""
-    try:
-        response = await upstream.open(fwd.call)
-        try:
-            body = await upstream.read(response)
-        finally:
-            await response.aclose()
-    except ModelError as error:
-        return fwd.failed(error)
-    return fwd.respond(response.status_code, response.headers, body)
-
-
-def forward_sync(fwd: Forward, upstream: SyncUpstream) -> Response:
-    try:
-        response = upstream.open(fwd.call)
-        try:
-            body = upstream.read(response)
-        finally:
-            response.close()
-    except ModelError as error:
-        return fwd.failed(error)
-    return fwd.respond(response.status_code, response.headers, body)
-
-
-async def _wait(task: asyncio.Future[Any], timeout: float) -> bool:
-    done, _ = await asyncio.wait({task}, timeout=timeout)
-    return bool(done)
-
-
-async def run_turn(
-    turn: Turn, upstream: AsyncUpstream, *, ping_interval: float | None = None
-) -> AsyncIterator[Response | bytes]:
-    """Drive *turn*: yields one :class:`Response`, or SSE byte chunks (the first chunk
-    means: send the SSE headers). ``ProviderReply`` and ``Deliver`` of a stream happen
-    when the consumer asks for the chunk after the last one it took (``message_stop``).
-    Cancel the consuming task or ``aclose()`` the iterator when the client left, then
-    call :meth:`Turn.abandon`."""
-    ping = ping_interval or upstream.settings.limits.ping_interval
-    async with upstream.slots:
-        # a streaming turn waits in a task of its own (pings while the upstream is silent);
-        # a plain one needs no task
-        opening: Any = upstream.open(turn.call)
-        if turn.streaming:
-            opening = asyncio.ensure_future(opening)
-        try:
-            if turn.streaming:
-                while not await _wait(opening, ping):
-                    turn.started = True
-                    yield PING
-            response = await opening
-        except ModelError as error:
-            if turn.started:
-                yield turn.fail(error)
-            else:
-                yield _failed_before_reply(turn, error)
-            return
-        finally:
-            if turn.streaming and not opening.done():
-                opening.cancel()
-        try:
-            if not turn.streaming:
-                body = await _body(turn, upstream, response)
-                if isinstance(body, Response):
-                    yield body
-                else:
-                    yield turn.reply(response.status_code, response.headers, body)
-                return
-            async for item in _stream(turn, upstream, response, ping):
-                yield item
-        finally:
-            await response.aclose()
-
-
-async def _body(turn: Turn, upstream: AsyncUpstream, response: httpx2.Response) -> bytes | Response:
-    """*response*'s body, or the turn's error response when it cannot be read (or is
-    larger than ``limits.max_upstream_body``)."""
-    failure: ModelError | None = None
-    try:
-        return await upstream.read(response)
-    except ModelError as error:
-        failure = error
-    return _failed_before_reply(turn, failure)
-
-
-async def _stream(
-    turn: Turn, upstream: AsyncUpstream, response: httpx2.Response, ping: float
-) -> AsyncIterator[Response | bytes]:
-    body = b""
-    if not 200 <= response.status_code < 300:
-        read = await _body(turn, upstream, response)
-        if isinstance(read, Response):
-            yield read
-            return
-        body = read
-    refused = turn.start(response.status_code, response.headers, body)
-    if refused is not None:
-        if turn.started:  # pings went out already: the error goes as an event
-            yield b"event: error\ndata: " + refused.body + b"\n\n"
-        else:
-            yield refused
-        return
-    # one reader task per stream feeds a queue (a task and an asyncio.wait per chunk cost
-    # ~30 us each); a chunk already there is taken without waiting
-    queue: asyncio.Queue[bytes | Exception | None] = _Chunks(
-        upstream.settings.limits.stream_buffer_bytes
-    )
-    reader = asyncio.ensure_future(_read(response, upstream.body_decoder, queue))
-    try:
-        while True:
-            try:
-                item = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                try:
-                    async with asyncio.timeout(ping):
-                        item = await queue.get()
-                except TimeoutError:  # the upstream is silent: keep the client's line alive
-                    turn.started = True
-                    yield PING
-                    continue
-            out, over = _step(turn, upstream, item)
-            if out is not None:
-                yield out
-            if over:
-                break
-        if turn.complete:
-            yield turn.finish()
-            # the exchange is over once the client took its last byte: its log line, its
-            # count and (--monitor) the end of its conversation come now, not after the
-            # drain (the client may already be sending its next turn, which carries this
-            # exchange's ids)
-            turn.close()
-            await _drain(queue)
-    finally:
-        if not reader.done():
-            reader.cancel()
-            with contextlib.suppress(BaseException):
-                await reader
-
-
-def _step(
-    turn: Turn, upstream: AsyncUpstream | SyncUpstream, item: bytes | Exception | None
-) -> tuple[bytes | Response | None, bool]:
-    """One item of a streamed upstream body (``None``: it ended; an exception: reading it
-    failed): what goes to the client (:meth:`Turn.out`) and whether the stream is over."""
-    if item is None:
-        data = turn.end()
-    elif isinstance(item, httpx2.HTTPError):
-        data = turn.fail(upstream._map(item))
-    elif isinstance(item, ModelError):  # the decoder's (too large, undecodable)
-        data = turn.fail(item)
-    elif isinstance(item, Exception):
-        raise item
-    else:
-        data = turn.feed(item)
-    out = turn.out(data)
-    over = item is None or isinstance(item, Exception) or turn.complete or turn.failed
-    return out, over or isinstance(out, Response)
-
-
-def _chunks_sync(
-    response: httpx2.Response, upstream: SyncUpstream
-) -> Iterator[bytes | Exception | None]:
-    """:func:`_read` for the sync client."""
-    try:
-        decoder = upstream.body_decoder(response)
-        for raw in raw_chunks_sync(response):
-            piece = decoder.decode(raw)
-            while piece:
-                yield piece
-                piece = decoder.more()
-        tail = decoder.flush()
-    except (httpx2.HTTPError, ModelError) as exc:
-        yield exc
-        return
-    if tail:
-        yield tail
-    yield None
-
-
-#: A chunk larger than this is queued in pieces of this size: each stage after the reader
-#: (the queue, the translation, the client's write buffer) then holds a piece, not a whole
-#: burst of the upstream (up to the connection's read buffer, 1 MiB).
-_PIECE = 64 * 1024
-
-
-class _Chunks(asyncio.Queue[bytes | Exception | None]):
-    """The upstream chunks read ahead of the translation, bounded in BYTES: the reader waits
-    while ``limit`` bytes are queued, and while it waits the upstream connection stops being
-    read (its buffer fills and the socket is paused), so a client that does not read its
-    stream holds about ``limit`` bytes here and one chunk in each stage, not a queue of them."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__()
-        self._limit = limit
-        self._bytes = 0
-
-    def _put(self, item: bytes | Exception | None) -> None:
-        super()._put(item)
-        if isinstance(item, bytes):
-            self._bytes += len(item)
-
-    def _get(self) -> bytes | Exception | None:
-        item = super()._get()
-        if isinstance(item, bytes):
-            self._bytes -= len(item)
-        return item
-
-    def full(self) -> bool:
-        return self._bytes >= self._limit
-
-
-async def _read(
-    response: httpx2.Response,
-    decoder_for: Callable[[httpx2.Response], Decoder],
-    queue: asyncio.Queue[bytes | Exception | None],
-) -> None:
-    """Put every chunk of *response*'s body on *queue* (decoded by ``decoder_for(response)``,
-    in bounded pieces), then ``None`` (or the exception)."""
-    first = True
-    try:
-        decoder = decoder_for(response)
-        async for raw in raw_chunks(response):
-            chunk = decoder.decode(raw)
-            while chunk:
-                if first:  # the first event alone first: the client's first byte need not
-                    first = False  # wait for the translation of everything that came with it
-                    cut = chunk.find(b"\n\n") + 2
-                    if 1 < cut < len(chunk):
-                        await queue.put(chunk[:cut])
-                        await asyncio.sleep(0)
-                        chunk = chunk[cut:]
-                if len(chunk) > _PIECE:  # a burst read at once (the client was slow): in pieces
-                    starts = range(0, len(chunk), _PIECE)
-                    for start in starts[:-1]:
-                        await queue.put(chunk[start : start + _PIECE])
-                        await asyncio.sleep(0)
-                    chunk = chunk[starts[-1] :]
-                await queue.put(chunk)
-                # let the consumer translate and send this chunk before the next is read:
-                # the chunks an upstream wrote at once are all buffered, and reading on
-                # would hold the client's first byte back until the last of them is read
-                # (~0.2 ms)
-                await asyncio.sleep(0)
-                chunk = decoder.more()
-        tail = decoder.flush()
-        if tail:
-            await queue.put(tail)
-    except Exception as exc:  # handed to the consumer, which maps or raises it
-        await queue.put(exc)
-        return
-    await queue.put(None)
-
-
-#: What :func:`_drain` reads at most after the terminal event, in bytes and seconds.
-_DRAIN_BYTES = 64 * 1024
-_DRAIN_SECONDS = 1.0
-
-
-async def _drain(queue: asyncio.Queue[bytes | Exception | None]) -> None:
-    """Read the rest of a stream whose terminal event came (``data: [DONE]`` and the chunked
-    body's end are usually already on their way), so the connection goes back to the pool
-    instead of being closed: the next request need not connect again (~0.3 ms on loopback,
-    a TLS handshake over the network). Runs after the client got its last byte. Bounded:
-    past :data:`_DRAIN_BYTES` or :data:`_DRAIN_SECONDS` the connection is simply closed."""
-    size = 0
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(_DRAIN_SECONDS):
-            while True:
-                item = await queue.get()
-                if not isinstance(item, bytes):
-                    return
-                size += len(item)
-                if size > _DRAIN_BYTES:
-                    return
-
-
-def run_turn_sync(turn: Turn, upstream: SyncUpstream) -> Iterator[Response | bytes]:
-    """:func:`run_turn` over the sync upstream (no pings: the reader is in-process)."""
-    try:
-        response = upstream.open(turn.call)
-    except ModelError as error:
-        yield _failed_before_reply(turn, error)
-        return
-    failure: ModelError | None = None
-    try:
-        ok = 200 <= response.status_code < 300
-        if not turn.streaming or not ok:
-            body = b""
-            try:
-                body = upstream.read(response)
-            except ModelError as error:
-                failure = error
-            if failure is not None:
-                yield _failed_before_reply(turn, failure)
-            elif not turn.streaming:
-                yield turn.reply(response.status_code, response.headers, body)
-            else:
-                refused = turn.start(response.status_code, response.headers, body)
-                assert refused is not None
-                yield refused
-            return
-        refused = turn.start(response.status_code, response.headers)
-        if refused is not None:
-            yield refused
-            return
-        for item in _chunks_sync(response, upstream):
-            out, over = _step(turn, upstream, item)
-            if out is not None:
-                yield out
-            if over:
-                break
-        if turn.complete:
-            yield turn.finish()
-    finally:
-        response.close()

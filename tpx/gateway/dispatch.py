@@ -1,0 +1,258 @@
+"""Failover and balancing among a route's upstreams: every decision, without I/O.
+
+One :class:`Dispatcher` per process holds each upstream's health (requests in flight, the
+consecutive failures, the cooldown); one :class:`Plan` per client request holds that
+request's attempts. The I/O shell (:mod:`tpx.gateway.pool`) asks :func:`first` for the
+upstream of the first attempt and, when an attempt fails, :func:`retarget` -- THE failover
+point -- for what to do next. Attempts are sequential: the shell closes an attempt before it
+asks, so a client request never has more than one generation in flight.
+
+The rules:
+
+* **Balancing**: least in flight (relative to the weight) among the route's upstreams that
+  are not cooling down and below their concurrency limit; ties go to the route's order.
+  When every upstream is cooling down, the one whose cooldown ends first is tried anyway
+  (a request is never refused without an attempt).
+* **What fails over**: a connect error, a timeout before the first byte, a 429, a 529, a
+  5xx -- and only while no byte has reached the client (``started``). After that the
+  exchange fails as with one upstream and the client retries.
+* **Cooldown** (circuit breaker): every such failure puts its upstream into cooldown:
+  ``retry-after`` when the upstream sent one (capped by ``cooldown_max``), else
+  ``cooldown * 2**(n-1)`` for its n-th consecutive failure, capped. A success closes it.
+* **retry-after honoured**: a 429/529 whose ``retry-after`` is at most ``retry_after_max``
+  seconds is waited for and sent to the same upstream once before failing over.
+* **Bounded**: at most ``max_attempts`` attempts per client request.
+* **Recovery probes**: an upstream in cooldown is probed (a cheap request) every
+  ``probe_interval`` seconds, one probe at a time (:meth:`Dispatcher.due_probes`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import attrs
+
+from tpx.gateway.routing import Options, Routing
+
+__all__ = [
+    "Attempt",
+    "Dispatcher",
+    "Failure",
+    "GiveUp",
+    "Health",
+    "Plan",
+    "first",
+    "retarget",
+    "retryable_status",
+]
+
+
+def retryable_status(status: int) -> bool:
+    """An upstream status another upstream may answer better: 429, 529, 5xx."""
+    return status == 429 or status >= 500
+
+
+def retry_after(value: str | None) -> float | None:
+    """The seconds of a ``retry-after`` header (delta-seconds only; a date: ``None``)."""
+    if not value:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+@attrs.define
+class Health:
+    """One upstream's state in this process."""
+
+    in_flight: int = 0
+    failures: int = 0  #: consecutive failures
+    cooling_until: float = 0.0  #: monotonic seconds; no cooldown when in the past
+    probing: bool = False
+    next_probe: float = 0.0
+
+    def cooling(self, now: float) -> bool:
+        return now < self.cooling_until
+
+
+@attrs.frozen
+class Failure:
+    """What an attempt ended with: a status (429/529/5xx) or a transport error."""
+
+    kind: str  #: "status", "connect", "timeout" (before the first byte), "network"
+    status: int | None = None
+    retry_after: float | None = None
+
+    @property
+    def retryable(self) -> bool:
+        if self.kind == "status":
+            return self.status is not None and retryable_status(self.status)
+        return self.kind in ("connect", "timeout")
+
+
+@attrs.frozen
+class Attempt:
+    """Send the request to *upstream* after *wait* seconds."""
+
+    upstream: str
+    wait: float = 0.0
+
+
+@attrs.frozen
+class GiveUp:
+    """No further attempt: the last outcome goes to the client. *reason* is for the log."""
+
+    reason: str
+
+
+@attrs.define
+class Plan:
+    """One client request's attempts over its route's upstreams."""
+
+    candidates: tuple[str, ...]
+    tried: list[str] = attrs.Factory(list)
+    waited: bool = False  #: a retry-after was waited for once already
+
+    @property
+    def attempts(self) -> int:
+        return len(self.tried)
+
+    @property
+    def current(self) -> str | None:
+        return self.tried[-1] if self.tried else None
+
+
+class Dispatcher:
+    """The health of a process's upstreams and the balancing decisions (no I/O, no clock:
+    every method takes ``now``, monotonic seconds)."""
+
+    def __init__(self, routing: Routing) -> None:
+        self.routing = routing
+        self.options: Options = routing.options
+        self.health: dict[str, Health] = {u.name: Health() for u in routing.upstreams}
+        self._weight = {u.name: u.weight for u in routing.upstreams}
+        self._limit = {u.name: u.concurrency for u in routing.upstreams}
+
+    def available(self, name: str, now: float) -> bool:
+        """Not cooling down and below its concurrency limit."""
+        health = self.health[name]
+        limit = self._limit[name]
+        return not health.cooling(now) and (limit is None or health.in_flight < limit)
+
+    def pick(
+        self, candidates: Iterable[str], now: float, exclude: Iterable[str] = ()
+    ) -> str | None:
+        """The least loaded available candidate not in *exclude* (``None``: none)."""
+        skip = set(exclude)
+        best: str | None = None
+        best_load = math.inf
+        for name in candidates:
+            if name in skip or not self.available(name, now):
+                continue
+            load = self.health[name].in_flight / self._weight[name]
+            if load < best_load:
+                best, best_load = name, load
+        return best
+
+    def soonest(self, candidates: Iterable[str], exclude: Iterable[str] = ()) -> str | None:
+        """The candidate (not in *exclude*) whose cooldown ends first."""
+        skip = set(exclude)
+        rest = [n for n in candidates if n not in skip]
+        return min(rest, key=lambda n: self.health[n].cooling_until) if rest else None
+
+    def began(self, name: str) -> None:
+        self.health[name].in_flight += 1
+
+    def ended(self, name: str) -> None:
+        health = self.health[name]
+        health.in_flight = max(0, health.in_flight - 1)
+
+    def succeeded(self, name: str) -> None:
+        """A reply that is not a failure: the cooldown is over, the count starts over."""
+        health = self.health[name]
+        health.failures = 0
+        health.cooling_until = 0.0
+
+    def failed(self, name: str, failure: Failure, now: float) -> float:
+        """Put *name* into cooldown for *failure*; the cooldown's seconds."""
+        health = self.health[name]
+        health.failures += 1
+        options = self.options
+        if failure.retry_after is not None:
+            seconds = min(failure.retry_after, options.cooldown_max)
+        else:
+            seconds = min(options.cooldown * 2 ** (health.failures - 1), options.cooldown_max)
+        health.cooling_until = max(health.cooling_until, now + seconds)
+        health.next_probe = now + options.probe_interval
+        return seconds
+
+    # -- recovery probes ------------------------------------------------------------------
+
+    def due_probes(self, now: float) -> list[str]:
+        """The upstreams in cooldown whose probe is due (each then marked as probing)."""
+        if self.options.probe_interval <= 0:
+            return []
+        due = []
+        for name, health in self.health.items():
+            if health.cooling(now) and not health.probing and now >= health.next_probe:
+                health.probing = True
+                due.append(name)
+        return due
+
+    def probed(self, name: str, ok: bool, now: float) -> None:
+        """A probe's answer: a healthy upstream leaves its cooldown at once."""
+        health = self.health[name]
+        health.probing = False
+        health.next_probe = now + self.options.probe_interval
+        if ok:
+            self.succeeded(name)
+
+
+def first(dispatcher: Dispatcher, plan: Plan, now: float) -> Attempt:
+    """The first attempt of *plan*: the least loaded available candidate, else the one whose
+    cooldown ends first."""
+    name = dispatcher.pick(plan.candidates, now)
+    if name is None:
+        name = dispatcher.soonest(plan.candidates)
+        assert name is not None, "a route names at least one upstream"
+    plan.tried.append(name)
+    return Attempt(name)
+
+
+def retarget(
+    dispatcher: Dispatcher, plan: Plan, failure: Failure, *, started: bool, now: float
+) -> Attempt | GiveUp:
+    """THE failover point: the attempt on ``plan.current`` ended with *failure*; what next.
+
+    The failed upstream goes into cooldown whatever follows (a failure a client sees is
+    still one its upstream had). A next attempt only while no byte has reached the client
+    (*started* false), for a failure another upstream may answer better, within
+    ``max_attempts``: the same upstream after its short ``retry-after`` (once), else the
+    least loaded available other candidate, else the one whose cooldown ends first.
+    """
+    current = plan.current
+    assert current is not None, "retarget follows an attempt"
+    if failure.retryable:
+        dispatcher.failed(current, failure, now)
+    if not failure.retryable:
+        return GiveUp("not a failure another upstream can answer")
+    if started:
+        return GiveUp("bytes reached the client")
+    options = dispatcher.options
+    if plan.attempts >= options.max_attempts:
+        return GiveUp("max_attempts")
+    wait = failure.retry_after
+    if wait is not None and wait <= options.retry_after_max and not plan.waited:
+        plan.waited = True
+        plan.tried.append(current)
+        return Attempt(current, wait)
+    name = dispatcher.pick(plan.candidates, now, exclude=plan.tried)
+    if name is None:
+        name = dispatcher.soonest(plan.candidates, exclude=plan.tried)
+    if name is None:
+        return GiveUp("no other upstream in the route")
+    plan.tried.append(name)
+    return Attempt(name)

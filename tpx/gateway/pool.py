@@ -1,0 +1,244 @@
+"""The I/O of many upstreams: one :class:`~tpx.gateway.upstream.AsyncUpstream` per
+``[[upstreams]]`` entry, the attempts of a turn over its route, the recovery probes.
+
+Every decision is :mod:`tpx.gateway.dispatch`'s; this module only sends, times and closes.
+An attempt that fails over is closed before the next is sent (one generation in flight per
+client request), and only while nothing has gone to the client (``Turn.started``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Mapping
+from typing import Any
+
+import attrs
+import httpx2
+
+from tpx.errors import ModelError
+from tpx.errors import TimeoutError as UpstreamTimeout
+from tpx.gateway.dispatch import (
+    Attempt,
+    Dispatcher,
+    Failure,
+    GiveUp,
+    Plan,
+    first,
+    retarget,
+    retry_after,
+    retryable_status,
+)
+from tpx.gateway.metrics import Metrics
+from tpx.gateway.routing import Routing
+from tpx.gateway.settings import Settings
+from tpx.gateway.turn import Turn
+from tpx.gateway.upstream import AsyncUpstream, unsent
+from tpx.gateway.wire import UpstreamCall
+
+__all__ = ["UpstreamPool"]
+
+logger = logging.getLogger("tpx.gateway")
+
+#: How a retry-after is waited for (a test replaces it to see the wait).
+_sleep = asyncio.sleep
+
+#: What a recovery probe asks: the model list (no generation, nothing billed).
+PROBE = UpstreamCall("GET", "/v1/models", (("accept", "application/json"),), b"", False)
+
+
+async def _within(opening: Awaitable[httpx2.Response], timeout: float | None) -> httpx2.Response:
+    """*opening*'s response, or TimeoutError past *timeout* seconds -- with *opening* cancelled
+    then (its connection closed: the upstream stops generating before another is asked)."""
+    async with asyncio.timeout(timeout):
+        return await opening
+
+
+def _record(name: str, outcome: str | int, waited: float) -> dict[str, Any]:
+    """One attempt in the log line (``waited``: the retry-after honoured before it)."""
+    record: dict[str, Any] = {"upstream": name, "outcome": outcome}
+    if waited:
+        record["waited"] = waited
+    return record
+
+
+class UpstreamPool:
+    """The upstreams of ``settings.routing`` for one process (its event loop)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        metrics: Metrics | None = None,
+        transport: Any = None,
+        clock: Any = time.monotonic,
+    ) -> None:
+        routing = settings.routing
+        assert routing is not None
+        self.settings = settings
+        self.routing: Routing = routing
+        self.dispatcher = Dispatcher(routing)
+        self.metrics = metrics or Metrics()
+        self._clock = clock
+        self.clients: dict[str, AsyncUpstream] = {}
+        self._limits: dict[str, asyncio.Semaphore] = {}
+        for upstream in routing.upstreams:
+            own = attrs.evolve(
+                settings,
+                base_url=upstream.base_url,
+                credential=upstream.credential,
+                profile=upstream.profile,
+            )
+            given = transport.get(upstream.name) if isinstance(transport, Mapping) else transport
+            self.clients[upstream.name] = AsyncUpstream(
+                own, transport=given, observe=self.metrics.upstream_latency.observe
+            )
+            if upstream.concurrency is not None:
+                self._limits[upstream.name] = asyncio.Semaphore(upstream.concurrency)
+        self._slots: asyncio.Semaphore | None = None
+        self._prober: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @property
+    def slots(self) -> asyncio.Semaphore:
+        """Concurrent upstream requests of the process (``limits.max_upstream``)."""
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.settings.limits.max_upstream)
+        return self._slots
+
+    # -- one turn ------------------------------------------------------------------------
+
+    async def open(self, turn: Turn) -> tuple[httpx2.Response, AsyncUpstream, str]:
+        """The response of the attempt *turn*'s route ends with (its body unread), the client
+        that got it and the upstream's name (hand it to :meth:`release` once the response is
+        closed). Raises the last attempt's ModelError when there is no response to give."""
+        self._start_probes()
+        routed = turn.routed
+        assert routed is not None
+        plan = Plan(routed.rule.upstreams)
+        step: Attempt | GiveUp = first(self.dispatcher, plan, self._clock())
+        tried: list[dict[str, Any]] = []
+        while True:
+            assert isinstance(step, Attempt)
+            if step.wait:  # a short retry-after, honoured
+                await _sleep(step.wait)
+            name = step.upstream
+            turn.target(self.routing.upstream(name))
+            client = self.clients[name]
+            response, failure, error = await self._attempt(turn, client, name)
+            if failure is None:
+                assert response is not None
+                self.dispatcher.succeeded(name)
+                if tried:
+                    turn.annotate("attempts", [*tried, _record(name, "ok", step.wait)])
+                return response, client, name
+            tried.append(_record(name, failure.status or failure.kind, step.wait))
+            step = retarget(self.dispatcher, plan, failure, started=turn.started, now=self._clock())
+            if failure.retryable:
+                self.metrics.upstream_cooldowns.labels(name).inc()
+            if isinstance(step, GiveUp):
+                if len(tried) > 1:
+                    turn.annotate("attempts", tried)
+                if response is not None:  # the client gets this status (and retry-after)
+                    return response, client, name
+                self.release(name)
+                assert error is not None
+                raise error
+            self.metrics.upstream_failovers.labels(name).inc()
+            try:
+                if response is not None:  # closed before the next attempt: one at a time
+                    await response.aclose()
+            finally:
+                self.release(name)
+
+    async def _attempt(
+        self, turn: Turn, client: AsyncUpstream, name: str
+    ) -> tuple[httpx2.Response | None, Failure | None, ModelError | None]:
+        """One attempt: the response (``None`` on a transport failure), the failure another
+        upstream may answer better (``None``: none) and the error (a transport failure)."""
+        limit = self._limits.get(name)
+        if limit is not None:
+            await limit.acquire()
+        self.dispatcher.began(name)
+        self.metrics.upstream_in_flight.labels(name).inc()
+        began = time.perf_counter()
+        opening = client.open(turn.call)
+        timeout = self.routing.options.first_byte_timeout if turn.streaming else None
+        response: httpx2.Response | None = None
+        error: ModelError | None = None
+        failure: Failure | None = None
+        try:
+            response = await _within(opening, timeout)
+        except TimeoutError:  # asyncio's: no response before first_byte_timeout
+            error = UpstreamTimeout(
+                f"TPX: no response from upstream {name!r} within {timeout} s", provider="TPX"
+            )
+            failure = Failure("timeout")
+        except ModelError as exc:
+            error = exc
+            failure = Failure("connect") if unsent(exc) else Failure("network")
+        except BaseException:  # cancelled (the client left): the attempt is over
+            self.release(name)
+            raise
+        seconds = time.perf_counter() - began
+        self.metrics.upstream_attempt_seconds.labels(name).observe(seconds)
+        if response is not None:
+            status = response.status_code
+            self.metrics.upstream_requests.labels(name, str(status)).inc()
+            if retryable_status(status):
+                failure = Failure(
+                    "status", status, retry_after(response.headers.get("retry-after"))
+                )
+        else:
+            assert failure is not None
+            self.metrics.upstream_requests.labels(name, failure.kind).inc()
+        return response, failure, error
+
+    def release(self, name: str) -> None:
+        """The attempt on *name* is over (its response closed)."""
+        self.dispatcher.ended(name)
+        self.metrics.upstream_in_flight.labels(name).dec()
+        limit = self._limits.get(name)
+        if limit is not None:
+            limit.release()
+
+    # -- recovery probes --------------------------------------------------------------------
+
+    def _start_probes(self) -> None:
+        if self._prober is None and not self._closed and self.routing.options.probe_interval > 0:
+            self._prober = asyncio.ensure_future(self._probe_forever())
+
+    async def _probe_forever(self) -> None:
+        interval = self.routing.options.probe_interval
+        while True:
+            await asyncio.sleep(min(interval, 1.0))
+            due = self.dispatcher.due_probes(self._clock())
+            if due:
+                await asyncio.gather(*(self.probe(name) for name in due))
+
+    async def probe(self, name: str) -> bool:
+        """Ask *name* for its model list (bounded by ``limits.connect_timeout``): healthy
+        when it answers below 500 and not 429."""
+        ok = False
+        client = self.clients[name]
+        try:
+            async with asyncio.timeout(self.settings.limits.connect_timeout):
+                response = await client.open(PROBE)
+                await response.aclose()
+            ok = response.status_code < 500 and response.status_code != 429
+        except (ModelError, TimeoutError):
+            ok = False
+        self.dispatcher.probed(name, ok, self._clock())
+        self.metrics.upstream_probes.labels(name, "ok" if ok else "failed").inc()
+        return ok
+
+    async def aclose(self) -> None:
+        self._closed = True
+        if self._prober is not None:
+            self._prober.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._prober
+        for client in self.clients.values():
+            await client.aclose()
