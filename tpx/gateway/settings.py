@@ -55,6 +55,11 @@ TOML file (every key optional)::
     match = "*haiku*"
     model = "small-model"         # the upstream model (absent: keep the caller's)
     max_tokens = 8192             # ceiling: larger max_tokens are lowered to it
+    context_window = 32768        # the model's window (tokens; tpx.gateway.context)
+
+    [context]                     # the context-window contract (tpx.gateway.context.config)
+    window = 32768                # the window of [upstream] model / TPX_MODEL
+    rewrite_errors = true         # upstream context errors in the Messages wording
 """
 
 from __future__ import annotations
@@ -72,6 +77,7 @@ from typing import Any
 import attrs
 
 from tpx.errors import ConfigurationError, UnauthorizedError
+from tpx.gateway.context.config import ContextConfig, context_config
 from tpx.gateway.token_command import TIMEOUT, run_token_command
 from tpx.transport._config import _check_credential, _configure
 from tpx.transport.exchange import Provider
@@ -212,11 +218,13 @@ class Credential:
 
 @attrs.frozen
 class ModelRoute:
-    """``match`` (a glob on the caller's model) -> ``model`` upstream, ``max_tokens`` ceiling."""
+    """``match`` (a glob on the caller's model) -> ``model`` upstream, ``max_tokens`` ceiling,
+    ``context_window`` (the upstream model's window in tokens; tpx.gateway.context)."""
 
     match: str
     model: str | None = None
     max_tokens: int | None = None
+    context_window: int | None = None
 
     def matches(self, model: str) -> bool:
         return fnmatch.fnmatchcase(model, self.match)
@@ -283,6 +291,8 @@ class Settings:
     thinking_secret: str | None = None
     #: keys being retired: tool ids signed with one still verify (``secret`` signs new ones)
     previous_secrets: tuple[bytes, ...] = ()
+    #: the context-window contract's switches (``[context]``, tpx.gateway.context)
+    context: ContextConfig = attrs.field(factory=ContextConfig)
 
     @property
     def id_keys(self) -> tuple[bytes, ...]:
@@ -353,7 +363,10 @@ def _routes(data: Mapping[str, Any]) -> tuple[ModelRoute, ...]:
         ceiling = _typed(entry, "max_tokens", int, f"models[{i}]")
         if ceiling is not None and ceiling < 1:
             raise ConfigurationError(f"config file: models[{i}].max_tokens must be >= 1")
-        routes.append(ModelRoute(entry["match"], model, ceiling))
+        window = _typed(entry, "context_window", int, f"models[{i}]")
+        if window is not None and window < 1:
+            raise ConfigurationError(f"config file: models[{i}].context_window must be >= 1")
+        routes.append(ModelRoute(entry["match"], model, ceiling, window))
     return tuple(routes)
 
 
@@ -465,4 +478,5 @@ def load_settings(
         thinking_secret=thinking_secret,
         previous_secrets=tuple(id_keys[1:]),
         metrics_auth=metrics_auth or file_metrics_auth,
+        context=context_config(data),
     )
