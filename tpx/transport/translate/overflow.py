@@ -78,7 +78,9 @@ FORMS: Mapping[str, OverflowForm] = {
         ),
         _form(
             "llama.cpp-context-size",
-            r"exceed_context_size_error|exceeds the available context size",
+            r"(?:exceed_context_size_error\W*)?(?:request \((?P<n>\d+) tokens\) )?"
+            r"exceeds the available context size"
+            r"(?: \((?P<m>\d+) tokens\))?|exceed_context_size_error",
             n_field="n_prompt_tokens",
             m_field="n_ctx",
         ),
