@@ -115,9 +115,15 @@ def _wait(proc: Proc, ready: Any, timeout: float) -> None:
 
 
 @contextmanager
-def fake_upstream(logdir: Path, script: str, command: str | None = None) -> Iterator[Proc]:
-    """``python -m tests.e2e.fake_openai`` on a free loopback port (requires UPSTREAM_TOKEN)."""
-    cmd = [sys.executable, "-m", "tests.e2e.fake_openai", "--script", script]
+def fake_upstream(
+    logdir: Path, script: str, command: str | None = None, window: list[str] | None = None
+) -> Iterator[Proc]:
+    """``python -m tests.e2e.fake_openai`` on a free loopback port (requires UPSTREAM_TOKEN);
+    with *window* (its arguments), ``python -m tests.e2e.fake_window`` instead."""
+    if window is not None:
+        cmd = [sys.executable, "-m", "tests.e2e.fake_window", *window]
+    else:
+        cmd = [sys.executable, "-m", "tests.e2e.fake_openai", "--script", script]
     cmd += ["--token", UPSTREAM_TOKEN]
     if command is not None:
         cmd += ["--command", command]
@@ -167,9 +173,11 @@ def gateway(
     workers: int = 1,
     extra: list[str] | None = None,
     name: str = "gateway",
+    env_extra: Mapping[str, str] | None = None,
 ) -> Iterator[Proc]:
     """``tpx serve`` on a free loopback port in front of ``upstream`` (provider TPX); ready when
-    ``GET /healthz`` answers 200. *name*: its log's (two gateways in one logdir)."""
+    ``GET /healthz`` answers 200. *name*: its log's (two gateways in one logdir); *env_extra*:
+    more environment (``TPX_PROFILE``, ``TPX_MODEL``)."""
     tpx = tpx_executable()
     port = free_port()
     env = base_env()
@@ -178,6 +186,7 @@ def gateway(
             "TPX_BASE_URL": upstream.url + "/v1",
             "TPX_OAUTH_TOKEN": UPSTREAM_TOKEN,
             "TPX_GATEWAY_KEY": GATEWAY_KEY,
+            **(env_extra or {}),
         }
     )
     cmd = [str(tpx), "serve", "--host", "127.0.0.1", "--port", str(port)]
