@@ -40,6 +40,7 @@ from tpx import _safe
 from tpx.errors import PairingError, ProtocolError, UnsupportedError
 from tpx.gateway import history
 from tpx.gateway.bodies import BodyReader, Decoded
+from tpx.gateway.context.counted import Tokenized
 from tpx.gateway.context.gate import ContextGate
 from tpx.gateway.history import (
     Refusal,
@@ -439,6 +440,10 @@ class Gateway:
         except (ProtocolError, UnsupportedError) as error:
             raise Refusal(error.message) from None
         count = self.context.count(translated)
+        if self.context.tokenizer is not None:  # exact: the upstream's tokenizer endpoint
+            return Tokenized(
+                self, request_id, self.context.tokenizer, translated, upstream_model, count
+            )
         return json_response(200, orjson.dumps({"input_tokens": count}), request_id)
 
     def _models(self, request: Request, request_id: str) -> Response | Forward:

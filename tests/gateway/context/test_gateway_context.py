@@ -292,3 +292,44 @@ def test_aliases_can_be_switched_off() -> None:
     with client(settings(aliases=False), Upstream()) as http:
         listed = http.get("/v1/models").json()["data"]
     assert [m["id"] for m in listed] == ["up-model"]
+
+
+# -- usage ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_cached_tokens_are_reported_apart_from_input_tokens(stream: bool) -> None:
+    usage = {
+        "prompt_tokens": 9000,
+        "completion_tokens": 7,
+        "total_tokens": 9007,
+        "prompt_tokens_details": {"cached_tokens": 8000},
+    }
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        if not stream:
+            return httpx2.Response(200, json={**_reply(), "usage": usage})
+        chunk = {
+            "id": "c1",
+            "object": "chat.completion.chunk",
+            "model": "m",
+            "created": 0,
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": "ok"}}],
+        }
+        end = {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+        tail = {**chunk, "choices": [], "usage": usage}
+        data = b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in (chunk, end, tail))
+        return httpx2.Response(
+            200, content=data + b"data: [DONE]\n\n", headers={"content-type": "text/event-stream"}
+        )
+
+    with client(settings(), Upstream(answer)) as http:
+        response = http.post("/v1/messages", json=body(stream=stream))
+    assert response.status_code == 200, response.text
+    if stream:
+        found = [e["usage"] for e in _events(response.text) if e["type"] == "message_delta"]
+        reported = found[-1]
+    else:
+        reported = response.json()["usage"]
+    assert reported["input_tokens"] == 1000
+    assert reported["cache_read_input_tokens"] == 8000

@@ -11,6 +11,8 @@
     min_output = 1024       # tokens a turn that fits must keep for the reply
     rewrite_errors = true   # upstream context errors in the Messages wording
     aliases = true          # GET /v1/models lists claude-... aliases of the models
+    tokenizer = false       # count_tokens asks the upstream's tokenizer endpoint (vLLM,
+                            # SGLang, llama.cpp: tpx.gateway.context.tokenizer)
 
 ``[[models]]`` entries take ``context_window`` too (the window of that entry's model).
 """
@@ -38,6 +40,7 @@ class ContextConfig:
     min_output: int = 1024
     rewrite_errors: bool = True
     aliases: bool = True
+    tokenizer: bool = False
 
 
 _KINDS: Mapping[str, type | tuple[type, ...]] = {
@@ -49,6 +52,7 @@ _KINDS: Mapping[str, type | tuple[type, ...]] = {
     "min_output": int,
     "rewrite_errors": bool,
     "aliases": bool,
+    "tokenizer": bool,
 }
 
 

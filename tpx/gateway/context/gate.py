@@ -15,6 +15,7 @@ from typing import Any
 from tpx.errors import ProtocolError, UnsupportedError
 from tpx.gateway.context.aliases import aliases
 from tpx.gateway.context.preflight import Verdict, may_overflow, preflight
+from tpx.gateway.context.tokenizer import TOKENIZERS, TokenizerEndpoint
 from tpx.gateway.context.window import Window, Windows
 from tpx.gateway.settings import ModelRoute, Settings
 from tpx.transport.exchange import Provider
@@ -38,6 +39,10 @@ class ContextGate:
             if route.model and route.context_window is not None:
                 configured.setdefault(route.model, route.context_window)
         self.windows = Windows(configured, self.config.default)
+        #: count_tokens' tokenizer endpoint (``[context] tokenizer``; None: the estimate)
+        self.tokenizer: TokenizerEndpoint | None = (
+            TOKENIZERS.get(settings.profile.name) if self.active and self.config.tokenizer else None
+        )
         self.aliases: Mapping[str, str] = (
             aliases(self.models()) if self.active and self.config.aliases else {}
         )
