@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import re
 
-from hypothesis import given
+import orjson
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tpx.gateway.context.counting import estimate_tokens
 from tpx.gateway.context.preflight import SLACK, may_overflow, preflight
 
 
@@ -62,4 +64,15 @@ def test_what_is_sent_always_fits_and_a_refusal_says_n_greater_than_m(
 def test_only_a_body_near_its_window_is_counted() -> None:
     assert not may_overflow(50_000, 32_000, 200_000)
     assert may_overflow(50_000, 32_000, 32_768)
-    assert may_overflow(200_000 - SLACK - 10, 11, 200_000)
+    assert may_overflow(100_000, 0, 110_000 + SLACK - 1)
+    assert not may_overflow(100_000, 0, 110_000 + SLACK)
+
+
+@settings(deadline=None)  # the first example loads the tokenizer
+@given(text=st.text(min_size=1, max_size=3000))
+def test_a_body_the_size_test_passes_never_counts_over_its_window(text: str) -> None:
+    body = {"messages": [{"role": "user", "content": text}]}
+    size = len(orjson.dumps(body))
+    window = size * 11 // 10 + SLACK
+    assert not may_overflow(size, 0, window)
+    assert estimate_tokens(body) <= window

@@ -12,8 +12,11 @@ against the window:
 
 Counting costs time (a tokenizer pass over the translated request), so :func:`may_overflow`
 tells first, from the body's size alone, whether a request can come near its window: a
-token is at least one byte of the body in every tokenizer tpx counts with, and the
-translation adds at most :data:`SLACK` tokens of framing.
+cl100k token is at least one byte of the body, the estimate is that count times its margin
+(:data:`tpx.gateway.context.counting.MARGIN`), and the translation adds at most
+:data:`SLACK` tokens of framing. (An image counts a flat 765 tokens: a body of many tiny
+images can pass this test and be counted by nobody; the upstream's own error, rewritten,
+covers it.)
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ class Verdict:
 def may_overflow(body_bytes: int, max_tokens: int | None, window: int) -> bool:
     """Can a body of *body_bytes* bytes asking for *max_tokens* come near *window*?
     ``False`` is certain (no need to count); ``True`` means count."""
-    return body_bytes + SLACK + (max_tokens or 0) > window
+    return body_bytes * 11 // 10 + SLACK + (max_tokens or 0) > window
 
 
 def preflight(
