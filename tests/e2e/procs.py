@@ -238,13 +238,19 @@ def run_claude(
     timeout: float = 300,
     max_retries: int | None = None,
     extra: list[str] | None = None,
+    home: Path | None = None,
+    discovery: bool = False,
 ) -> ClaudeRun:
     """``claude -p PROMPT --allowedTools Bash`` in ``workdir`` with its own HOME.
 
     ``max_retries`` caps the CLI's own retries (``CLAUDE_CODE_MAX_RETRIES``; 2.1.197 retries
-    even a 401 with backoff for minutes by default)."""
+    even a 401 with backoff for minutes by default). *home*: the HOME to use and keep (else a
+    scratch one, removed). *discovery*: ``CLAUDE_CODE_ENABLE_GATEWAY_MODEL_DISCOVERY=1``, with
+    nonessential traffic allowed (the CLI's discovery is part of it; there is no other
+    network here)."""
     claude = claude_executable()
-    home = Path(tempfile.mkdtemp(prefix="tpx-e2e-home-"))
+    keep = home is not None
+    home = home or Path(tempfile.mkdtemp(prefix="tpx-e2e-home-"))
     env = base_env()
     env.update(
         {
@@ -254,6 +260,9 @@ def run_claude(
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         }
     )
+    if discovery:
+        env["CLAUDE_CODE_ENABLE_GATEWAY_MODEL_DISCOVERY"] = "1"
+        del env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"]
     if max_retries is not None:
         env["CLAUDE_CODE_MAX_RETRIES"] = str(max_retries)
     try:
@@ -267,7 +276,8 @@ def run_claude(
             check=False,
         )
     finally:
-        shutil.rmtree(home, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(home, ignore_errors=True)
     return ClaudeRun(done.returncode, done.stdout, done.stderr)
 
 

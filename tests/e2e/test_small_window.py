@@ -36,7 +36,9 @@ def _claude_cli() -> None:
     claude_executable()
 
 
-def _run(tmp_path: Path, profile: str, context: str, conv: str) -> tuple[Any, dict[str, Any], str]:
+def _run(
+    tmp_path: Path, profile: str, context: str, conv: str, home: Path | None = None
+) -> tuple[Any, dict[str, Any], str]:
     work = tmp_path / "work"
     work.mkdir()
     config = tmp_path / "gateway.toml"
@@ -48,7 +50,7 @@ def _run(tmp_path: Path, profile: str, context: str, conv: str) -> tuple[Any, di
         fake_upstream(tmp_path, "window", window=window) as up,
         gateway(tmp_path, up, extra=["--config", str(config)], env_extra=env) as gw,
     ):
-        run = run_claude(gw.url, prompt, work, max_retries=1)
+        run = run_claude(gw.url, prompt, work, max_retries=1, home=home, discovery=bool(home))
         snap = ledger(up)
         detail = (
             f"exit {run.returncode}\nstdout: {run.stdout[-2000:]}\nstderr: {run.stderr[-2000:]}\n"
@@ -112,3 +114,21 @@ def test_with_the_rewrite_off_claude_code_does_not_compact(tmp_path: Path) -> No
     assert task["refused"] >= 1, detail
     assert task["compactions"] == 0, detail
     assert task["done"] < STEPS, detail
+
+
+def test_claude_codes_model_discovery_keeps_the_aliases(tmp_path: Path) -> None:
+    """With ``CLAUDE_CODE_ENABLE_GATEWAY_MODEL_DISCOVERY=1`` the CLI reads ``GET /v1/models``,
+    keeps the ids starting ``claude`` (its /model picker's options) and caches them."""
+    home = tmp_path / "home"
+    home.mkdir()
+    conv = f"disc{secrets.token_hex(3)}"
+    run, _, detail = _run(tmp_path, "vllm", f"window = {WINDOW}", conv, home=home)
+    assert run.returncode == 0, detail
+    (cache,) = home.rglob("gateway-models.json")
+    kept = json.loads(cache.read_text())["models"]
+    assert kept == [
+        {
+            "id": "claude-tpx-small-window-model",
+            "display_name": f"small-window-model via tpx ({WINDOW}-token window)",
+        }
+    ], detail

@@ -333,3 +333,20 @@ def test_cached_tokens_are_reported_apart_from_input_tokens(stream: bool) -> Non
         reported = response.json()["usage"]
     assert reported["input_tokens"] == 1000
     assert reported["cache_read_input_tokens"] == 8000
+
+
+def test_a_preflight_refusal_under_the_monitor_is_no_violation() -> None:
+    upstream = Upstream()
+    watched = attrs.evolve(settings(window=4096), monitor=True)
+    gateway = Gateway(watched)
+    transport = GatewayTransport(
+        gateway, SyncUpstream(watched, transport=httpx2.MockTransport(upstream))
+    )
+    with httpx2.Client(transport=transport, base_url="http://gateway.test") as http:
+        refused = http.post("/v1/messages", json=body("word " * 6000, 1000))
+        fits = http.post("/v1/messages", json=body("hello", 1000))
+    assert refused.status_code == 400
+    assert "prompt is too long" in refused.json()["error"]["message"]
+    assert fits.status_code == 200
+    assert len(upstream.bodies) == 1
+    assert "tpx_gateway_monitor_violations_total{" not in gateway.metrics.render().decode()
