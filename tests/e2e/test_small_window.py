@@ -37,13 +37,20 @@ def _claude_cli() -> None:
 
 
 def _run(
-    tmp_path: Path, profile: str, context: str, conv: str, home: Path | None = None
+    tmp_path: Path,
+    profile: str,
+    context: str,
+    conv: str,
+    home: Path | None = None,
+    steps: int = STEPS,
+    lines: int = 600,
 ) -> tuple[Any, dict[str, Any], str]:
     work = tmp_path / "work"
     work.mkdir()
     config = tmp_path / "gateway.toml"
     config.write_text(f"[context]\n{context}\n")
-    window = ["--window", str(WINDOW), "--profile", profile, "--steps", str(STEPS)]
+    window = ["--window", str(WINDOW), "--profile", profile, "--steps", str(steps)]
+    window += ["--lines", str(lines)]
     prompt = f"Run the listing steps one by one, then report. [conv:{conv}]"
     env = {"TPX_PROFILE": profile, "TPX_MODEL": "small-window-model"}
     with (
@@ -122,7 +129,10 @@ def test_claude_codes_model_discovery_keeps_the_aliases(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
     conv = f"disc{secrets.token_hex(3)}"
-    run, _, detail = _run(tmp_path, "vllm", f"window = {WINDOW}", conv, home=home)
+    run, snap, detail = _run(
+        tmp_path, "vllm", f"window = {WINDOW}", conv, home=home, steps=1, lines=20
+    )
+    assert snap["tasks"][conv]["final"] is True, detail
     assert run.returncode == 0, detail
     (cache,) = home.rglob("gateway-models.json")
     kept = json.loads(cache.read_text())["models"]
