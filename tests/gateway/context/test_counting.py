@@ -23,3 +23,18 @@ def test_the_estimate_is_the_cl100k_count_with_its_margin() -> None:
     body = {"messages": [{"role": "user", "content": "word " * 500}]}
     assert estimate_tokens(body) == -(-count_openai_request(body) * MARGIN // 1)
     assert estimate_tokens(body) > count_openai_request(body)
+
+
+def test_a_long_text_is_tokenized_once_and_a_huge_one_never_kept() -> None:
+    from tpx.gateway import tokens
+
+    tokens._kept.cache_clear()
+    text = "the same system prompt " * 200
+    body = {"messages": [{"role": "system", "content": text}, {"role": "user", "content": "hi"}]}
+    first = count_openai_request(body)
+    second = count_openai_request({"messages": [{"role": "system", "content": "".join(text)}]})
+    assert tokens._kept.cache_info().hits == 1
+    assert first == second + 3 + tokens._count("hi")
+    huge = "word " * (tokens.KEEP_UP_TO // 5 + 1)
+    assert count_openai_request({"messages": [{"role": "user", "content": huge}]}) > 0
+    assert tokens._kept.cache_info().currsize == 1
