@@ -27,6 +27,7 @@ from ..conftest import make_settings
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "upstream" / "context_errors.json"
 CASES: list[dict[str, Any]] = json.loads(FIXTURES.read_text())["cases"]
+IDS = [f"{c['profile']}-{c['form']}-{i}" for i, c in enumerate(CASES)]
 Handler = Callable[[httpx2.Request], httpx2.Response]
 
 
@@ -134,7 +135,7 @@ def _events(text: str) -> list[dict[str, Any]]:
     return [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:")]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c['profile']}-{c['form']}")
+@pytest.mark.parametrize("case", CASES, ids=IDS)
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
 def test_each_profiles_context_error_reaches_the_client_in_the_messages_wording(
     case: dict[str, Any], stream: bool
@@ -149,7 +150,7 @@ def test_each_profiles_context_error_reaches_the_client_in_the_messages_wording(
     assert len(upstream.bodies) == 1
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c['profile']}-{c['form']}")
+@pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_a_context_error_inside_a_stream_becomes_an_error_event_in_the_messages_wording(
     case: dict[str, Any],
 ) -> None:
@@ -158,6 +159,8 @@ def test_a_context_error_inside_a_stream_becomes_an_error_event_in_the_messages_
         response = http.post("/v1/messages", json=body(stream=True))
     assert response.status_code == 200
     errors = [e for e in _events(response.text) if e["type"] == "error"]
+    if case.get("numbers_in_fields"):  # a stream error keeps only the message's words
+        case = {**case, "n": None, "m": None}
     assert errors == [
         {"type": "error", "error": {"type": "invalid_request_error", "message": expected(case)}}
     ], response.text

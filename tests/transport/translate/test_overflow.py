@@ -30,7 +30,7 @@ def test_every_profile_names_known_forms_and_every_form_is_used() -> None:
     assert all(PROFILES[name].overflow for name in PROFILES)
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c['profile']}-{c['form']}")
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c['profile']}-{c['form']}-{c['n']}")
 def test_a_servers_context_error_is_found_with_its_numbers(case: dict[str, Any]) -> None:
     body = json.dumps(case["body"])
     for profile in (case["profile"], "generic"):
