@@ -114,7 +114,7 @@ $(CLAUDE):
 	$(CLAUDE) --version
 
 e2e: $(STAMP) $(CLAUDE)
-	TPX_CLAUDE=$(CLAUDE) $(PY) -m pytest tests/e2e/test_claude_code.py tests/e2e/test_upstreams.py -m e2e -p no:xdist -q \
+	TPX_CLAUDE=$(CLAUDE) $(PY) -m pytest tests/e2e/test_claude_code.py tests/e2e/test_upstreams.py tests/e2e/test_small_window.py -m e2e -p no:xdist -q \
 	  --basetemp=.cache/e2e-tmp
 
 ## Load: >= 1,000 concurrent conversations through one `tpx serve` (1 and 2 workers).

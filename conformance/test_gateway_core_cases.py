@@ -29,9 +29,9 @@ from conformance.gateway_core import AUTH, GATEWAY_KEY, SECRET, GatewayRig, log_
 from tpx.cli import main
 from tpx.errors import redact, secret_forms
 from tpx.gateway import core
+from tpx.gateway.context.counting import estimate_tokens
 from tpx.gateway.drive import run_turn_sync
 from tpx.gateway.settings import Credential, ModelRoute
-from tpx.gateway.tokens import count_openai_request
 from tpx.gateway.turn import Turn
 from tpx.gateway.upstream import SyncUpstream
 from tpx.gateway.wire import Request, Response
@@ -296,9 +296,14 @@ def test_models_route_and_count_tokens(provider: Provider) -> None:
         assert sent["model"] == want
         if provider is Provider.TPX:
             models = rig.client.get("/v1/models", headers=AUTH).json()
-            assert [m["id"] for m in models["data"]] == ["default-model", "big-model"]
+            assert [m["id"] for m in models["data"]] == [
+                "default-model",
+                "big-model",
+                "claude-tpx-default-model",  # the aliases Claude Code's picker keeps
+                "claude-tpx-big-model",
+            ]
             assert models["first_id"] == "default-model"
-            assert models["last_id"] == "big-model"
+            assert models["last_id"] == "claude-tpx-big-model"
             assert models["has_more"] is False
             count = rig.client.post(
                 "/v1/messages/count_tokens", headers=AUTH, content=orjson.dumps(BASE)
@@ -651,7 +656,7 @@ def test_count_tokens_over_a_history_with_signed_ids() -> None:
         rig.fake.plan_reply(())
         assert _post(rig, body).status_code == 200
         sent = orjson.loads(rig.fake.received[-1])
-        assert count.json() == {"input_tokens": count_openai_request(sent)}
+        assert count.json() == {"input_tokens": estimate_tokens(sent)}
         unsigned = verify_signed_id(good[0], SECRET)
         assert unsigned is not None
         forged = sign_caller_id(unsigned, b"another gateway's secret")

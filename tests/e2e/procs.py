@@ -121,10 +121,15 @@ def fake_upstream(
     command: str | None = None,
     extra: list[str] | None = None,
     name: str | None = None,
+    window: list[str] | None = None,
 ) -> Iterator[Proc]:
     """``python -m tests.e2e.fake_openai`` on a free loopback port (requires UPSTREAM_TOKEN).
-    *extra*: more flags; *name*: its log's (several fakes in one logdir)."""
-    cmd = [sys.executable, "-m", "tests.e2e.fake_openai", "--script", script]
+    *extra*: more flags; *name*: its log's (several fakes in one logdir); with *window* (its
+    arguments), ``python -m tests.e2e.fake_window`` instead."""
+    if window is not None:
+        cmd = [sys.executable, "-m", "tests.e2e.fake_window", *window]
+    else:
+        cmd = [sys.executable, "-m", "tests.e2e.fake_openai", "--script", script]
     cmd += ["--token", UPSTREAM_TOKEN]
     if command is not None:
         cmd += ["--command", command]
@@ -179,7 +184,7 @@ def gateway(
 ) -> Iterator[Proc]:
     """``tpx serve`` on a free loopback port in front of ``upstream`` (provider TPX); ready when
     ``GET /healthz`` answers 200. *name*: its log's (two gateways in one logdir); *env_extra*:
-    more environment (replicas sharing their secrets)."""
+    more environment (replicas sharing their secrets, ``TPX_PROFILE``, ``TPX_MODEL``)."""
     tpx = tpx_executable()
     port = free_port()
     env = base_env()
@@ -241,14 +246,19 @@ def run_claude(
     max_retries: int | None = None,
     extra: list[str] | None = None,
     env_extra: Mapping[str, str | None] | None = None,
+    home: Path | None = None,
+    discovery: bool = False,
 ) -> ClaudeRun:
     """``claude -p PROMPT --allowedTools Bash`` in ``workdir`` with its own HOME.
 
     *env_extra*: more environment (a ``None`` value unsets the variable). ``max_retries`` caps
-    the CLI's own retries (``CLAUDE_CODE_MAX_RETRIES``; 2.1.197 retries
-    even a 401 with backoff for minutes by default)."""
+    the CLI's own retries (``CLAUDE_CODE_MAX_RETRIES``; 2.1.197 retries even a 401 with backoff
+    for minutes by default). *home*: the HOME to use and keep (else a scratch one, removed).
+    *discovery*: ``CLAUDE_CODE_ENABLE_GATEWAY_MODEL_DISCOVERY=1``, with nonessential traffic
+    allowed (the CLI's discovery is part of it; there is no other network here)."""
     claude = claude_executable()
-    home = Path(tempfile.mkdtemp(prefix="tpx-e2e-home-"))
+    keep = home is not None
+    home = home or Path(tempfile.mkdtemp(prefix="tpx-e2e-home-"))
     env = base_env()
     env.update(
         {
@@ -258,6 +268,9 @@ def run_claude(
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         }
     )
+    if discovery:
+        env["CLAUDE_CODE_ENABLE_GATEWAY_MODEL_DISCOVERY"] = "1"
+        del env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"]
     if max_retries is not None:
         env["CLAUDE_CODE_MAX_RETRIES"] = str(max_retries)
     for name, value in (env_extra or {}).items():  # None: unset
@@ -276,7 +289,8 @@ def run_claude(
             check=False,
         )
     finally:
-        shutil.rmtree(home, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(home, ignore_errors=True)
     return ClaudeRun(done.returncode, done.stdout, done.stderr)
 
 

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from tpx.gateway.context.discover import start_discovery
 from tpx.gateway.core import Forward, Gateway, Request, Response, Turn, error_body, new_request_id
 from tpx.gateway.drive import forward, run_turn
 from tpx.gateway.offload import Offload
@@ -50,6 +51,7 @@ class GatewayApp:
         self.upstream = upstream
         self.settings: Settings = gateway.settings
         self.offload = Offload(gateway)
+        self._discovery: asyncio.Task[None] | None = None  # context windows (TPX)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -140,8 +142,11 @@ class GatewayApp:
 
                     await asyncio.to_thread(encoding)  # load the tokenizer before serving
                 await self.offload.start()  # after: its workers inherit the tokenizer
+                self._discovery = start_discovery(self.gateway.context, self.upstream)
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                if self._discovery is not None:
+                    self._discovery.cancel()
                 await self.offload.aclose()
                 await self.upstream.aclose()
                 await send({"type": "lifespan.shutdown.complete"})

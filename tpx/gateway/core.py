@@ -40,6 +40,8 @@ from tpx import _safe
 from tpx.errors import PairingError, ProtocolError, UnsupportedError
 from tpx.gateway import history
 from tpx.gateway.bodies import BodyReader, Decoded
+from tpx.gateway.context.counted import Tokenized
+from tpx.gateway.context.gate import ContextGate
 from tpx.gateway.history import (
     Refusal,
     pairing_problem,
@@ -113,6 +115,8 @@ class Gateway:
         self._action_counters: dict[str, Any] = {}
         self._request_counters: dict[tuple[str, int], Any] = {}
         self.monitor: LiveMonitor | None = None
+        #: the context-window contract: windows, aliases, preflight, error wording
+        self.context = ContextGate(settings)
         if settings.monitor:  # tpx serve --monitor
             self.monitor = LiveMonitor(settings, self.metrics)
 
@@ -255,12 +259,15 @@ class Gateway:
 
     def _route(self, body: dict[str, Any]) -> str | None:
         """Apply the model map: the upstream model for TPX (``None``: the caller's)."""
-        route = self.settings.route(body["model"])
+        alias = self.context.resolve(body["model"])  # a claude-tpx-... alias (GET /v1/models)
+        route = alias[1] if alias is not None else self.settings.route(body["model"])
         ceiling = route.max_tokens if route is not None else None
         current = body.get("max_tokens")
         if ceiling is not None and isinstance(current, int) and current > ceiling:
             body["max_tokens"] = ceiling
         target = route.model if route is not None and route.model else None
+        if alias is not None:
+            target = alias[0]
         if self.settings.provider is Provider.TPX:
             return target or self.settings.model
         if target is not None:
@@ -341,6 +348,12 @@ class Gateway:
                 log["error"] = error.code
                 self.log(log, failed=True)
                 return model_error_response(error, request_id)
+            too_long = self._context_preflight(body, upstream_model, len(request.body), log)
+            if too_long is not None:  # the preflight refusal: nothing goes on the wire
+                log["error"] = "GATEWAY_400"
+                self.metrics.errors.labels("GATEWAY_400").inc()
+                self.log(log, failed=True)
+                return error_response(400, "invalid_request_error", too_long, request_id)
             # orjson parsed the body: its depth is checked at C speed, once (a tail kept
             # by the body reader: its verdict was taken when it was kept)
             outbound = exchange.send(body, shallow=not decoded.too_deep())
@@ -392,6 +405,25 @@ class Gateway:
         signer = family_signer(self.settings.signer, upstream.family)
         return routed, model, {"profile": upstream.profile, "thinking_secret": signer}
 
+    def _context_preflight(
+        self, body: dict[str, Any], upstream_model: str | None, size: int, log: dict[str, Any]
+    ) -> str | None:
+        """The preflight (TPX): the refusal's message when the request cannot fit its model's
+        context window (``prompt is too long: N tokens > M maximum``), else ``None`` (its
+        ``max_tokens`` lowered to what the window leaves when needed). Counts only a body
+        that may come near its window (tpx.gateway.context.preflight)."""
+        alias = self.context.resolve(body["model"])
+        route = alias[1] if alias is not None else self.settings.route(body["model"])
+        verdict = self.context.check(body, upstream_model, size, route)
+        if verdict is None:
+            return None
+        log["context"] = {
+            "input_tokens": verdict.input_tokens,
+            "window": verdict.window,
+            "clamped": verdict.clamped,
+        }
+        return verdict.refusal
+
     def _observer(self, actions: list[str], trace: list[dict[str, Any]] | None) -> Any:
         counters = self._action_counters
 
@@ -421,8 +453,6 @@ class Gateway:
             return Forward(self, request_id, call)
         if self.settings.provider is Provider.NONE:
             raise Refusal("no upstream credentials configured", status=401)
-        from tpx.gateway.tokens import count_openai_request
-
         unsign_ids(body, self.settings.id_keys)
         body.setdefault("max_tokens", 1)
         try:
@@ -434,7 +464,11 @@ class Gateway:
             ).body
         except (ProtocolError, UnsupportedError) as error:
             raise Refusal(error.message) from None
-        count = count_openai_request(translated)
+        count = self.context.count(translated)
+        if self.context.tokenizer is not None:  # exact: the upstream's tokenizer endpoint
+            return Tokenized(
+                self, request_id, self.context.tokenizer, translated, upstream_model, count
+            )
         return json_response(200, orjson.dumps({"input_tokens": count}), request_id)
 
     def _models(self, request: Request, request_id: str) -> Response | Forward:
@@ -442,16 +476,23 @@ class Gateway:
             path = MODELS + (f"?{request.query}" if request.query else "")
             call = UpstreamCall("GET", path, (("anthropic-version", "2023-06-01"),), b"")
             return Forward(self, request_id, call)
-        names: list[str] = []
-        routing = self.settings.routing
-        served = [m for u in routing.upstreams for m in u.models] if routing is not None else []
-        for name in [self.settings.model, *(r.model for r in self.settings.routes), *served]:
-            if name and name not in names:
-                names.append(name)
+        names = self.context.models()
         data = [
             {"type": "model", "id": n, "display_name": n, "created_at": "1970-01-01T00:00:00Z"}
             for n in names
         ]
+        for alias, target in self.context.aliases.items():  # for Claude Code's /model picker
+            window = self.context.window(target).tokens
+            shown = f"{target} via tpx ({window}-token window)"
+            data.append(
+                {
+                    "type": "model",
+                    "id": alias,
+                    "display_name": shown,
+                    "created_at": "1970-01-01T00:00:00Z",
+                }
+            )
+            names.append(alias)
         body = {
             "data": data,
             "has_more": False,

@@ -84,7 +84,11 @@ class Offload:
     async def start(self) -> None:
         """Fork the count workers now, while the process is quiet (TPX only)."""
         settings = self.gateway.settings
-        if settings.provider is Provider.TPX and settings.limits.count_processes > 0:
+        if (
+            settings.provider is Provider.TPX
+            and settings.limits.count_processes > 0
+            and self.gateway.context.tokenizer is None  # else the upstream counts
+        ):
             pool = ProcessPoolExecutor(
                 settings.limits.count_processes,
                 mp_context=multiprocessing.get_context("fork"),

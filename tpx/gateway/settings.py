@@ -55,6 +55,11 @@ TOML file (every key optional)::
     match = "*haiku*"
     model = "small-model"         # the upstream model (absent: keep the caller's)
     max_tokens = 8192             # ceiling: larger max_tokens are lowered to it
+    context_window = 32768        # the model's window (tokens; tpx.gateway.context)
+
+    [context]                     # the context-window contract (tpx.gateway.context.config)
+    window = 32768                # the window of [upstream] model / TPX_MODEL
+    rewrite_errors = true         # upstream context errors in the Messages wording
 
     [[upstreams]], [[routes]], [routing]: many OpenAI-compatible upstreams, per-request
     routes, failover and balancing (tpx.gateway.routing, tpx.gateway.dispatch)
@@ -73,6 +78,7 @@ from typing import Any
 import attrs
 
 from tpx.errors import ConfigurationError
+from tpx.gateway.context.config import ContextConfig, context_config
 from tpx.gateway.credential import BACKOFF_FIRST, BACKOFF_MAX, Credential
 from tpx.gateway.routing import Routing, parse_routing
 from tpx.gateway.token_command import TIMEOUT
@@ -97,11 +103,13 @@ DEFAULT_PORT = 8082
 
 @attrs.frozen
 class ModelRoute:
-    """``match`` (a glob on the caller's model) -> ``model`` upstream, ``max_tokens`` ceiling."""
+    """``match`` (a glob on the caller's model) -> ``model`` upstream, ``max_tokens`` ceiling,
+    ``context_window`` (the upstream model's window in tokens; tpx.gateway.context)."""
 
     match: str
     model: str | None = None
     max_tokens: int | None = None
+    context_window: int | None = None
 
     def matches(self, model: str) -> bool:
         return fnmatch.fnmatchcase(model, self.match)
@@ -168,6 +176,8 @@ class Settings:
     thinking_secret: str | None = None
     #: keys being retired: tool ids signed with one still verify (``secret`` signs new ones)
     previous_secrets: tuple[bytes, ...] = ()
+    #: the context-window contract's switches (``[context]``, tpx.gateway.context)
+    context: ContextConfig = attrs.field(factory=ContextConfig)
 
     @property
     def id_keys(self) -> tuple[bytes, ...]:
@@ -242,7 +252,10 @@ def _routes(data: Mapping[str, Any]) -> tuple[ModelRoute, ...]:
         ceiling = _typed(entry, "max_tokens", int, f"models[{i}]")
         if ceiling is not None and ceiling < 1:
             raise ConfigurationError(f"config file: models[{i}].max_tokens must be >= 1")
-        routes.append(ModelRoute(entry["match"], model, ceiling))
+        window = _typed(entry, "context_window", int, f"models[{i}]")
+        if window is not None and window < 1:
+            raise ConfigurationError(f"config file: models[{i}].context_window must be >= 1")
+        routes.append(ModelRoute(entry["match"], model, ceiling, window))
     return tuple(routes)
 
 
@@ -364,6 +377,7 @@ def load_settings(
         previous_secrets=tuple(id_keys[1:]),
         metrics_auth=metrics_auth or file_metrics_auth,
         routing=routing,
+        context=context_config(data),
     )
 
 

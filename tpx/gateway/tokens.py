@@ -7,6 +7,10 @@ downloaded at run time). The upstream model's own tokenizer may count differentl
 per-message framing follows OpenAI's published recipe (3 tokens a message, 3 to prime
 the reply), and an image counts a flat :data:`IMAGE_TOKENS`.
 
+Texts of :data:`KEEP_FROM` to :data:`KEEP_UP_TO` characters have their counts kept (128 of
+them, least recently used out): the system prompt, the tools and the history a client sends
+again on every turn are tokenized once.
+
 A long text is counted in pieces of at most :data:`PIECE` characters, cut before a space
 between two non-spaces (where the encoding's pre-tokenizer cuts anyway, so the count is the
 same), or anywhere when no such space is near: no single tokenizer call runs long, and one
@@ -43,7 +47,26 @@ _WINDOW = 4096
 _CUT = re.compile(r"(?<=\S) (?=\S)")
 
 
+#: Texts of this many characters (at least, at most) have their counts kept (:func:`_kept`):
+#: 128 of them, so what is kept stays under 16 MiB of text.
+KEEP_FROM, KEEP_UP_TO = 1024, 1 << 17
+
+
 def _text(text: str) -> int:
+    if KEEP_FROM <= len(text) <= KEEP_UP_TO:
+        return _kept(text)
+    return _count(text)
+
+
+@functools.lru_cache(maxsize=128)
+def _kept(text: str) -> int:
+    """The count of a long text, kept: a client sends the same system prompt, tools and
+    history on every turn, so only a turn's new texts are tokenized (the gateway's preflight
+    counts every turn near its window)."""
+    return _count(text)
+
+
+def _count(text: str) -> int:
     encode = encoding().encode
     if len(text) <= PIECE:
         return len(encode(text, disallowed_special=()))

@@ -12,6 +12,7 @@ import orjson
 
 from tpx import _safe
 from tpx.errors import ModelError, NetworkError, holds_secret
+from tpx.gateway.context.gate import ContextGate
 from tpx.gateway.monitoring import LiveMonitor, SpecViolationError
 from tpx.gateway.redaction import Secrets
 from tpx.gateway.routing import Routed, UpstreamConfig, family_signer
@@ -46,6 +47,9 @@ class Host(Protocol):
 
     @property
     def monitor(self) -> LiveMonitor | None: ...
+
+    @property
+    def context(self) -> ContextGate: ...
 
     def count(self, endpoint: str, status: int) -> None: ...
 
@@ -210,7 +214,7 @@ class Turn:
             self.exchange.receive(status, headers, body)
             message = self.exchange.deliver()
         except ModelError as error:  # ProviderFail, or the monitor stopped a step
-            return self.error_response(error)
+            return self.error_response(error, self._too_long(status, body))
         self._sign_message(message)
         self._usage(message.get("usage"))
         data = orjson.dumps(message)
@@ -224,12 +228,20 @@ class Turn:
         if isinstance(self.exchange, Conversation):
             self.exchange.join(self.gateway.secrets)
 
-    def error_response(self, error: ModelError | None = None) -> Response:
+    def error_response(
+        self, error: ModelError | None = None, too_long: str | None = None
+    ) -> Response:
+        """The client's error response (*too_long*: an upstream context error, in the
+        Messages wording, :meth:`_too_long`)."""
         error = error or self._stopped_by or self.exchange.last_error
         assert error is not None
         self.failed = True
         self._log["error"] = error.code
-        response = model_error_response(error, self.request_id)
+        if too_long is not None and error is not self._stopped_by:
+            self._log["context_error"] = True
+            response = error_response(400, "invalid_request_error", too_long, self.request_id)
+        else:
+            response = model_error_response(error, self.request_id)
         self.status = response.status
         return response
 
@@ -243,7 +255,7 @@ class Turn:
         try:
             self.exchange.receive_stream_start(status, headers, body)
         except ModelError as error:
-            return self.error_response(error)
+            return self.error_response(error, self._too_long(status, body))
         return None
 
     def out(self, data: bytes) -> bytes | Response | None:
@@ -354,11 +366,38 @@ class Turn:
         for event in events:
             if self._sign and event.get("type") == "content_block_start":
                 event = self._sign_block_event(event)
+            elif event.get("type") == "error":
+                event = self._too_long_event(event)
             if event.get("type") == "message_delta":
                 self._usage(event.get("usage"))
             parts.append(serialize_event(event))
         self.started = True
         return b"".join(parts)
+
+    # -- context errors ----------------------------------------------------------------
+
+    def _too_long(self, status: int, body: bytes) -> str | None:
+        """An upstream error reply that says the request did not fit its context window:
+        the Messages wording (``prompt is too long: N tokens > M maximum``, which Claude
+        Code compacts on), else ``None``."""
+        if status < 400 or not body:
+            return None
+        context = self._log.get("context")
+        counted = context.get("input_tokens") if isinstance(context, dict) else None
+        window = context.get("window") if isinstance(context, dict) else None
+        return self.gateway.context.rewrite(body, counted, window)
+
+    def _too_long_event(self, event: dict[str, Any]) -> dict[str, Any]:
+        """A stream ``error`` event saying the request did not fit: in the Messages wording."""
+        error = event.get("error")
+        message = error.get("message") if isinstance(error, Mapping) else None
+        if not isinstance(message, str):
+            return event
+        too_long = self._too_long(400, message.encode())
+        if too_long is None:
+            return event
+        self._log["context_error"] = True
+        return {**event, "error": {"type": "invalid_request_error", "message": too_long}}
 
     # -- ids, usage, log --------------------------------------------------------------
 

@@ -53,6 +53,7 @@ import attrs
 
 from tpx._safe import quote
 from tpx.errors import ConfigurationError
+from tpx.transport.translate.overflow import FORMS
 
 __all__ = [
     "DEFAULT_PROFILE",
@@ -119,6 +120,11 @@ class Profile:
     ``structured``: ``json_schema`` or ``json_object`` (+ the schema as prompt text).
     ``user_field`` / ``user_max``: whether ``user`` is sent, and its longest value
     (longer ids are hashed).
+    ``overflow``: the names of the context-error wordings the server sends
+    (:data:`tpx.transport.translate.overflow.FORMS`).
+    ``drop_billing_header``: a first system block that is Claude Code's
+    ``x-anthropic-billing-header: ...`` line is not sent (it varies between versions and
+    requests, and as the prompt's first bytes it defeats a server's prefix cache).
     """
 
     name: str
@@ -136,6 +142,8 @@ class Profile:
     structured: StructuredOutput = "json_schema"
     user_field: bool = True
     user_max: int = 64
+    overflow: tuple[str, ...] = ()
+    drop_billing_header: bool = True
 
     def effort(self, wanted: str) -> str | None:
         """The server's effort name for *wanted*: the highest allowed level not above it,
@@ -150,6 +158,7 @@ class Profile:
 
 
 _NO_SCHEMA_META = frozenset({"$schema"})
+_OPENAI_OVERFLOW = ("openai-max-context", "openai-code", "openai-window")
 
 PROFILES: Mapping[str, Profile] = {
     profile.name: profile
@@ -161,22 +170,26 @@ PROFILES: Mapping[str, Profile] = {
             reasoning="reasoning_effort",
             efforts=("minimal", "low", "medium", "high"),  # xhigh: only some models
             file_parts=True,
+            overflow=_OPENAI_OVERFLOW,
         ),
         Profile(
             "vllm",
             reasoning="enable_thinking",
             reasoning_back="reasoning_content",
+            overflow=("openai-max-context", "vllm-input-tokens"),
         ),
         Profile(
             "sglang",
             reasoning="enable_thinking",
             reasoning_back="reasoning_content",
+            overflow=("sglang-input-longer", "sglang-requested", "openai-max-context"),
         ),
         Profile(
             "llama.cpp",
             schema_drop=_NO_SCHEMA_META,
             reasoning="enable_thinking",
             reasoning_back="reasoning_content",
+            overflow=("llama.cpp-context-size",),
         ),
         Profile(
             "ollama",
@@ -185,6 +198,7 @@ PROFILES: Mapping[str, Profile] = {
             efforts=("low", "medium", "high"),
             disable_effort="none",
             reasoning_back="reasoning",
+            overflow=("ollama-exceeded", "ollama-input-length"),
         ),
         Profile(
             "deepseek",
@@ -194,6 +208,7 @@ PROFILES: Mapping[str, Profile] = {
             efforts=("low", "high", "max"),
             reasoning_back="reasoning_content",
             structured="json_object",
+            overflow=_OPENAI_OVERFLOW,
         ),
         Profile(
             "gemini",
@@ -204,6 +219,7 @@ PROFILES: Mapping[str, Profile] = {
             efforts=("low", "medium", "high"),
             disable_effort="none",
             user_field=False,
+            overflow=("gemini-token-count",),
         ),
         Profile(
             "openrouter",
@@ -213,12 +229,14 @@ PROFILES: Mapping[str, Profile] = {
             disable_effort="none",
             reasoning_back="reasoning",
             file_parts=True,
+            overflow=("openrouter-endpoint", "openai-max-context"),
         ),
         Profile(
             "generic",
             schema_keep=GEMINI_SCHEMA_KEYWORDS,
             openapi_subset=True,
             structured="json_object",
+            overflow=tuple(FORMS),
         ),
     )
 }

@@ -593,6 +593,10 @@ def _user(
         st.warn(f"messages[{index}]: empty user message dropped")
 
 
+#: How Claude Code's first system block begins (a per-version, per-entrypoint line).
+BILLING_HEADER = "x-anthropic-billing-header:"
+
+
 def _system(system: Any, out: list[dict[str, Any]], st: _State) -> None:
     if isinstance(system, str):
         if system:
@@ -601,12 +605,14 @@ def _system(system: Any, out: list[dict[str, Any]], st: _State) -> None:
     if not isinstance(system, list):
         _bad("system must be a string or a list of text blocks")
     parts: list[dict[str, Any]] = []
-    for block in system:
+    for position, block in enumerate(system):
         if not isinstance(block, dict) or block.get("type") != "text":
             _bad("system blocks must be text blocks")
         text = block.get("text")
         if not isinstance(text, str):
             _bad("text block without a string text")
+        if position == 0 and st.profile.drop_billing_header and text.startswith(BILLING_HEADER):
+            continue  # varies between versions and requests: it would defeat prefix caches
         if text:
             parts.append({"type": "text", "text": text})
         if block.get("citations"):

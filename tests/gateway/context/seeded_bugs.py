@@ -1,0 +1,124 @@
+"""The context-window contract's seeded bugs: each one, applied to the code, fails the tests.
+
+    .venv/bin/python -m tests.gateway.context.seeded_bugs
+
+Each entry of :data:`BUGS` is (file, text, bug, tests): the text replaced by the bug in the
+file, the tests run (``pytest -x``), the file restored from git (``git checkout -- FILE``)
+whatever happens. Prints ``CAUGHT`` or ``MISSED`` per bug; exits 1 when one is missed. Run it
+in a clean work tree: it rewrites files in place while it runs.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+BUGS = [
+    (
+        "tpx/gateway/context/preflight.py",
+        "    if input_tokens > maximum:",
+        "    if input_tokens > window:",
+        "tests/gateway/context/test_preflight.py tests/gateway/context/test_gateway_context.py",
+    ),
+    (
+        "tpx/gateway/context/gate.py",
+        '            body["max_tokens"] = verdict.max_tokens',
+        "            pass",
+        "tests/gateway/context/test_gateway_context.py",
+    ),
+    (
+        "tpx/gateway/turn.py",
+        "                event = self._too_long_event(event)",
+        "                pass",
+        "tests/gateway/context/test_gateway_context.py",
+    ),
+    (
+        "tpx/gateway/turn.py",
+        "            return self.error_response(error, self._too_long(status, body))\n"
+        "        self._sign_message",
+        "            return self.error_response(error)\n        self._sign_message",
+        "tests/gateway/context/test_gateway_context.py",
+    ),
+    (
+        "tpx/gateway/context/gate.py",
+        "if not self.active or not self.config.rewrite_errors:",
+        "if not self.active:",
+        "tests/gateway/context/test_gateway_context.py",
+    ),
+    (
+        "tpx/transport/translate/request.py",
+        "if position == 0 and st.profile.drop_billing_header",
+        "if position == 1 and st.profile.drop_billing_header",
+        "tests/transport/translate/test_prefix_cache.py",
+    ),
+    (
+        "tpx/gateway/context/counting.py",
+        "MARGIN = 1.10",
+        "MARGIN = 1.0",
+        "tests/gateway/context/test_counting.py",
+    ),
+    (
+        "tpx/gateway/context/preflight.py",
+        "body_bytes * 11 // 10 + SLACK",
+        "body_bytes + SLACK",
+        "tests/gateway/context/test_preflight.py",
+    ),
+    (
+        "tpx/transport/translate/overflow.py",
+        '            n_field="n_prompt_tokens",\n',
+        "",
+        "tests/transport/translate/test_overflow.py",
+    ),
+    (
+        "tpx/gateway/context/gate.py",
+        "        target = self.aliases.get(model)",
+        "        target = None",
+        "tests/gateway/context/test_gateway_context.py",
+    ),
+    (
+        "tpx/gateway/context/discover.py",
+        "        if windows.configured(model):\n            continue\n",
+        "",
+        "tests/gateway/context/test_discover.py",
+    ),
+    (
+        "tpx/gateway/context/tokenizer.py",
+        'return count if self.shape == "chat" else count + framing(body)',
+        "return count",
+        "tests/gateway/context/test_tokenizer.py",
+    ),
+    (
+        "tpx/gateway/tokens.py",
+        "    return _count(text)\n\n\ndef _count",
+        "    return _count(text) + 1\n\n\ndef _count",
+        "tests/gateway/context/test_counting.py",
+    ),
+]
+
+
+def main() -> int:
+    missed = 0
+    for path, old, new, tests in BUGS:
+        with open(path) as handle:
+            source = handle.read()
+        assert source.count(old) == 1, (path, old)
+        with open(path, "w") as handle:
+            handle.write(source.replace(old, new))
+        try:
+            run = subprocess.run(
+                [sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", "-x", *tests.split()],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+        finally:
+            subprocess.run(["git", "checkout", "--", path], check=True)
+        last = (run.stdout.strip().splitlines() or [""])[-1]
+        missed += run.returncode == 0
+        verdict = "CAUGHT" if run.returncode else "MISSED"
+        print(f"{verdict} {path}: {old.strip()[:50]!r} -> {new.strip()[:30]!r}: {last}", flush=True)
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

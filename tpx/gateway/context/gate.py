@@ -1,0 +1,128 @@
+"""What the gateway core asks of the context-window contract (TPX provider), in one object.
+
+:class:`ContextGate` holds the windows (:mod:`.window`), the model aliases (:mod:`.aliases`)
+and the switches (``[context]``), and answers the core's questions: which upstream model an
+alias names, whether a request fits its window (:meth:`ContextGate.check`, the preflight),
+how many tokens a translated request counts, what an upstream context error becomes. Pure:
+discovery writes the windows from the I/O shell (:mod:`.discover`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tpx.errors import ProtocolError, UnsupportedError
+from tpx.gateway.context.aliases import aliases
+from tpx.gateway.context.preflight import Verdict, may_overflow, preflight
+from tpx.gateway.context.tokenizer import TOKENIZERS, TokenizerEndpoint
+from tpx.gateway.context.window import Window, Windows
+from tpx.gateway.settings import ModelRoute, Settings
+from tpx.transport.exchange import Provider
+from tpx.transport.translate import request_to_openai
+from tpx.transport.translate.overflow import overflow_in, too_long
+
+__all__ = ["ContextGate"]
+
+
+class ContextGate:
+    """The context-window contract of one gateway (see the module docstring)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.config = settings.context
+        self.active = settings.provider is Provider.TPX
+        configured: dict[str, int] = {}
+        if settings.model and self.config.window is not None:
+            configured[settings.model] = self.config.window
+        for route in settings.routes:
+            if route.model and route.context_window is not None:
+                configured.setdefault(route.model, route.context_window)
+        self.windows = Windows(configured, self.config.default)
+        #: count_tokens' tokenizer endpoint (``[context] tokenizer``; None: the estimate)
+        self.tokenizer: TokenizerEndpoint | None = (
+            TOKENIZERS.get(settings.profile.name) if self.active and self.config.tokenizer else None
+        )
+        self.aliases: Mapping[str, str] = (
+            aliases(self.models()) if self.active and self.config.aliases else {}
+        )
+
+    def models(self) -> list[str]:
+        """The configured upstream models, ``TPX_MODEL`` first, then ``[[models]]``, then the
+        models of ``[[upstreams]]``, each once."""
+        names: list[str] = []
+        routing = self.settings.routing
+        served = [m for u in routing.upstreams for m in u.models] if routing is not None else []
+        for name in [self.settings.model, *(r.model for r in self.settings.routes), *served]:
+            if name and name not in names:
+                names.append(name)
+        return names
+
+    def resolve(self, model: str) -> tuple[str, ModelRoute | None] | None:
+        """For an alias: its upstream model and the ``[[models]]`` entry naming it."""
+        target = self.aliases.get(model)
+        if target is None:
+            return None
+        return target, next((r for r in self.settings.routes if r.model == target), None)
+
+    def window(self, upstream_model: str | None, route: ModelRoute | None = None) -> Window:
+        return self.windows.of(upstream_model, route.context_window if route else None)
+
+    def check(
+        self,
+        body: dict[str, Any],
+        upstream_model: str | None,
+        body_bytes: int,
+        route: ModelRoute | None = None,
+    ) -> Verdict | None:
+        """The preflight of a ``/v1/messages`` body (ids already unsigned): ``None`` when it
+        cannot come near its window (nothing counted) or the preflight is off; else the
+        verdict, with ``body["max_tokens"]`` lowered when it was clamped."""
+        if not self.active or not self.config.preflight:
+            return None
+        window = self.window(upstream_model, route)
+        max_tokens = body.get("max_tokens")
+        wanted = max_tokens if isinstance(max_tokens, int) else None
+        if not may_overflow(body_bytes, wanted, window.tokens):
+            return None
+        try:
+            translated = request_to_openai(
+                body,
+                model=upstream_model,
+                profile=self.settings.profile,
+                secret=self.settings.signer,
+            ).body
+        except (ProtocolError, UnsupportedError):
+            return None  # the exchange refuses it with its own words
+        verdict = preflight(
+            self.count(translated), wanted, window.tokens, min_output=self.config.min_output
+        )
+        if verdict.clamped:
+            body["max_tokens"] = verdict.max_tokens
+        return verdict
+
+    @staticmethod
+    def count(translated: Mapping[str, Any]) -> int:
+        """The input tokens of a translated request (count_tokens and the preflight)."""
+        from tpx.gateway.context.counting import estimate_tokens
+
+        return estimate_tokens(translated)
+
+    def rewrite(
+        self, text: str | bytes, fallback_tokens: int | None = None, window: int | None = None
+    ) -> str | None:
+        """The Messages wording for an upstream context error in *text* (``None``: not one,
+        or the rewrite is off). Numbers the error does not carry: *fallback_tokens* (the
+        gateway's count) and *window*, else the largest the wording allows."""
+        if not self.active or not self.config.rewrite_errors:
+            return None
+        found = overflow_in(text, self.settings.profile.overflow)
+        if found is None:
+            return None
+        maximum = found.maximum if found.maximum is not None else window
+        tokens = found.tokens if found.tokens is not None else fallback_tokens
+        if maximum is None:
+            maximum = self.config.default
+        if tokens is None or tokens <= maximum:
+            tokens = maximum + 1  # the server said it is too long: N > M, whatever it counted
+        return too_long(tokens, maximum)
