@@ -51,7 +51,7 @@ class GatewayApp:
         self.upstream = upstream
         self.settings: Settings = gateway.settings
         self.offload = Offload(gateway)
-        self._discovery: asyncio.Task[None] | None = None  # context windows (TPX)
+        self._discovery: list[asyncio.Task[None]] = []  # context windows (TPX)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -142,15 +142,30 @@ class GatewayApp:
 
                     await asyncio.to_thread(encoding)  # load the tokenizer before serving
                 await self.offload.start()  # after: its workers inherit the tokenizer
-                self._discovery = start_discovery(self.gateway.context, self.upstream)
+                self._discovery = self._start_discovery()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                if self._discovery is not None:
-                    self._discovery.cancel()
+                for task in self._discovery:
+                    task.cancel()
                 await self.offload.aclose()
                 await self.upstream.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+    def _start_discovery(self) -> list[asyncio.Task[None]]:
+        """The context windows' discovery: of the one upstream, or of each of ``[[upstreams]]``
+        with its own profile and models."""
+        gate = self.gateway.context
+        if not isinstance(self.upstream, UpstreamPool):
+            tasks = [start_discovery(gate, self.upstream)]
+        else:
+            tasks = [
+                start_discovery(
+                    gate, self.upstream.clients[u.name], profile=u.profile.name, served=u.models
+                )
+                for u in self.upstream.routing.upstreams
+            ]
+        return [task for task in tasks if task is not None]
 
     async def _body(self, scope: Scope, receive: Receive) -> bytes:
         limit = self.settings.limits.max_body_bytes

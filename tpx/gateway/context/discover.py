@@ -155,11 +155,19 @@ async def keep_fresh(
         await asyncio.sleep(every)
 
 
-def start_discovery(gate: ContextGate, upstream: Upstream) -> asyncio.Task[None] | None:
+def start_discovery(
+    gate: ContextGate,
+    upstream: Upstream,
+    *,
+    profile: str | None = None,
+    served: Iterable[str] | None = None,
+) -> asyncio.Task[None] | None:
     """Start :func:`keep_fresh` for *gate*'s models when its profile has a probe, discovery
-    is on and the provider is TPX (``None``: nothing to discover)."""
-    probe = PROBES.get(gate.settings.profile.name)
-    models = [m for m in gate.models() if not gate.windows.configured(m)]
+    is on and the provider is TPX (``None``: nothing to discover). One upstream of
+    ``[[upstreams]]``: its *profile* and the models it *served*."""
+    probe = PROBES.get(profile if profile is not None else gate.settings.profile.name)
+    names = gate.models() if served is None else list(served)
+    models = [m for m in names if not gate.windows.configured(m)]
     if not gate.active or not gate.config.discover or probe is None or not models:
         return None
     return asyncio.create_task(

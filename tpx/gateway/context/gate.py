@@ -38,6 +38,12 @@ class ContextGate:
         for route in settings.routes:
             if route.model and route.context_window is not None:
                 configured.setdefault(route.model, route.context_window)
+        for upstream in settings.routing.upstreams if settings.routing is not None else ():
+            if upstream.context_window is None:
+                continue
+            for model in upstream.models:  # served by several: the smallest window holds
+                known = configured.get(model)
+                configured[model] = min(known or upstream.context_window, upstream.context_window)
         self.windows = Windows(configured, self.config.default)
         #: count_tokens' tokenizer endpoint (``[context] tokenizer``; None: the estimate)
         self.tokenizer: TokenizerEndpoint | None = (
