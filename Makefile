@@ -52,7 +52,7 @@ test: $(STAMP) graphviz
 conformance: $(STAMP) graphviz
 	$(PY) -m pytest conformance -m "" -n 2 -q
 
-## Only the gateway's HTTP replay (conformance/gateway_http; part of `make conformance`):
+## Only the gateway's HTTP replay (tpx/audit; part of `make conformance`):
 ## every behaviour of the small cfgs, edge covers of the shipped and a larger cfg, the bugs.
 conformance-http: $(STAMP)
 	$(PY) -m pytest -m "" conformance/test_gateway_http_replay.py conformance/test_gateway_http_bugs.py \

@@ -62,19 +62,19 @@ from typing import Any
 
 import httpx2
 
-from conformance.gateway_http.abstraction import (
+from conformance.replay import Behaviour, Coverage
+from tpx.audit.abstraction import (
     BOUND,
     Observer,
     binding_problems,
     byte_problems,
     refusal_problem,
 )
-from conformance.gateway_http.behaviours import conversation_of
-from conformance.gateway_http.client import ABORT_STYLES, ConvClient, Settled
-from conformance.gateway_http.harness import GATEWAY_KEY, STEP_GUARD_S, Gateway, Harness
-from conformance.gateway_http.serve import TAIL_HITS
-from conformance.gateway_http.upstream import FAIL_KINDS, STREAM_FAIL_KINDS, Channel, Plan
-from conformance.replay import Behaviour, Coverage
+from tpx.audit.behaviours import conversation_of
+from tpx.audit.client import ABORT_STYLES, ConvClient, Settled
+from tpx.audit.harness import GATEWAY_KEY, STEP_GUARD_S, Gateway, Harness
+from tpx.audit.serve import TAIL_HITS
+from tpx.audit.upstream import FAIL_KINDS, STREAM_FAIL_KINDS, Channel, Plan
 from tpx.oracle.model.gateway import INVARIANTS, Config, SelectionStable, State
 from tpx.oracle.model.gateway import invariants as _invariants
 from tpx.oracle.values import ModelValue, Record

@@ -64,10 +64,10 @@ from typing import Any
 import orjson
 
 from conformance.abstraction import assemble_messages, is_stream, sse_events
-from conformance.gateway_http import binding
-from conformance.gateway_http.client import ConvClient, Settled
-from conformance.gateway_http.harness import API_KEY, GATEWAY_SECRET, OAUTH_TOKEN
-from conformance.gateway_http.upstream import WIRE_ID, Channel, UpstreamExchange
+from tpx.audit import binding
+from tpx.audit.client import ConvClient, Settled
+from tpx.audit.harness import API_KEY, GATEWAY_SECRET, OAUTH_TOKEN
+from tpx.audit.upstream import WIRE_ID, Channel, UpstreamExchange
 from tpx.oracle.model.gateway.state import VARS
 from tpx.oracle.values import Function, ModelValue, Record
 from tpx.transport.translate.ids import verify_signed_id, wire_id

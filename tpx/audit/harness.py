@@ -32,7 +32,7 @@ import attrs
 import httpx2
 import uvicorn
 
-from conformance.gateway_http.upstream import FakeUpstreams
+from tpx.audit.upstream import FakeUpstreams
 
 __all__ = ["API_KEY", "GATEWAY_KEY", "GATEWAY_SECRET", "OAUTH_TOKEN", "Gateway", "Harness"]
 
@@ -182,7 +182,7 @@ class Harness:
         if has_token:
             env["TPX_OAUTH_TOKEN"] = OAUTH_TOKEN
             env["TPX_BASE_URL"] = self.upstream_url + "/v1"
-        cmd = [sys.executable, "-m", "conformance.gateway_http.serve"]
+        cmd = [sys.executable, "-m", "tpx.audit.serve"]
         if bug is not None:
             cmd += ["--bug", bug]
         cmd += ["--", "serve", "--host", "127.0.0.1", "--port", "0"]

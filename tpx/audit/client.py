@@ -33,9 +33,9 @@ import httpx2
 import orjson
 
 from conformance.abstraction import assemble_messages
-from conformance.gateway_http.binding import call_of_input, output_for, request_kind
-from conformance.gateway_http.claude_code import recorded_headers, tail_members
-from conformance.gateway_http.upstream import UpstreamExchange, conv_tag
+from tpx.audit.binding import call_of_input, output_for, request_kind
+from tpx.audit.claude_code import recorded_headers, tail_members
+from tpx.audit.upstream import UpstreamExchange, conv_tag
 from tpx.oracle.values import ModelValue
 
 __all__ = ["ABORT_STYLES", "ConvClient", "Settled"]
