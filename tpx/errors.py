@@ -56,6 +56,7 @@ import builtins
 import datetime
 import email.utils
 import math
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
@@ -368,6 +369,15 @@ def error_message_from_body(body: bytes | str) -> tuple[str | None, str | None]:
     )
 
 
+#: an upstream's refusal of a prompt longer than its context window (OpenAI's code and
+#: wording, vLLM's, llama.cpp's, Ollama's, and the Messages API's own)
+_CONTEXT_OVERFLOW = re.compile(
+    r"context_length_exceeded|maximum context length|context length exceeded|context window"
+    r"|exceeds the available context size|prompt is too long|input is too long for",
+    re.IGNORECASE,
+)
+
+
 def error_for_status(
     status: int,
     headers: Mapping[str, str],
@@ -400,6 +410,10 @@ def error_for_status(
         message = message[:_MAX_PROVIDER_MESSAGE] + "..."
     who = provider or "provider"
     text = f"{who} returned HTTP {status}" + (f": {message}" if message else "")
+    if status in (400, 413) and _CONTEXT_OVERFLOW.search(message):
+        # the Messages API's wording, which clients (Claude Code) read to compact the context
+        text = f"prompt is too long: {text}"
+        status, err_type = 400, "invalid_request_error"
     cls: type[ModelError]
     if status in (401, 403):
         cls = UnauthorizedError

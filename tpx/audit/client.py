@@ -57,6 +57,7 @@ class Settled:
 
     status: int | None
     body: bytes
+    headers: dict[str, str] = attrs.field(factory=dict)  # lower-case names
 
 
 @attrs.define(eq=False)

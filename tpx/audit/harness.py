@@ -104,7 +104,7 @@ class _BrokenStreams(logging.Filter):
 
 
 class Harness:
-    def __init__(self) -> None:
+    def __init__(self, listen: tuple[str, int] = ("127.0.0.1", 0)) -> None:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
@@ -112,8 +112,8 @@ class Harness:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # replies in one go
-        sock.bind(("127.0.0.1", 0))
-        self.upstream_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        sock.bind(listen)
+        self.upstream_url = f"http://{listen[0]}:{sock.getsockname()[1]}"
         config = uvicorn.Config(
             self.upstreams, log_level="warning", access_log=False, lifespan="off"
         )

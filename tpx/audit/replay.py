@@ -135,6 +135,8 @@ class HttpReplayer:
         self.ping_interval = ping_interval
         self._http: dict[tuple[str, ModelValue], httpx2.AsyncClient] = {}
         self.steps = 0
+        #: the hang guard of one step, in seconds
+        self.guard_s = STEP_GUARD_S
         #: requests that reached the upstream while another conversation's exchange was in
         #: flight (its request held on the fake, or its reply out and not yet delivered)
         self.overlaps = 0
@@ -329,7 +331,7 @@ class HttpReplayer:
 
     async def _guard(self, aw: Any, what: str) -> Any:
         try:
-            return await asyncio.wait_for(aw, STEP_GUARD_S)
+            return await asyncio.wait_for(aw, self.guard_s)
         except TimeoutError:
             raise HttpConformanceError(
                 f"no progress: waited for {what}", violated=["Refinement"], step=0, action=""
@@ -340,7 +342,7 @@ class HttpReplayer:
         assert cl.outstanding is not None
         arrival = asyncio.ensure_future(ch.arrivals.get())
         done, _ = await asyncio.wait(
-            {arrival, cl.outstanding}, timeout=STEP_GUARD_S, return_when=asyncio.FIRST_COMPLETED
+            {arrival, cl.outstanding}, timeout=self.guard_s, return_when=asyncio.FIRST_COMPLETED
         )
         if arrival in done:
             cl.arrived = arrival.result()
@@ -364,7 +366,7 @@ class HttpReplayer:
         assert cl.outstanding is not None
         arrival = asyncio.ensure_future(ch.arrivals.get())
         await asyncio.wait(
-            {arrival, cl.outstanding}, timeout=STEP_GUARD_S, return_when=asyncio.FIRST_COMPLETED
+            {arrival, cl.outstanding}, timeout=self.guard_s, return_when=asyncio.FIRST_COMPLETED
         )
         if arrival.done():
             raise HttpConformanceError(
@@ -386,7 +388,8 @@ class HttpReplayer:
             ) from None
         if b"event: ping" in response.content:
             self.pinged += 1
-        cl.settle(Settled(response.status_code, response.content))
+        headers = {k.lower(): v for k, v in response.headers.items()}
+        cl.settle(Settled(response.status_code, response.content, headers))
 
     async def _cleanup(
         self, clients: dict[ModelValue, ConvClient], channels: dict[ModelValue, Channel]

@@ -10,14 +10,15 @@ so the replay can assert that its bodies went through the cache.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pytest
 from prometheus_client import Gauge
 
 import tpx.gateway.core
-from conformance.gateway_bugs import GATEWAY_BUGS
 from tpx.cli import main as tpx_main
+
+if TYPE_CHECKING:
+    import pytest
 
 #: the gauge's name in ``/metrics``
 TAIL_HITS = "tpx_conformance_tail_cache_hits"
@@ -42,6 +43,10 @@ def main(argv: list[str]) -> int:
         bug, argv = argv[1], argv[2:]
     if argv[:1] == ["--"]:
         argv = argv[1:]
+    import pytest  # the seeded bugs are patched in as the tests patch them
+
+    from conformance.gateway_bugs import GATEWAY_BUGS
+
     mp = pytest.MonkeyPatch()  # for the life of the process
     _count_tail_hits(mp)
     if bug is not None:

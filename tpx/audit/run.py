@@ -1,0 +1,618 @@
+"""``tpx audit URL``: the gateway spec's behaviours, and the Messages API's rules, as a test
+of any Messages endpoint.
+
+Gateway mode (:func:`audit_gateway`): tpx runs the scripted OpenAI-compatible upstream
+(:class:`tpx.audit.upstream.FakeUpstreams`); the endpoint under test is configured to use
+it. The audit replays every behaviour of a small cfg of ``spec/TpxGateway.tla`` whose
+gateway has an OpenAI-compatible upstream (``hasToken``, no ``hasKey``) through the
+endpoint, with Claude Code's recorded bodies, every second behaviour streamed
+(:class:`AuditReplayer`: the conformance replay aimed at a URL), and judges each step: the
+spec's variables from the bytes (Refinement, PairingInv, the binding of ids to calls and
+results over every round, one upstream request per client request, refusals), and every
+answer against the Messages API's grammar and rules (:mod:`tpx.audit.checks`: ShapeInv,
+the ``msg_`` id, usage, error shapes, ``retry-after``). A few scenarios add what the
+spec's behaviours do not: a context overflow upstream (the prompt-too-long wording), a
+529 then the same body again (retry safety), ``count_tokens`` and ``/v1/models``.
+
+Live mode (:func:`audit_live`): a real model behind the URL; the checks that need no
+scripted upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections.abc import Sequence
+from typing import Any, cast
+
+import attrs
+import httpx2
+import orjson
+
+from tpx.audit import checks
+from tpx.audit.abstraction import Observer
+from tpx.audit.behaviours import SMALL, all_behaviours, mirror_graph
+from tpx.audit.client import ConvClient, Settled
+from tpx.audit.findings import Failure, Result, check_named
+from tpx.audit.harness import GATEWAY_KEY, Gateway, Harness
+from tpx.audit.replay import HttpConformanceError, HttpReplayer
+from tpx.audit.traces import conversation_trace, judge
+from tpx.audit.upstream import Channel, Plan
+from tpx.oracle.model.gateway import Config
+from tpx.oracle.values import ModelValue, Record
+
+__all__ = ["AuditReplayer", "Target", "audit_gateway", "audit_live", "gateway_behaviours"]
+
+#: the replay's property -> the audit's check
+CHECK_OF = {
+    "TypeOK": "ShapeInv",
+    "ShapeInv": "ShapeInv",
+    "PairingInv": "PairingInv",
+    "Binding": "PairingInv",
+    "NoCrossPairing": "PairingInv",
+    "RetryInv": "PairingInv",
+    "OneRequest": "OneRequest",
+    "Refusal": "Refusal",
+    "ErrorShape": "ErrorShape",
+    "Credential": "Credential",
+}
+#: a step's hang guard (a failure to answer is a finding, not a wait)
+GUARD_S = 20.0
+
+
+@attrs.frozen
+class Target:
+    """The endpoint under test, as the replay addresses a gateway."""
+
+    url: str
+    provider: str = "TPX"
+    bug: str | None = None
+
+
+def gateway_behaviours(configs: Sequence[tuple[str, Config]]) -> list[tuple[str, Any]]:
+    """``(label, behaviour)`` of every behaviour of *configs* that starts with an
+    OpenAI-compatible upstream only (what an endpoint configured to the fake has)."""
+    out = []
+    for name, config in configs:
+        for k, b in enumerate(all_behaviours(mirror_graph(config))):
+            if b.init["hasToken"] and not b.init["hasKey"]:
+                out.append((f"{name} #{k}", b))
+    return out
+
+
+def _text(data: bytes | None, limit: int = 6000) -> str:
+    if data is None:
+        return ""
+    text = data.decode("utf-8", "replace")
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
+
+
+def _slim(body: bytes) -> str:
+    """A client request for the report: the members after ``messages`` (the recorded
+    system prompt and tools, the same in every request) left out."""
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return _text(body)
+    if isinstance(value, dict):
+        kept = {k: value[k] for k in ("model", "messages", "stream") if k in value}
+        kept["..."] = "system, tools, metadata and the rest of Claude Code's recorded body"
+        return orjson.dumps(kept, option=orjson.OPT_INDENT_2).decode()
+    return _text(body)
+
+
+class AuditReplayer(HttpReplayer):
+    """The conformance replay aimed at an endpoint's URL; every failure is recorded (with
+    its counterexample) in :attr:`result` instead of ending the audit."""
+
+    def __init__(self, harness: Harness, target: Target, key: str, result: Result) -> None:
+        super().__init__(harness, SMALL, streaming=None)
+        self.target = target
+        self.key = key
+        self.result = result
+        self.guard_s = GUARD_S
+        self._states: list[tuple[str, Record]] = []
+        self._seen: dict[tuple[ModelValue, int], bool] = {}
+        self._obs: Observer | None = None
+        self._where = ""
+
+    # -- driving ------------------------------------------------------------------------
+
+    def audit(self, label: str, config: Config, behaviour: Any, index: int) -> None:
+        self.config = config
+        self._where = f"{label}, {'streamed' if index % 2 == 1 else 'plain'}"
+        self._states = []
+        self._seen = {}
+        self._obs = None
+        gw = cast(Gateway, self.target)
+        try:
+            self.harness.run(self._replay(gw, behaviour, index))
+        except HttpConformanceError as exc:
+            if self._obs is not None and exc.step > len(self._states) - 1:
+                self._states.append((exc.action, self._obs.state()))
+            self._record_replay(exc)
+        self.result.behaviours += 1
+
+    def _client(self, gw: Gateway, c: ModelValue) -> httpx2.AsyncClient:
+        client = self._http.get((gw.url, c))
+        if client is None:
+            client = self._http[(gw.url, c)] = httpx2.AsyncClient(
+                base_url=gw.url,
+                headers={"x-api-key": self.key, "anthropic-version": "2023-06-01"},
+                timeout=httpx2.Timeout(self.guard_s),
+            )
+        return client
+
+    def _judge(
+        self,
+        obs: Observer,
+        observed: Record,
+        before: Record | None,
+        expected: Record,
+        step: int,
+        action: str,
+        gw: Gateway,
+    ) -> None:
+        self._obs = obs
+        self._states.append((action, observed))
+        for c, cl in obs.clients.items():
+            for k, answer in enumerate(cl.received):
+                if (c, k) not in self._seen:
+                    self._seen[(c, k)] = True
+                    for check, message in answer_problems(cl, answer):
+                        self._record(check, f"{c}: {message}", c)
+        super()._judge(obs, observed, before, expected, step, action, gw)
+
+    # -- recording ------------------------------------------------------------------------
+
+    def _record_replay(self, exc: HttpConformanceError) -> None:
+        lines = [line.strip() for line in str(exc).splitlines()[1:]] or [str(exc)]
+        done: set[str] = set()
+        conv = _conv_of(exc.action)
+        for line in lines:
+            prop, _, message = line.partition(": ")
+            check = CHECK_OF.get(prop, "Refinement")
+            if exc.action.startswith("CallerAbort(") and check in ("PairingInv", "Refinement"):
+                check = "Refusal"
+            if check in done:
+                continue
+            done.add(check)
+            first = str(exc).splitlines()[0]
+            self._record(check, f"{first} {prop}: {message}" if message else first, conv)
+
+    def _record(self, check: str, message: str, conv: ModelValue | None) -> None:
+        obs = self._obs
+        failure = Failure(
+            check,
+            message,
+            self._where,
+            [label for label, _ in self._states[1:]],
+            *_exchanges(obs),
+        )
+        spec_property = check_named(check).property
+        if spec_property and conv is not None and self._states:
+            trace = conversation_trace(self._states, conv)
+            doc, report = judge(trace, spec_property, f"tpx audit {check}: {message[:200]}")
+            failure.trace, failure.verdict = doc, str(report)
+            failure.rejected_for = report.failed_property or ""
+        self.result.add(failure)
+
+
+def _conv_of(label: str) -> ModelValue | None:
+    _, _, who = label.partition("(")
+    return ModelValue(who.rstrip(")")) if who else None
+
+
+def _exchanges(obs: Observer | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    if obs is None:
+        return [], []
+    client: list[dict[str, Any]] = []
+    upstream: list[dict[str, Any]] = []
+    for c, cl in obs.clients.items():
+        answers = list(cl.received)
+        for k, (ex, _sent) in enumerate(cl.forwarded):
+            upstream.append(
+                {
+                    "conversation": c.name,
+                    "path": ex.path,
+                    "request": _text(ex.body),
+                    "status": ex.status,
+                    "reply": _text(ex.response),
+                    "seq": ex.seq,
+                    "client_request": k,
+                }
+            )
+        sent_bodies = [sent for _, sent in cl.forwarded]
+        if cl.last_body is not None and (not sent_bodies or sent_bodies[-1] != cl.last_body):
+            sent_bodies.append(cl.last_body)
+        for k, body in enumerate(sent_bodies):
+            answer = answers[k] if k < len(answers) else None
+            client.append(
+                {
+                    "conversation": c.name,
+                    "request": _slim(body),
+                    "status": None if answer is None else answer.status,
+                    "headers": {} if answer is None else _kept_headers(answer.headers),
+                    "answer": "" if answer is None else _text(answer.body),
+                }
+            )
+        for ch_ex in obs.channels[c].exchanges:
+            if all(u["seq"] != ch_ex.seq for u in upstream):
+                upstream.append(
+                    {
+                        "conversation": c.name,
+                        "path": ch_ex.path,
+                        "request": _text(ch_ex.body),
+                        "status": ch_ex.status,
+                        "reply": _text(ch_ex.response),
+                        "seq": ch_ex.seq,
+                        "client_request": None,
+                    }
+                )
+    upstream.sort(key=lambda u: int(u["seq"]))
+    return client, upstream
+
+
+def _kept_headers(headers: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in headers.items() if k in ("content-type", "retry-after", "request-id")}
+
+
+def answer_problems(cl: ConvClient, answer: Settled) -> list[checks.Problem]:
+    """The Messages API's rules on one answer a client received (beside the replay's)."""
+    if answer.status is None:
+        return []
+    sent = cl.sent or {}
+    upstream = cl.arrived
+    if answer.status >= 400:
+        problems = checks.error_problems(answer.status, answer.body, f"a {answer.status} answer")
+        if upstream is not None and upstream.status in (429, 529) and not problems:
+            want = {429: "rate_limit_error", 529: "overloaded_error"}[upstream.status]
+            kind = orjson.loads(answer.body)["error"]["type"]
+            if answer.status != upstream.status or kind != want:
+                problems.append(
+                    (
+                        "ErrorShape",
+                        f"the upstream's {upstream.status} answered {answer.status} {kind}, "
+                        f"not {upstream.status} {want}",
+                    )
+                )
+            elif "retry-after" not in answer.headers:
+                problems.append(
+                    ("ErrorShape", f"the upstream's {upstream.status} retry-after was dropped")
+                )
+        return problems
+    if answer.status != 200:
+        return [("ShapeInv", f"a {answer.status} answer to a Messages request")]
+    message: Any
+    if sent.get("stream") is True:
+        if not checks.is_stream(answer.body):
+            return [("ShapeInv", "a streamed request answered without an event stream")]
+        problems, message = checks.stream_problems(answer.body)
+    else:
+        try:
+            message = orjson.loads(answer.body)
+        except orjson.JSONDecodeError:
+            return [("ShapeInv", f"a 200 whose body is not JSON: {_text(answer.body, 120)}")]
+        problems = checks.message_problems(message)
+    if message is not None and upstream is not None and upstream.replied:
+        usage = _upstream_usage(upstream.response)
+        if usage is not None:
+            problems += checks.usage_problems(message, *usage, "the reply")
+    return problems
+
+
+def _upstream_usage(data: bytes | None) -> tuple[int, int] | None:
+    """``(prompt_tokens, completion_tokens)`` the fake reported (plain or streamed)."""
+    if data is None:
+        return None
+    for chunk in reversed(data.split(b"\n")):
+        text = chunk[6:] if chunk.startswith(b"data: ") else chunk
+        try:
+            value = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            continue
+        usage = value.get("usage") if isinstance(value, dict) else None
+        if isinstance(usage, dict) and "prompt_tokens" in usage:
+            return int(usage["prompt_tokens"]), int(usage["completion_tokens"])
+    return None
+
+
+# -- scenarios beyond the spec's behaviours ----------------------------------------------------
+
+
+async def _scenario(
+    rp: AuditReplayer, name: str, steps: Sequence[tuple[str, Any]], stream: bool
+) -> tuple[ConvClient, Observer]:
+    """Run *steps* (``(action, plan)``: ``CallerSend``, ``Retry``, ``Reply`` (tools),
+    ``Fail`` (kind), ``Deliver``) for one fresh conversation, recording observed states."""
+    c = ModelValue("c1")
+    key = "a" + "".join(ch for ch in name if ch.isalnum()) + str(next(_SCENARIOS))
+    cl = ConvClient(
+        c, key, rp._client(cast(Gateway, rp.target), c), stream=stream, session=f"audit-{key}"
+    )
+    ch: Channel = rp.harness.upstreams.channel(key)
+    obs = Observer(False, True, "TPX", {c: cl}, {c: ch})
+    rp._obs = obs
+    rp._states = [("Init", obs.state())]
+    rp._seen = {}
+    try:
+        for action, arg in steps:
+            if action == "CallerSend":
+                cl.send(cl.fresh_body())
+                await rp._sent(cl, ch)
+            elif action == "Retry":
+                assert cl.last_body is not None
+                cl.send(cl.last_body)
+                await rp._sent(cl, ch)
+            elif action == "ProviderReply":
+                ex = rp._held(cl)
+                ex.plan.set_result(Plan("reply", tuple(arg)))
+                await rp._guard(ex.done.wait(), "the fake's reply going out")
+            elif action == "ProviderFail":
+                ex = rp._held(cl)
+                ex.plan.set_result(Plan("fail", fail=str(arg)))
+                await rp._settle(cl, ch)
+            elif action == "Deliver":
+                await rp._settle(cl, ch)
+            rp._states.append((f"{action}(c1)", obs.state()))
+    finally:
+        if cl.outstanding is not None:
+            cl.outstanding.cancel()
+            with contextlib.suppress(asyncio.CancelledError, httpx2.HTTPError):
+                await cl.outstanding
+            cl.outstanding = None
+        for ex in ch.exchanges:
+            if not ex.plan.done():
+                ex.plan.set_result(Plan("fail", fail="500"))
+    return cl, obs
+
+
+def _run_scenario(
+    rp: AuditReplayer, name: str, steps: Sequence[tuple[str, Any]], stream: bool = False
+) -> ConvClient | None:
+    rp._where = f"scenario {name}, {'streamed' if stream else 'plain'}"
+    try:
+        cl, _ = rp.harness.run(_scenario(rp, name, steps, stream))
+    except HttpConformanceError as exc:
+        check = "RetrySafety" if name == "retry-after-529" else "Refinement"
+        rp._record(check, f"{exc}", ModelValue("c1"))
+        return None
+    return cl
+
+
+def _prompt_too_long(rp: AuditReplayer) -> None:
+    steps = [("CallerSend", None), ("ProviderFail", "context")]
+    cl = _run_scenario(rp, "context-overflow", steps)
+    if cl is None or not cl.received:
+        return
+    answer = cl.received[-1]
+    problem = ""
+    try:
+        error = orjson.loads(answer.body)["error"]
+        kind, text = error["type"], error["message"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        problem = f"answered {answer.status} {_text(answer.body, 200)}"
+    else:
+        if answer.status != 400 or kind != "invalid_request_error":
+            problem = f"answered {answer.status} {kind}, not 400 invalid_request_error"
+        elif not checks.PROMPT_TOO_LONG.search(text):
+            problem = f"the message {text!r} does not say 'prompt is too long'"
+    if problem:
+        rp._record("PromptTooLong", f"an upstream context overflow: {problem}", ModelValue("c1"))
+
+
+def _retry_safety(rp: AuditReplayer) -> None:
+    steps = [
+        ("CallerSend", None),
+        ("ProviderFail", "529"),
+        ("Retry", None),
+        ("ProviderReply", ("t1",)),
+        ("Deliver", None),
+    ]
+    cl = _run_scenario(rp, "retry-after-529", steps)
+    if cl is None:
+        return
+    last = cl.received[-1] if cl.received else None
+    if last is None or last.status != 200:
+        got = "nothing" if last is None else f"{last.status} {_text(last.body, 200)}"
+        rp._record("RetrySafety", f"the same body after a 529 answered {got}", ModelValue("c1"))
+
+
+def _endpoints(rp: AuditReplayer) -> None:
+    async def both() -> tuple[httpx2.Response, httpx2.Response]:
+        http = rp._client(cast(Gateway, rp.target), ModelValue("endpoints"))
+        body = {"model": "claude-audit", "messages": [{"role": "user", "content": "count me"}]}
+        counted = await http.post(
+            "/v1/messages/count_tokens", content=orjson.dumps(body), headers=_JSON
+        )
+        models = await http.get("/v1/models")
+        return counted, models
+
+    try:
+        counted, models = rp.harness.run(both())
+    except httpx2.HTTPError as exc:
+        rp.result.notes.append(f"count_tokens / models: {type(exc).__name__}: {exc}")
+        return
+    _endpoint_failures(rp.result, counted, models)
+
+
+_JSON = {"content-type": "application/json"}
+_SCENARIOS = itertools.count(1)
+
+
+def _endpoint_failures(result: Result, counted: httpx2.Response, models: httpx2.Response) -> None:
+    for name, response, found in (
+        (
+            "count_tokens",
+            counted,
+            checks.count_tokens_problems(counted.status_code, counted.content),
+        ),
+        ("models", models, checks.models_problems(models.status_code, models.content)),
+    ):
+        result.ran.add("CountTokens" if name == "count_tokens" else "Models")
+        for check, message in found:
+            if check == "ErrorShape":
+                check = "CountTokens" if name == "count_tokens" else "Models"
+            request = response.request
+            result.add(
+                Failure(
+                    check,
+                    message,
+                    f"POST {request.url.path}" if request.method == "POST" else request.url.path,
+                    [f"{request.method} {request.url.path}"],
+                    [
+                        {
+                            "conversation": "",
+                            "request": _text(request.content),
+                            "status": response.status_code,
+                            "headers": {},
+                            "answer": _text(response.content),
+                        }
+                    ],
+                    [],
+                )
+            )
+
+
+def audit_gateway(
+    harness: Harness,
+    url: str,
+    key: str = GATEWAY_KEY,
+    *,
+    configs: Sequence[tuple[str, Config]] = (("SMALL", SMALL),),
+    limit: int | None = None,
+    scenarios: bool = True,
+) -> Result:
+    """Audit the endpoint at *url* (configured to use *harness*'s scripted upstream)."""
+    start = time.monotonic()
+    result = Result(url, "gateway")
+    rp = AuditReplayer(harness, Target(url.rstrip("/")), key, result)
+    behaviours = gateway_behaviours(configs)
+    if limit is not None:
+        behaviours = behaviours[:limit]
+    cfg_of = dict(configs)
+    try:
+        for index, (label, b) in enumerate(behaviours):
+            rp.audit(label, cfg_of[label.split(" #")[0]], b, index)
+        if scenarios:
+            _prompt_too_long(rp)
+            _retry_safety(rp)
+            _endpoints(rp)
+    finally:
+        rp.close()
+    result.requests = rp.requests
+    result.ran |= {
+        "ShapeInv",
+        "MessageId",
+        "Usage",
+        "PairingInv",
+        "Refusal",
+        "OneRequest",
+        "Refinement",
+        "ErrorShape",
+        "Credential",
+    }
+    if scenarios:
+        result.ran |= {"PromptTooLong", "RetrySafety"}
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def audit_live(url: str, key: str, model: str, *, timeout: float = 120.0) -> Result:
+    """The checks that need no scripted upstream, against a real model at *url*."""
+    start = time.monotonic()
+    result = Result(url, "live")
+    headers = {"x-api-key": key, "anthropic-version": "2023-06-01", **_JSON}
+    tool = {
+        "name": "lookup",
+        "description": "Look a word up.",
+        "input_schema": {"type": "object", "properties": {"word": {"type": "string"}}},
+    }
+    with httpx2.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout) as http:
+        turns: list[tuple[str, dict[str, Any]]] = []
+        base = {"model": model, "max_tokens": 256}
+        ask = [{"role": "user", "content": "Look up the word 'audit' with the lookup tool."}]
+        forced = {**base, "messages": ask, "tools": [tool], "tool_choice": {"type": "any"}}
+        turns.append(("plain, a tool call forced", forced))
+        turns.append(("streamed, a tool call forced", {**forced, "stream": True}))
+        turns.append(("missing max_tokens", {"model": model, "messages": ask}))
+        for where, body in turns:
+            response = http.post("/v1/messages", content=orjson.dumps(body))
+            result.requests += 1
+            found: list[checks.Problem]
+            message: Any = None
+            if response.status_code >= 400:
+                found = checks.error_problems(response.status_code, response.content, where)
+                if "max_tokens" not in body and response.status_code != 400:
+                    found.append(("ErrorShape", f"{where}: answered {response.status_code}"))
+            elif body.get("stream"):
+                found, message = checks.stream_problems(response.content, where)
+            else:
+                message = orjson.loads(response.content)
+                found = checks.message_problems(message, where)
+            if "max_tokens" not in body and response.status_code == 200:
+                found.append(("ErrorShape", f"{where}: answered 200, not 400"))
+            if isinstance(message, dict):
+                uses = [b for b in message.get("content", []) if b.get("type") == "tool_use"]
+                if uses:
+                    found += _live_round(http, body, message, uses, where)
+            for check, text in found:
+                result.add(
+                    Failure(
+                        check,
+                        text,
+                        where,
+                        ["POST /v1/messages"],
+                        [
+                            {
+                                "conversation": "",
+                                "request": _text(orjson.dumps(body)),
+                                "status": response.status_code,
+                                "headers": _kept_headers(dict(response.headers)),
+                                "answer": _text(response.content),
+                            }
+                        ],
+                        [],
+                    )
+                )
+        counted = http.post(
+            "/v1/messages/count_tokens",
+            content=orjson.dumps({"model": model, "messages": ask}),
+        )
+        models = http.get("/v1/models")
+        _endpoint_failures(result, counted, models)
+    result.ran |= {"ShapeInv", "MessageId", "Usage", "PairingInv", "ErrorShape"}
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def _live_round(
+    http: httpx2.Client,
+    body: dict[str, Any],
+    message: dict[str, Any],
+    uses: list[dict[str, Any]],
+    where: str,
+) -> list[checks.Problem]:
+    """The tool calls answered: a correct round is taken (200), an invented id refused 400."""
+    answers = [
+        {"type": "tool_result", "tool_use_id": u["id"], "content": "an examination"} for u in uses
+    ]
+    history = [*body["messages"], {"role": "assistant", "content": message["content"]}]
+    good = {**body, "stream": False, "tool_choice": {"type": "auto"}}
+    good["messages"] = [*history, {"role": "user", "content": answers}]
+    found: list[checks.Problem] = []
+    response = http.post("/v1/messages", content=orjson.dumps(good))
+    if response.status_code != 200:
+        found.append(
+            ("PairingInv", f"{where}: the calls answered, the endpoint said {response.status_code}")
+        )
+    forged = [*answers, {"type": "tool_result", "tool_use_id": "toolu_forged", "content": "x"}]
+    bad = {**good, "messages": [*history, {"role": "user", "content": forged}]}
+    response = http.post("/v1/messages", content=orjson.dumps(bad))
+    if response.status_code != 400:
+        found.append(
+            ("Refusal", f"{where}: a result for an id never issued answered {response.status_code}")
+        )
+    return found
