@@ -179,7 +179,8 @@ def request_ids(ex: UpstreamExchange) -> list[str]:
 def client_call(raw: str) -> str | None:
     """The call a client-side id names: the wire id it stands for (a signed id verified with
     the gateway's secret, then decoded), read as ``call_KEY_T_N`` / ``toolu_KEY_T_N``."""
-    return binding.call_of_id(wire_id(verify_signed_id(raw, GATEWAY_SECRET) or raw))
+    call = binding.call_of_id(wire_id(verify_signed_id(raw, GATEWAY_SECRET) or raw))
+    return call if call is not None else binding.call_of_foreign_id(raw)
 
 
 def reply_ids(data: bytes | None) -> list[str]:

@@ -33,7 +33,7 @@ import httpx2
 import orjson
 
 from conformance.abstraction import assemble_messages
-from tpx.audit.binding import call_of_input, output_for, request_kind
+from tpx.audit.binding import call_of_input, learn, output_for, request_kind
 from tpx.audit.claude_code import recorded_headers, tail_members
 from tpx.audit.upstream import UpstreamExchange, conv_tag
 from tpx.oracle.values import ModelValue
@@ -232,6 +232,7 @@ class ConvClient:
                 if block.get("type") == "tool_use":
                     planted = block.get("input") or {}
                     self.ids[block["id"]] = (str(planted.get("conv")), str(planted.get("tool")))
+                    learn(str(block["id"]), call_of_input(planted))
             return
         self.last_outcome = "err"
         if self.arrived is None:  # refused before the wire (400), or no provider (502)

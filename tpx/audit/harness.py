@@ -125,6 +125,10 @@ class Harness:
         self._gateways: dict[tuple[bool, bool, str | None, float | None, bool], Gateway] = {}
         self._configs = tempfile.TemporaryDirectory(prefix="tpx-gw-http-")
 
+    def started(self) -> bool:
+        """The scripted upstream accepts connections."""
+        return bool(self._server.started)
+
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
