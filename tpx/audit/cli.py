@@ -56,8 +56,9 @@ def add_audit_parser(sub: Any) -> None:
         "--profile",
         choices=PROFILES,
         default="small",
-        help="small: every behaviour of the small cfg; full: also the retry and "
-        "two-tool cfgs (default small)",
+        help="small: every behaviour of the three small cfgs (two conversations; "
+        "three turns with retries; two parallel calls); full: also an edge cover of "
+        "spec/TpxGateway.cfg (default small)",
     )
     aud.add_argument("--model", default="claude-sonnet-4-5", help="--live: the model to ask")
     aud.add_argument("--report", type=Path, default=None, metavar="FILE.html|FILE.json")
@@ -91,13 +92,10 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
 
 def _gateway(args: argparse.Namespace) -> Any:
-    from tpx.audit.behaviours import RETRY, SMALL, TWO_TOOLS
     from tpx.audit.harness import Harness
-    from tpx.audit.run import audit_gateway
+    from tpx.audit.run import FULL_CFGS, SMALL_CFGS, audit_gateway
 
-    configs = [("SMALL", SMALL)]
-    if args.profile == "full":
-        configs += [("RETRY", RETRY), ("TWO_TOOLS", TWO_TOOLS)]
+    configs = FULL_CFGS if args.profile == "full" else SMALL_CFGS
     try:
         harness = Harness(listen=args.upstream_listen)
     except OSError as exc:

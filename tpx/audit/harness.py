@@ -45,6 +45,8 @@ OAUTH_TOKEN = "conformance-oauth-token"
 #: TPX_GATEWAY_SECRET: the key the gateway signs the ids it hands out with
 GATEWAY_SECRET = b"conformance-gateway-secret"
 _LISTENING = re.compile(r"listening on (http://[0-9.]+:[0-9]+) \(provider (\w+),")
+#: the tail cache's hits in the ``/metrics`` of the replay's processes (:mod:`tpx.audit.serve`)
+TAIL_HITS = "tpx_conformance_tail_cache_hits"
 #: a hang guard only (nothing waits on time): how long one step may take at most
 STEP_GUARD_S = 120.0
 

@@ -72,8 +72,7 @@ from tpx.audit.abstraction import (
 )
 from tpx.audit.behaviours import conversation_of
 from tpx.audit.client import ABORT_STYLES, ConvClient, Settled
-from tpx.audit.harness import GATEWAY_KEY, STEP_GUARD_S, Gateway, Harness
-from tpx.audit.serve import TAIL_HITS
+from tpx.audit.harness import GATEWAY_KEY, STEP_GUARD_S, TAIL_HITS, Gateway, Harness
 from tpx.audit.upstream import FAIL_KINDS, STREAM_FAIL_KINDS, Channel, Plan
 from tpx.oracle.model.gateway import INVARIANTS, Config, SelectionStable, State
 from tpx.oracle.model.gateway import invariants as _invariants

@@ -33,7 +33,15 @@ import orjson
 
 from tpx.audit import checks
 from tpx.audit.abstraction import Observer
-from tpx.audit.behaviours import SMALL, all_behaviours, mirror_graph
+from tpx.audit.behaviours import (
+    RETRY,
+    SHIPPED,
+    SMALL,
+    TWO_TOOLS,
+    all_behaviours,
+    cover_behaviours,
+    mirror_graph,
+)
 from tpx.audit.client import ConvClient, Settled
 from tpx.audit.findings import Failure, Result, check_named
 from tpx.audit.harness import GATEWAY_KEY, Gateway, Harness
@@ -43,7 +51,15 @@ from tpx.audit.upstream import Channel, Plan
 from tpx.oracle.model.gateway import Config
 from tpx.oracle.values import ModelValue, Record
 
-__all__ = ["AuditReplayer", "Target", "audit_gateway", "audit_live", "gateway_behaviours"]
+__all__ = [
+    "FULL_CFGS",
+    "SMALL_CFGS",
+    "AuditReplayer",
+    "Target",
+    "audit_gateway",
+    "audit_live",
+    "gateway_behaviours",
+]
 
 #: the replay's property -> the audit's check
 CHECK_OF = {
@@ -58,6 +74,17 @@ CHECK_OF = {
     "ErrorShape": "ErrorShape",
     "Credential": "Credential",
 }
+#: the small cfgs: every behaviour of each (two conversations; three turns with retries;
+#: two parallel calls over two rounds)
+SMALL_CFGS: tuple[tuple[str, Config], ...] = (
+    ("SMALL", SMALL),
+    ("RETRY", RETRY),
+    ("TWO_TOOLS", TWO_TOOLS),
+)
+#: a cfg name's suffix: its behaviours are a minimum edge cover, not all
+COVER = " (edge cover)"
+#: ``--profile full``: the small cfgs and the edge cover of spec/TpxGateway.cfg
+FULL_CFGS = (*SMALL_CFGS, ("SHIPPED" + COVER, SHIPPED))
 #: a step's hang guard (a failure to answer is a finding, not a wait)
 GUARD_S = 20.0
 
@@ -72,13 +99,15 @@ class Target:
 
 
 def gateway_behaviours(configs: Sequence[tuple[str, Config]]) -> list[tuple[str, Any]]:
-    """``(label, behaviour)`` of every behaviour of *configs* that starts with an
-    OpenAI-compatible upstream only (what an endpoint configured to the fake has)."""
+    """``(label, behaviour)`` of every behaviour of *configs* (a name ending in
+    :data:`COVER`: a minimum edge cover) that starts with an OpenAI-compatible upstream
+    only (what an endpoint configured to the fake has)."""
     out = []
     for name, config in configs:
-        for k, b in enumerate(all_behaviours(mirror_graph(config))):
+        pick = cover_behaviours if name.endswith(COVER) else all_behaviours
+        for k, b in enumerate(pick(mirror_graph(config))):
             if b.init["hasToken"] and not b.init["hasKey"]:
-                out.append((f"{name} #{k}", b))
+                out.append((f"{name.removesuffix(COVER)} #{k}", b))
     return out
 
 
@@ -170,9 +199,14 @@ class AuditReplayer(HttpReplayer):
     # -- recording ------------------------------------------------------------------------
 
     def _record_replay(self, exc: HttpConformanceError) -> None:
-        lines = [line.strip() for line in str(exc).splitlines()[1:]] or [str(exc)]
+        lines = [line.strip() for line in str(exc).splitlines()[1:]]
+        if not lines:  # one problem, said in one line
+            lines = [f"{v}: {str(exc).splitlines()[0]}" for v in exc.violated[:1]]
         done: set[str] = set()
         conv = _conv_of(exc.action)
+        named = {CHECK_OF.get(line.partition(": ")[0], "Refinement") for line in lines}
+        if len(named) > 1:  # the state left the spec's: the invariant's check names why
+            done.add("Refinement")
         for line in lines:
             prop, _, message = line.partition(": ")
             check = CHECK_OF.get(prop, "Refinement")
@@ -182,7 +216,8 @@ class AuditReplayer(HttpReplayer):
                 continue
             done.add(check)
             first = str(exc).splitlines()[0]
-            self._record(check, f"{first} {prop}: {message}" if message else first, conv)
+            text = message if message.startswith(first) else f"{first} {prop}: {message}"
+            self._record(check, text, conv)
 
     def _record(self, check: str, message: str, conv: ModelValue | None) -> None:
         obs = self._obs
@@ -378,7 +413,9 @@ def _run_scenario(
     try:
         cl, _ = rp.harness.run(_scenario(rp, name, steps, stream))
     except HttpConformanceError as exc:
-        check = "RetrySafety" if name == "retry-after-529" else "Refinement"
+        check = CHECK_OF.get(exc.violated[0] if exc.violated else "", "Refinement")
+        if check == "Refinement" and name == "retry-after-529":
+            check = "RetrySafety"
         rp._record(check, f"{exc}", ModelValue("c1"))
         return None
     return cl
@@ -483,25 +520,30 @@ def audit_gateway(
     url: str,
     key: str = GATEWAY_KEY,
     *,
-    configs: Sequence[tuple[str, Config]] = (("SMALL", SMALL),),
+    configs: Sequence[tuple[str, Config]] = SMALL_CFGS,
     limit: int | None = None,
     scenarios: bool = True,
+    stop_on: str | None = None,
 ) -> Result:
-    """Audit the endpoint at *url* (configured to use *harness*'s scripted upstream)."""
+    """Audit the endpoint at *url* (configured to use *harness*'s scripted upstream):
+    the scenarios, then the behaviours of *configs* (the first *limit*; *stop_on*: stop
+    as soon as that check fails)."""
     start = time.monotonic()
     result = Result(url, "gateway")
     rp = AuditReplayer(harness, Target(url.rstrip("/")), key, result)
     behaviours = gateway_behaviours(configs)
     if limit is not None:
         behaviours = behaviours[:limit]
-    cfg_of = dict(configs)
+    cfg_of = {name.removesuffix(COVER): config for name, config in configs}
     try:
-        for index, (label, b) in enumerate(behaviours):
-            rp.audit(label, cfg_of[label.split(" #")[0]], b, index)
         if scenarios:
             _prompt_too_long(rp)
             _retry_safety(rp)
             _endpoints(rp)
+        for index, (label, b) in enumerate(behaviours):
+            if stop_on in result.failures:
+                break
+            rp.audit(label, cfg_of[label.split(" #")[0]], b, index)
     finally:
         rp.close()
     result.requests = rp.requests

@@ -20,8 +20,7 @@ from tpx.cli import main as tpx_main
 if TYPE_CHECKING:
     import pytest
 
-#: the gauge's name in ``/metrics``
-TAIL_HITS = "tpx_conformance_tail_cache_hits"
+from tpx.audit.harness import TAIL_HITS  # the gauge's name in ``/metrics``
 
 
 def _count_tail_hits(mp: pytest.MonkeyPatch) -> None:
@@ -45,12 +44,13 @@ def main(argv: list[str]) -> int:
         argv = argv[1:]
     import pytest  # the seeded bugs are patched in as the tests patch them
 
+    from conformance.audit_bugs import AUDIT_BUGS
     from conformance.gateway_bugs import GATEWAY_BUGS
 
     mp = pytest.MonkeyPatch()  # for the life of the process
     _count_tail_hits(mp)
     if bug is not None:
-        (chosen,) = [b for b in GATEWAY_BUGS if b.name == bug]
+        (chosen,) = [b for b in (*GATEWAY_BUGS, *AUDIT_BUGS) if b.name == bug]
         chosen.patch(mp)
     return tpx_main(argv)
 

@@ -14,9 +14,10 @@ abstraction is stricter than the replay's in two places, both read from the same
   names, is not the id it spells: it is written ``c.t~`` (so PairingInv fails: the ids
   handed over, or carried upstream, are not the obligations).
 
-:func:`judge` runs the check-trace verdict on the trace as observed and, when that accepts
-(the abstraction of the replay saw no departure in the spec's variables), on the trace with
-the failing step read the stricter way for the failing check's property.
+:func:`judge` gives the trace as observed when check-trace rejects it for the failing
+check's property, else the trace with the failing step read the stricter way (when that is
+rejected for the property, or the observed one is accepted: the replay's abstraction saw
+no departure in the spec's variables there).
 """
 
 from __future__ import annotations
@@ -107,10 +108,10 @@ def judge(
     """The ITF document of *trace* and check-trace's verdict on it: as observed, or, when
     that is accepted and *prop* is ShapeInv / PairingInv, with its last step bent."""
     report = _verdict(trace)
-    if report.accepted and prop in ("ShapeInv", "PairingInv") and len(trace) > 1:
+    if prop in ("ShapeInv", "PairingInv") and len(trace) > 1 and report.failed_property != prop:
         bent = [*trace[:-1], (trace[-1][0], _bend(trace[-1][1], prop))]
         bent_report = _verdict(bent)
-        if not bent_report.accepted:
+        if bent_report.failed_property == prop or report.accepted:
             trace, report = bent, bent_report
     doc = to_itf(
         [(a, Record(s)) for a, s in trace],
