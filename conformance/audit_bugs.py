@@ -31,7 +31,9 @@ import tpx.errors
 import tpx.gateway.asgi
 import tpx.gateway.core
 import tpx.gateway.turn
+import tpx.gateway.wire
 from conformance.gateway_bugs import GatewayBug
+from tpx.gateway.wire import Response
 
 __all__ = ["AUDIT_BUGS"]
 
@@ -110,7 +112,7 @@ def _empty_tool_input(mp: pytest.MonkeyPatch) -> None:
 
 
 def _retry_after_dropped(mp: pytest.MonkeyPatch) -> None:
-    real = tpx.gateway.turn.model_error_response
+    real = tpx.gateway.wire.model_error_response
 
     def relay(error: Any, request_id: str) -> Any:
         response = real(error, request_id)
@@ -177,7 +179,7 @@ def _count_tokens_renamed(mp: pytest.MonkeyPatch) -> None:
 
     def count(self: Any, request: Any, request_id: str) -> Any:
         response = real(self, request, request_id)
-        if getattr(response, "status", None) != 200:
+        if not isinstance(response, Response) or response.status != 200:
             return response
         tokens = orjson.loads(response.body)["input_tokens"]
         return attrs.evolve(response, body=orjson.dumps({"tokens": tokens}))
@@ -190,7 +192,7 @@ def _models_unpaged(mp: pytest.MonkeyPatch) -> None:
 
     def models(self: Any, request: Any, request_id: str) -> Any:
         response = real(self, request, request_id)
-        if getattr(response, "status", None) != 200:
+        if not isinstance(response, Response) or response.status != 200:
             return response
         names = [m["id"] for m in orjson.loads(response.body)["data"]]
         return attrs.evolve(response, body=orjson.dumps({"models": names}))

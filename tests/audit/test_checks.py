@@ -33,7 +33,7 @@ def _event(data: dict[str, Any]) -> bytes:
 
 
 def _stream(*, drop: int | None = None, index_of_tool: int = 1, start_id: str = "msg_1") -> bytes:
-    events = [
+    events: list[dict[str, Any]] = [
         {
             "type": "message_start",
             "message": {**_message(id=start_id), "content": [], "stop_reason": None},
@@ -66,7 +66,7 @@ def _stream(*, drop: int | None = None, index_of_tool: int = 1, start_id: str = 
     ]
     if drop is not None:
         del events[drop]
-    return b'event: ping\ndata: {"type": "ping"}\n\n' + b"".join(map(_event, events))
+    return b'event: ping\ndata: {"type": "ping"}\n\n' + b"".join(_event(e) for e in events)
 
 
 def _checks(problems: list[checks.Problem]) -> set[str]:
