@@ -109,6 +109,20 @@ e2e: $(STAMP) $(CLAUDE)
 load: $(STAMP)
 	$(PY) -m pytest tests/e2e/test_load.py -m e2e -p no:xdist -q -s --basetemp=.cache/load-tmp
 
+## `tpx audit` of LiteLLM's proxy (1.108.7, .cache/litellm-venv), claude-code-router (npm, pinned,
+## .cache/ccr) and `tpx serve`, each configured to the audit's scripted upstream; writes the
+## comparison into docs/audit.md and the reports into .cache/audit-peers/ (conformance/audit_peers.py).
+CCR_VERSION ?= 2.0.0
+CCR        := .cache/ccr/node_modules/.bin/ccr
+
+$(CCR):
+	npm install --prefix .cache/ccr --no-audit --no-fund --loglevel=error \
+	  @musistudio/claude-code-router@$(CCR_VERSION)
+
+.PHONY: audit-peers
+audit-peers: $(STAMP) $(CCR)
+	nice -n 5 $(PY) -m conformance.audit_peers
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check tpx tests conformance benchmarks
 	$(VENV)/bin/ruff format --check tpx tests conformance benchmarks

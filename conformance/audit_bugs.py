@@ -14,6 +14,8 @@ fail (``tests/audit/test_audit_bugs.py``):
   not the Messages API's ``prompt is too long``;
 * ``retry_refused`` -- a body re-sent after a 5xx answered 409, as a de-duplication layer
   would;
+* ``refusal_as_500`` -- a turn whose tool_results do not answer its calls refused with a
+  500 ``api_error`` (the client's SDK retries it) instead of a 400;
 * ``count_tokens_renamed`` -- ``count_tokens`` answers ``{"tokens": N}``;
 * ``models_unpaged`` -- ``/v1/models`` answers a bare list of names.
 """
@@ -33,6 +35,7 @@ import tpx.gateway.core
 import tpx.gateway.turn
 import tpx.gateway.wire
 from conformance.gateway_bugs import GatewayBug
+from tpx.gateway.history import Refusal
 from tpx.gateway.wire import Response
 
 __all__ = ["AUDIT_BUGS"]
@@ -174,6 +177,18 @@ def _retry_refused(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(tpx.gateway.asgi.GatewayApp, "__call__", dedupe)
 
 
+def _refusal_as_500(mp: pytest.MonkeyPatch) -> None:
+    real = tpx.gateway.core.pairing_problem
+
+    def problem(*args: Any) -> Any:
+        found = real(*args)
+        if found is not None:
+            raise Refusal(f"internal error: {found}", status=500, error_type="api_error")
+        return found
+
+    mp.setattr(tpx.gateway.core, "pairing_problem", problem)
+
+
 def _count_tokens_renamed(mp: pytest.MonkeyPatch) -> None:
     real = tpx.gateway.core.Gateway._count
 
@@ -208,6 +223,7 @@ AUDIT_BUGS: tuple[GatewayBug, ...] = (
     GatewayBug("retry_after_dropped", "", _retry_after_dropped, replay="ErrorShape"),
     GatewayBug("context_unworded", "", _context_unworded, replay="PromptTooLong"),
     GatewayBug("retry_refused", "", _retry_refused, replay="RetrySafety"),
+    GatewayBug("refusal_as_500", "", _refusal_as_500, replay="Refusal"),
     GatewayBug("count_tokens_renamed", "", _count_tokens_renamed, replay="CountTokens"),
     GatewayBug("models_unpaged", "", _models_unpaged, replay="Models"),
 )

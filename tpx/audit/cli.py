@@ -73,6 +73,13 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     if args.report is not None and args.report.suffix not in (".html", ".json"):
         raise ConfigurationError(f"--report {args.report}: the file must end in .html or .json")
     try:
+        httpx2.get(args.url.rstrip("/") + "/v1/models", timeout=30)  # is anything there?
+    except httpx2.TransportError as exc:
+        print(f"tpx: error: {args.url}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    except httpx2.InvalidURL as exc:
+        raise ConfigurationError(f"{args.url}: {exc}") from None
+    try:
         if args.live:
             from tpx.audit.run import audit_live
 

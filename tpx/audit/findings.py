@@ -95,6 +95,8 @@ class Failure:
     verdict: str = ""
     #: the property check-trace named (``""``: accepted, or no trace)
     rejected_for: str = ""
+    #: the spec property the trace is read for (the check's, or how this failure broke it)
+    property: str = ""
 
     def size(self) -> tuple[int, int]:
         data = sum(len(str(e)) for e in self.exchanges) + sum(len(str(u)) for u in self.upstream)

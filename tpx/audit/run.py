@@ -77,9 +77,9 @@ CHECK_OF = {
 #: the small cfgs: every behaviour of each (two conversations; three turns with retries;
 #: two parallel calls over two rounds)
 SMALL_CFGS: tuple[tuple[str, Config], ...] = (
-    ("SMALL", SMALL),
-    ("RETRY", RETRY),
     ("TWO_TOOLS", TWO_TOOLS),
+    ("RETRY", RETRY),
+    ("SMALL", SMALL),
 )
 #: a cfg name's suffix: its behaviours are a minimum edge cover, not all
 COVER = " (edge cover)"
@@ -150,6 +150,8 @@ class AuditReplayer(HttpReplayer):
         self._seen: dict[tuple[ModelValue, int], bool] = {}
         self._obs: Observer | None = None
         self._where = ""
+        #: the scenario step under way (``Action(c1)``)
+        self.taking = ""
 
     # -- driving ------------------------------------------------------------------------
 
@@ -231,9 +233,12 @@ class AuditReplayer(HttpReplayer):
             done.add(check)
             first = str(exc).splitlines()[0]
             text = message if message.startswith(first) else f"{first} {prop}: {message}"
-            self._record(check, text, conv)
+            # a refusal answered the wrong way: the answer's shape; forwarded: the pairing
+            self._record(check, text, conv, "ShapeInv" if prop == "Refusal" else None)
 
-    def _record(self, check: str, message: str, conv: ModelValue | None) -> None:
+    def _record(
+        self, check: str, message: str, conv: ModelValue | None, prop: str | None = None
+    ) -> None:
         obs = self._obs
         failure = Failure(
             check,
@@ -242,7 +247,8 @@ class AuditReplayer(HttpReplayer):
             [label for label, _ in self._states[1:]],
             *_exchanges(obs),
         )
-        spec_property = check_named(check).property
+        spec_property = check_named(check).property if prop is None else prop
+        failure.property = spec_property
         if spec_property and conv is not None and self._states:
             trace = conversation_trace(self._states, conv)
             doc, report = judge(trace, spec_property, f"tpx audit {check}: {message[:200]}")
@@ -390,6 +396,7 @@ async def _scenario(
     rp._seen = {}
     try:
         for action, arg in steps:
+            rp.taking = f"{action}(c1)"
             if action == "CallerSend":
                 cl.send(cl.fresh_body())
                 await rp._sent(cl, ch)
@@ -427,6 +434,8 @@ def _run_scenario(
     try:
         cl, _ = rp.harness.run(_scenario(rp, name, steps, stream))
     except HttpConformanceError as exc:
+        if rp._obs is not None:  # the step that failed, as observed
+            rp._states.append((rp.taking, rp._obs.state()))
         check = CHECK_OF.get(exc.violated[0] if exc.violated else "", "Refinement")
         if check == "Refinement" and name == "retry-after-529":
             check = "RetrySafety"
