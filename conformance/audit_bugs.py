@@ -32,6 +32,7 @@ import pytest
 import tpx.errors
 import tpx.gateway.asgi
 import tpx.gateway.core
+import tpx.gateway.history
 import tpx.gateway.turn
 import tpx.gateway.wire
 from conformance.gateway_bugs import GatewayBug
@@ -178,7 +179,7 @@ def _retry_refused(mp: pytest.MonkeyPatch) -> None:
 
 
 def _refusal_as_500(mp: pytest.MonkeyPatch) -> None:
-    real = tpx.gateway.core.pairing_problem
+    real = tpx.gateway.history.pairing_problem
 
     def problem(*args: Any) -> Any:
         found = real(*args)
