@@ -305,3 +305,23 @@ def test_withheld_and_redact_differ_as_the_rules_say() -> None:
     assert errors.withheld(text, forms) == text  # pieces only: shown whole
     assert errors.redact(text, forms) == "quoting [REDACTED] and [REDACTED]..."
     assert errors.withheld(f"a {_TOKEN} b", forms) == errors.WITHHELD
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        _openai_error("This model's maximum context length is 4096 tokens.", "x"),
+        orjson.dumps({"error": {"message": "too big", "code": "context_length_exceeded"}}),
+        orjson.dumps({"error": {"message": "the request exceeds the available context size"}}),
+    ],
+)
+def test_a_context_overflow_says_prompt_is_too_long(body: bytes) -> None:
+    error = errors.error_for_status(400, {}, body, provider="TPX")
+    assert error.status == 400
+    assert error.error_type == "invalid_request_error"
+    assert error.body()["error"]["message"].startswith(f"{error.code}: prompt is too long: ")
+
+
+def test_another_400_keeps_its_words() -> None:
+    error = errors.error_for_status(400, {}, _openai_error("bad tool schema"), provider="TPX")
+    assert "prompt is too long" not in error.body()["error"]["message"]

@@ -410,7 +410,8 @@ def error_for_status(
         message = message[:_MAX_PROVIDER_MESSAGE] + "..."
     who = provider or "provider"
     text = f"{who} returned HTTP {status}" + (f": {message}" if message else "")
-    if status in (400, 413) and _CONTEXT_OVERFLOW.search(message):
+    raw = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    if status in (400, 413) and _CONTEXT_OVERFLOW.search(raw[:_MAX_PROVIDER_MESSAGE]):
         # the Messages API's wording, which clients (Claude Code) read to compact the context
         text = f"prompt is too long: {text}"
         status, err_type = 400, "invalid_request_error"
