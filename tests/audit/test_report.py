@@ -26,7 +26,7 @@ from tpx.cli import main
 def _failing() -> Result:
     result = Result("http://127.0.0.1:1", "gateway", behaviours=3, requests=7)
     result.ran |= {c.name for c in CHECKS if c.name != "Models"}
-    trace = {"#meta": {}, "vars": ["x"], "states": [{"x": 1}, {"x": 2}]}
+    trace = {"#meta": {}, "vars": ["x"], "states": [{"x": {"#bigint": "1"}}, {"x": {"#set": []}}]}
     big = Failure("MessageId", "the id 'chatcmpl-1' <b>", "SMALL #1", ["A(c1)", "B(c1)"], [], [])
     small = Failure(
         "MessageId",
@@ -76,11 +76,13 @@ def test_the_html_report_is_one_file_with_the_table_and_the_first_trace(tmp_path
     rows = re.findall(r"<tr><td><code>(\w+)</code>", text)
     assert rows == [c.name for c in CHECKS]
     assert '<td class="fail"><a href="#MessageId">fail</a>' in text
-    assert "<details open><summary>the trace</summary>" in text
+    assert "<details open><summary>the trace (ITF)</summary>" in text
+    assert '<table class="states">' in text
     assert "REJECTED at step 2 (ShapeInv)" in text
     assert "&lt;b&gt;" not in text  # the bigger counterexample is not the one shown
     assert set(traces) == {"MessageId"}
-    assert json.loads(traces["MessageId"].read_text())["states"][1] == {"x": 2}
+    assert json.loads(traces["MessageId"].read_text())["states"][1] == {"x": {"#set": []}}
+    assert '<tr class="last"><td>2</td><td></td><td>{}</td></tr>' in text
 
 
 def test_the_json_report_names_the_trace_files(tmp_path: Path) -> None:

@@ -77,6 +77,8 @@ pre { background: #f7f7f7; border: 1px solid #ddd; padding: .6em; overflow-x: au
       white-space: pre-wrap; word-break: break-all; font-size: 13px; }
 .failure { border-left: 4px solid #b00020; padding-left: 1em; margin: 1.5em 0; }
 code { background: #f2f2f2; padding: 0 .2em; }
+table.states { font-size: 13px; margin: .5em 0 1em; }
+table.states tr.last td { background: #fde8ea; }
 """
 
 
@@ -109,6 +111,32 @@ def _exchange_html(failure: Failure) -> str:
     return "".join(parts)
 
 
+def _value(v: Any) -> str:
+    """An ITF value as TLA+ writes it, short."""
+    if isinstance(v, dict) and "#bigint" in v:
+        return str(v["#bigint"])
+    if isinstance(v, dict) and "#set" in v:
+        return "{" + ", ".join(_value(x) for x in v["#set"]) + "}"
+    if isinstance(v, dict) and "#tup" in v:
+        return "<<" + ", ".join(_value(x) for x in v["#tup"]) + ">>"
+    if isinstance(v, bool):
+        return "TRUE" if v else "FALSE"
+    return str(v)
+
+
+def _states_html(trace: dict[str, Any]) -> str:
+    """The trace's states as a table, one row per step, the last (the rejected one) marked."""
+    names = [n for n in trace["vars"] if n not in ("provider", "hasKey", "hasToken")]
+    head = "".join(f"<th>{_e(n)}</th>" for n in ["step", "action", *names])
+    rows = []
+    for k, state in enumerate(trace["states"]):
+        cells = [str(k + 1), str(state.get("#meta", {}).get("action", ""))]
+        cells += [_value(state[n]) for n in names]
+        css = ' class="last"' if k == len(trace["states"]) - 1 else ""
+        rows.append(f"<tr{css}>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
+    return f'<table class="states"><tr>{head}</tr>{"".join(rows)}</table>'
+
+
 def render_html(result: Result, traces: dict[str, Path] | None = None) -> str:
     """The report as one HTML document (inline style, no script, no external resource)."""
     traces = traces or {}
@@ -136,8 +164,9 @@ def render_html(result: Result, traces: dict[str, Path] | None = None) -> str:
                 f"<h4>ITF trace ({len(f.trace['states'])} states)</h4>"
                 f"<p>check-trace: <b>{_e(f.verdict)}</b></p>"
                 + (f"<p><code>{_e(command)}</code></p>" if command else "")
-                + f"<details{' open' if n == 0 else ''}><summary>the trace</summary>"
-                f"<pre>{_e(json.dumps(f.trace, indent=1))}</pre></details>"
+                + _states_html(f.trace)
+                + f"<details{' open' if n == 0 else ''}><summary>the trace (ITF)</summary>"
+                f"<pre>{_e(json.dumps(f.trace))}</pre></details>"
             )
         else:
             trace = "<p>No trace: the check is about no exchange of the spec.</p>"
