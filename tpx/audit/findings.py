@@ -136,6 +136,21 @@ class Result:
     def ok(self) -> bool:
         return not self.failures
 
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Result:
+        """A result again from its :meth:`as_json` (a JSON report)."""
+        result = cls(doc["url"], doc["mode"], doc["seconds"], doc["behaviours"], doc["requests"])
+        result.notes = list(doc.get("notes", ()))
+        for check in doc["checks"]:
+            if check["status"] != "n/a":
+                result.ran.add(check["name"])
+            if check["failures"]:
+                result.counts[check["name"]] = check["failures"]
+        for f in doc["failures"]:
+            fields = {k: v for k, v in f.items() if k in attrs.fields_dict(Failure)}
+            result.failures[f["check"]] = Failure(**fields)
+        return result
+
     def as_json(self) -> dict[str, Any]:
         return {
             "url": self.url,

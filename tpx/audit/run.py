@@ -251,6 +251,8 @@ class AuditReplayer(HttpReplayer):
             done.add(check)
             first = str(exc).splitlines()[0]
             text = message if message.startswith(first) else f"{first} {prop}: {message}"
+            if check == "Refusal" and prop != "Refusal":
+                text = f"a turn whose tool_results do not answer its calls went on: {text}"
             # a refusal answered the wrong way: the answer's shape; forwarded: the pairing
             self._record(check, text, conv, "ShapeInv" if prop == "Refusal" else None)
 
