@@ -241,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         help="no audit: the table from the JSON reports in .cache/audit-peers/",
     )
     args = parser.parse_args(argv)
+    results: dict[str, Result] = {}
     if args.from_reports:
         results = {
             name: Result.from_json(json.loads((OUT / f"{name}.json").read_text()))
@@ -251,7 +252,6 @@ def main(argv: list[str] | None = None) -> int:
             write_doc(results)
         return 0
     OUT.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Result] = {}
     harness = Harness()
     try:
         for name in args.only:
