@@ -80,6 +80,7 @@ __all__ = [
     "client_call",
     "credential_problem",
     "error_problem",
+    "foreign_call",
     "refusal_problem",
     "reply_ids",
     "reply_view",
@@ -179,7 +180,14 @@ def request_ids(ex: UpstreamExchange) -> list[str]:
 def client_call(raw: str) -> str | None:
     """The call a client-side id names: the wire id it stands for (a signed id verified with
     the gateway's secret, then decoded), read as ``call_KEY_T_N`` / ``toolu_KEY_T_N``."""
-    call = binding.call_of_id(wire_id(verify_signed_id(raw, GATEWAY_SECRET) or raw))
+    return binding.call_of_id(wire_id(verify_signed_id(raw, GATEWAY_SECRET) or raw))
+
+
+def foreign_call(raw: str) -> str | None:
+    """The call an id another endpoint handed out names, read without its secret: as
+    :func:`client_call`, else the wire id its text ends with, else the call it was handed on
+    (:func:`tpx.audit.binding.call_of_foreign_id`)."""
+    call = client_call(raw)
     return call if call is not None else binding.call_of_foreign_id(raw)
 
 
@@ -201,6 +209,9 @@ class Observer:
     ) -> None:
         self.has_key = has_key
         self.has_token = has_token
+        #: how the ids the client holds are read (:func:`foreign_call`: an endpoint whose
+        #: secret the judge does not hold)
+        self.reader: binding.IdReader = client_call
         self.announced = ModelValue(announced)
         self.clients = clients
         self.channels = channels
@@ -218,7 +229,7 @@ class Observer:
         return self._abstract(m.group(1), m.group(2)) if m else (UNKNOWN, ModelValue(raw))
 
     def client_id(self, cl: ConvClient, raw: str) -> tuple[ModelValue, ModelValue]:
-        call = client_call(raw)
+        call = self.reader(raw)
         m = binding.CALL.fullmatch(call or "")
         return self._abstract(m.group(1), m.group(2)) if m else (UNKNOWN, ModelValue(raw))
 
@@ -433,11 +444,11 @@ def _made(ex: UpstreamExchange) -> binding.ReplyView:
 
 
 def _upstream_binding(
-    c: ModelValue, ch: Channel, ex: UpstreamExchange, sent: bytes
+    c: ModelValue, ch: Channel, ex: UpstreamExchange, sent: bytes, reader: binding.IdReader
 ) -> list[tuple[str, str]]:
     openai = ex.path.endswith("/chat/completions")
     up = binding.request_view(_json(ex.body), openai)
-    mine = binding.request_view(_json(sent), False, client_call)
+    mine = binding.request_view(_json(sent), False, reader)
     where = f"{c}: upstream request #{ex.seq} ({'TPX' if openai else 'ANTHROPIC'})"
     return [("Binding", p) for p in binding.request_problems(up, mine, ch.rounds, where)]
 
@@ -459,12 +470,12 @@ def binding_problems(obs: Observer) -> list[tuple[str, str]]:
         for k, (ex, sent) in enumerate(cl.forwarded):
             key = (c, "up", k)
             if key not in judged:
-                judged[key] = _upstream_binding(c, ch, ex, sent)
+                judged[key] = _upstream_binding(c, ch, ex, sent, obs.reader)
             problems += judged[key]
         for k, (message, origin) in enumerate(cl.handed):
             key = (c, "reply", k)
             if key not in judged:
-                handed = binding.reply_view(message, client_call)
+                handed = binding.reply_view(message, obs.reader)
                 where = f"{c}: reply {k} handed to the client"
                 if origin is None:
                     judged[key] = [("Binding", f"{where} answers no upstream request")]

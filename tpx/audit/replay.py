@@ -68,9 +68,11 @@ from tpx.audit.abstraction import (
     Observer,
     binding_problems,
     byte_problems,
+    client_call,
     refusal_problem,
 )
 from tpx.audit.behaviours import conversation_of
+from tpx.audit.binding import IdReader
 from tpx.audit.client import ABORT_STYLES, ConvClient, Settled
 from tpx.audit.harness import GATEWAY_KEY, STEP_GUARD_S, TAIL_HITS, Gateway, Harness
 from tpx.audit.upstream import FAIL_KINDS, STREAM_FAIL_KINDS, Channel, Plan
@@ -134,6 +136,8 @@ class HttpReplayer:
         self.ping_interval = ping_interval
         self._http: dict[tuple[str, ModelValue], httpx2.AsyncClient] = {}
         self.steps = 0
+        #: how the abstraction reads the ids the clients hold (:mod:`tpx.audit.abstraction`)
+        self.reader: IdReader = client_call
         #: the hang guard of one step, in seconds
         self.guard_s = STEP_GUARD_S
         #: requests that reached the upstream while another conversation's exchange was in
@@ -230,6 +234,7 @@ class HttpReplayer:
         obs = Observer(
             behaviour.init["hasKey"], behaviour.init["hasToken"], gw.provider, clients, channels
         )
+        obs.reader = self.reader
         try:
             before = obs.state()
             self._judge(obs, before, None, behaviour.init, 0, "Init", gw)

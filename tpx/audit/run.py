@@ -32,7 +32,7 @@ import httpx2
 import orjson
 
 from tpx.audit import checks
-from tpx.audit.abstraction import Observer
+from tpx.audit.abstraction import Observer, foreign_call
 from tpx.audit.behaviours import (
     RETRY,
     SHIPPED,
@@ -148,6 +148,7 @@ class AuditReplayer(HttpReplayer):
         self.key = key
         self.result = result
         self.guard_s = GUARD_S
+        self.reader = foreign_call
         self._states: list[tuple[str, Record]] = []
         self._seen: dict[tuple[ModelValue, int], bool] = {}
         self._obs: Observer | None = None
@@ -411,6 +412,7 @@ async def _scenario(
     )
     ch: Channel = rp.harness.upstreams.channel(key)
     obs = Observer(False, True, "TPX", {c: cl}, {c: ch})
+    obs.reader = foreign_call
     rp._obs = obs
     rp._states = [("Init", obs.state())]
     rp._seen = {}
