@@ -124,6 +124,29 @@ def _text(data: bytes | None, limit: int = 6000) -> str:
     return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
 
 
+def _slim_upstream(body: bytes) -> str:
+    """An upstream request for the report: the system prompt's text and the tool list (the
+    recorded ones, the same in every request) left out."""
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return _text(body)
+    if not isinstance(value, dict) or not isinstance(value.get("messages"), list):
+        return _text(body)
+    messages = []
+    for m in value["messages"]:
+        if isinstance(m, dict) and m.get("role") in ("system", "developer"):
+            m = {
+                **m,
+                "content": f"(the recorded system prompt, {len(str(m.get('content')))} characters)",
+            }
+        messages.append(m)
+    kept = {k: value[k] for k in ("model", "stream") if k in value}
+    kept["messages"] = messages
+    kept["..."] = "tools and the other members of the translated request"
+    return orjson.dumps(kept, option=orjson.OPT_INDENT_2).decode()
+
+
 def _slim(body: bytes) -> str:
     """A client request for the report: the members after ``messages`` (the recorded
     system prompt and tools, the same in every request) left out."""
@@ -295,7 +318,7 @@ def _exchanges(obs: Observer | None) -> tuple[list[dict[str, Any]], list[dict[st
                 {
                     "conversation": c.name,
                     "path": ex.path,
-                    "request": _text(ex.body),
+                    "request": _slim_upstream(ex.body),
                     "status": ex.status,
                     "reply": _text(ex.response),
                     "seq": ex.seq,
@@ -322,7 +345,7 @@ def _exchanges(obs: Observer | None) -> tuple[list[dict[str, Any]], list[dict[st
                     {
                         "conversation": c.name,
                         "path": ch_ex.path,
-                        "request": _text(ch_ex.body),
+                        "request": _slim_upstream(ch_ex.body),
                         "status": ch_ex.status,
                         "reply": _text(ch_ex.response),
                         "seq": ch_ex.seq,
