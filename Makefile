@@ -53,10 +53,11 @@ conformance: $(STAMP) graphviz
 	$(PY) -m pytest conformance -m "" -n 2 -q
 
 ## Only the gateway's HTTP replay (tpx/audit; part of `make conformance`):
-## every behaviour of the small cfgs, edge covers of the shipped and a larger cfg, the bugs.
+## every behaviour of the small cfgs, edge covers of the shipped and a larger cfg, the bugs;
+## and `tpx audit` on every seeded bug (tests/audit).
 conformance-http: $(STAMP)
 	$(PY) -m pytest -m "" conformance/test_gateway_http_replay.py conformance/test_gateway_http_bugs.py \
-	  conformance/test_gateway_http_abstraction.py -n 2 -q
+	  conformance/test_gateway_http_abstraction.py tests/audit -n 2 -q
 
 conformance-deep: $(STAMP) graphviz
 	TPX_HYPOTHESIS_PROFILE=deep $(PY) -m pytest conformance -m "" -n 2 -q
