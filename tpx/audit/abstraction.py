@@ -2,8 +2,8 @@
 what the real clients hold and from the bytes on both wires, never from the gateway's
 own state (it is another process).
 
-Per conversation *c* (client :class:`~conformance.gateway_http.client.ConvClient`, fake
-upstream :class:`~conformance.gateway_http.upstream.Channel`):
+Per conversation *c* (client :class:`~tpx.audit.client.ConvClient`, fake
+upstream :class:`~tpx.audit.upstream.Channel`):
 
 =============  ==================================================================
 ``turn``       exchanges the client saw end (a reply, an error status, a disconnect)
@@ -47,7 +47,7 @@ client-side id through the wire id it stands for (TPX: the signed id verified wi
 gateway's secret and decoded; ANTHROPIC: the id itself); an id of neither kind is
 ``<<?, id>>`` (TypeOK and PairingInv then fail). :func:`binding_problems` checks which
 call each id, call and result is about, over every round of every request and reply
-(:mod:`conformance.gateway_http.binding`), and that the upstream got one request per
+(:mod:`tpx.audit.binding`), and that the upstream got one request per
 client request that reached it. Beside the state, :func:`byte_problems`
 reads the wires for what a set cannot show: an id listed twice (PairingInv), an id
 another conversation's provider emitted anywhere in c's bytes (NoCrossPairing), a

@@ -14,7 +14,7 @@ reads the spec's client-side variables from here:
   assembled from the events; a stream ending in an ``error`` event or without
   ``message_stop`` is a failed exchange).
 
-Its bodies are shaped like Claude Code's (:mod:`conformance.gateway_http.claude_code`: the
+Its bodies are shaped like Claude Code's (:mod:`tpx.audit.claude_code`: the
 recorded system prompt, tool list and member order after ``messages``), and it sends the
 session header Claude Code sends; the conversations of one behaviour share a session, as
 a Claude Code session's sub-agents do. It answers a call with ``output of KEY_T_N``, the

@@ -5,7 +5,7 @@ client run on it), and real ``tpx serve`` processes on loopback, one per boot se
 ``Harness.run(coro)`` runs a coroutine on the loop from the test's thread.
 ``Harness.gateway(has_key, has_token, bug=None, ping_interval=None, monitor=False)`` is the
 ``tpx serve`` process for that boot (``bug``: a process of its own with that seeded bug
-patched in, see :mod:`conformance.gateway_http.serve`; ``ping_interval``: one started with a
+patched in, see :mod:`tpx.audit.serve`; ``ping_interval``: one started with a
 config file setting ``[limits] ping_interval``, so streams carry ``ping`` events while a
 request is held; ``monitor``: one started with ``--monitor``). :meth:`Harness.metrics`
 reads a process's ``/metrics`` (the tail cache's hits among them).

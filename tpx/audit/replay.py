@@ -1,6 +1,6 @@
 """Replay the gateway spec's behaviours through a real ``tpx serve`` over HTTP.
 
-:class:`HttpReplayer` takes a behaviour (:mod:`conformance.gateway_http.behaviours`), picks
+:class:`HttpReplayer` takes a behaviour (:mod:`tpx.audit.behaviours`), picks
 the ``tpx serve`` process of its initial ``hasKey`` / ``hasToken`` (started once, reused),
 gives each conversation its own ``httpx2.AsyncClient`` and its own channel on the fake
 upstream, and takes each step as HTTP:
@@ -36,7 +36,7 @@ Requests stay held on the fake until the behaviour's ``ProviderReply`` / ``Provi
 so wherever a behaviour has one conversation's exchange in flight while another's
 request is sent, both really are in flight together.
 
-After every step the abstraction (:mod:`conformance.gateway_http.abstraction`) computes
+After every step the abstraction (:mod:`tpx.audit.abstraction`) computes
 the spec's variables and the step is judged: ``Refinement`` when the observed state is
 not the spec's, every invariant of the cfg the observed state violates, every step
 property of the cfg (``SelectionStable``, and those the mirror lists) on the observed

@@ -1,4 +1,4 @@
-"""``python -m conformance.gateway_http.serve [--bug NAME] -- ARGS...``: the real
+"""``python -m tpx.audit.serve [--bug NAME] -- ARGS...``: the real
 ``tpx serve`` (``tpx.cli.main(ARGS)``), with one seeded bug of
 :mod:`conformance.gateway_bugs` patched in first when ``--bug`` names one.
 

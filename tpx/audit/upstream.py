@@ -14,7 +14,7 @@ local tool name, the channel's counter), named twice, both planted by the fake: 
 wire id ``call_KEY_T_N`` (OpenAI) / ``toolu_KEY_T_N`` (Anthropic), and by its arguments
 ``{"conv": KEY, "tool": T, "call": "KEY_T_N"}``. The client answers a call with the
 content ``output of KEY_T_N`` (the call its tool_use's input names), so every result on
-either wire names the call it answers (:mod:`conformance.gateway_http.binding`).
+either wire names the call it answers (:mod:`tpx.audit.binding`).
 :attr:`Channel.rounds` lists the calls of every reply, in emission order. The
 abstraction reads ids and calls back from these bytes only.
 """
