@@ -81,7 +81,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         raise ConfigurationError(f"{args.url}: {exc}") from None
     try:
         if args.live:
-            from tpx.audit.run import audit_live
+            from tpx.audit.endpoints import audit_live
 
             result = audit_live(args.url, args.key, args.model)
         else:

@@ -14,8 +14,8 @@ the ``msg_`` id, usage, error shapes, ``retry-after``). A few scenarios add what
 spec's behaviours do not: a context overflow upstream (the prompt-too-long wording), a
 529 then the same body again (retry safety), ``count_tokens`` and ``/v1/models``.
 
-Live mode (:func:`audit_live`): a real model behind the URL; the checks that need no
-scripted upstream.
+Live mode (:func:`tpx.audit.endpoints.audit_live`): a real model behind the URL; the
+checks that need no scripted upstream.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from tpx.audit.behaviours import (
     mirror_graph,
 )
 from tpx.audit.client import ConvClient, Settled
+from tpx.audit.endpoints import JSON_HEADERS, endpoint_failures, kept_headers, text_of
 from tpx.audit.findings import Failure, Result, check_named
 from tpx.audit.harness import GATEWAY_KEY, Gateway, Harness
 from tpx.audit.replay import HttpConformanceError, HttpReplayer
@@ -57,7 +58,6 @@ __all__ = [
     "AuditReplayer",
     "Target",
     "audit_gateway",
-    "audit_live",
     "gateway_behaviours",
 ]
 
@@ -117,22 +117,15 @@ def gateway_behaviours(configs: Sequence[tuple[str, Config]]) -> list[tuple[str,
     return out
 
 
-def _text(data: bytes | None, limit: int = 6000) -> str:
-    if data is None:
-        return ""
-    text = data.decode("utf-8", "replace")
-    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
-
-
 def _slim_upstream(body: bytes) -> str:
     """An upstream request for the report: the system prompt's text and the tool list (the
     recorded ones, the same in every request) left out."""
     try:
         value = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return _text(body)
+        return text_of(body)
     if not isinstance(value, dict) or not isinstance(value.get("messages"), list):
-        return _text(body)
+        return text_of(body)
     messages = []
     for m in value["messages"]:
         if isinstance(m, dict) and m.get("role") in ("system", "developer"):
@@ -153,12 +146,12 @@ def _slim(body: bytes) -> str:
     try:
         value = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return _text(body)
+        return text_of(body)
     if isinstance(value, dict):
         kept = {k: value[k] for k in ("model", "messages", "stream") if k in value}
         kept["..."] = "system, tools, metadata and the rest of Claude Code's recorded body"
         return orjson.dumps(kept, option=orjson.OPT_INDENT_2).decode()
-    return _text(body)
+    return text_of(body)
 
 
 class AuditReplayer(HttpReplayer):
@@ -320,7 +313,7 @@ def _exchanges(obs: Observer | None) -> tuple[list[dict[str, Any]], list[dict[st
                     "path": ex.path,
                     "request": _slim_upstream(ex.body),
                     "status": ex.status,
-                    "reply": _text(ex.response),
+                    "reply": text_of(ex.response),
                     "seq": ex.seq,
                     "client_request": k,
                 }
@@ -335,8 +328,8 @@ def _exchanges(obs: Observer | None) -> tuple[list[dict[str, Any]], list[dict[st
                     "conversation": c.name,
                     "request": _slim(body),
                     "status": None if answer is None else answer.status,
-                    "headers": {} if answer is None else _kept_headers(answer.headers),
-                    "answer": "" if answer is None else _text(answer.body),
+                    "headers": {} if answer is None else kept_headers(answer.headers),
+                    "answer": "" if answer is None else text_of(answer.body),
                 }
             )
         for ch_ex in obs.channels[c].exchanges:
@@ -347,17 +340,13 @@ def _exchanges(obs: Observer | None) -> tuple[list[dict[str, Any]], list[dict[st
                         "path": ch_ex.path,
                         "request": _slim_upstream(ch_ex.body),
                         "status": ch_ex.status,
-                        "reply": _text(ch_ex.response),
+                        "reply": text_of(ch_ex.response),
                         "seq": ch_ex.seq,
                         "client_request": None,
                     }
                 )
     upstream.sort(key=lambda u: int(u["seq"]))
     return client, upstream
-
-
-def _kept_headers(headers: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in headers.items() if k in ("content-type", "retry-after", "request-id")}
 
 
 def answer_problems(cl: ConvClient, answer: Settled) -> list[checks.Problem]:
@@ -395,7 +384,7 @@ def answer_problems(cl: ConvClient, answer: Settled) -> list[checks.Problem]:
         try:
             message = orjson.loads(answer.body)
         except orjson.JSONDecodeError:
-            return [("ShapeInv", f"a 200 whose body is not JSON: {_text(answer.body, 120)}")]
+            return [("ShapeInv", f"a 200 whose body is not JSON: {text_of(answer.body, 120)}")]
         problems = checks.message_problems(message)
     if message is not None and upstream is not None and upstream.replied:
         usage = _upstream_usage(upstream.response)
@@ -500,7 +489,7 @@ def _prompt_too_long(rp: AuditReplayer) -> None:
         error = orjson.loads(answer.body)["error"]
         kind, text = error["type"], error["message"]
     except (orjson.JSONDecodeError, KeyError, TypeError):
-        problem = f"answered {answer.status} {_text(answer.body, 200)}"
+        problem = f"answered {answer.status} {text_of(answer.body, 200)}"
     else:
         if answer.status != 400 or kind != "invalid_request_error":
             problem = f"answered {answer.status} {kind}, not 400 invalid_request_error"
@@ -523,7 +512,7 @@ def _retry_safety(rp: AuditReplayer) -> None:
         return
     last = cl.received[-1] if cl.received else None
     if last is None or last.status != 200:
-        got = "nothing" if last is None else f"{last.status} {_text(last.body, 200)}"
+        got = "nothing" if last is None else f"{last.status} {text_of(last.body, 200)}"
         rp._record("RetrySafety", f"the same body after a 529 answered {got}", ModelValue("c1"))
 
 
@@ -532,7 +521,7 @@ def _endpoints(rp: AuditReplayer) -> None:
         http = rp._client(cast(Gateway, rp.target), ModelValue("endpoints"))
         body = {"model": "claude-audit", "messages": [{"role": "user", "content": "count me"}]}
         counted = await http.post(
-            "/v1/messages/count_tokens", content=orjson.dumps(body), headers=_JSON
+            "/v1/messages/count_tokens", content=orjson.dumps(body), headers=JSON_HEADERS
         )
         models = await http.get("/v1/models")
         return counted, models
@@ -542,45 +531,10 @@ def _endpoints(rp: AuditReplayer) -> None:
     except httpx2.HTTPError as exc:
         rp.result.notes.append(f"count_tokens / models: {type(exc).__name__}: {exc}")
         return
-    _endpoint_failures(rp.result, counted, models)
+    endpoint_failures(rp.result, counted, models)
 
 
-_JSON = {"content-type": "application/json"}
 _SCENARIOS = itertools.count(1)
-
-
-def _endpoint_failures(result: Result, counted: httpx2.Response, models: httpx2.Response) -> None:
-    for name, response, found in (
-        (
-            "count_tokens",
-            counted,
-            checks.count_tokens_problems(counted.status_code, counted.content),
-        ),
-        ("models", models, checks.models_problems(models.status_code, models.content)),
-    ):
-        result.ran.add("CountTokens" if name == "count_tokens" else "Models")
-        for check, message in found:
-            if check == "ErrorShape":
-                check = "CountTokens" if name == "count_tokens" else "Models"
-            request = response.request
-            result.add(
-                Failure(
-                    check,
-                    message,
-                    f"POST {request.url.path}" if request.method == "POST" else request.url.path,
-                    [f"{request.method} {request.url.path}"],
-                    [
-                        {
-                            "conversation": "",
-                            "request": _text(request.content),
-                            "status": response.status_code,
-                            "headers": {},
-                            "answer": _text(response.content),
-                        }
-                    ],
-                    [],
-                )
-            )
 
 
 def audit_gateway(
@@ -630,101 +584,3 @@ def audit_gateway(
         result.ran |= {"PromptTooLong", "RetrySafety"}
     result.seconds = time.monotonic() - start
     return result
-
-
-def audit_live(url: str, key: str, model: str, *, timeout: float = 120.0) -> Result:
-    """The checks that need no scripted upstream, against a real model at *url*."""
-    start = time.monotonic()
-    result = Result(url, "live")
-    headers = {"x-api-key": key, "anthropic-version": "2023-06-01", **_JSON}
-    tool = {
-        "name": "lookup",
-        "description": "Look a word up.",
-        "input_schema": {"type": "object", "properties": {"word": {"type": "string"}}},
-    }
-    with httpx2.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout) as http:
-        turns: list[tuple[str, dict[str, Any]]] = []
-        base = {"model": model, "max_tokens": 256}
-        ask = [{"role": "user", "content": "Look up the word 'audit' with the lookup tool."}]
-        forced = {**base, "messages": ask, "tools": [tool], "tool_choice": {"type": "any"}}
-        turns.append(("plain, a tool call forced", forced))
-        turns.append(("streamed, a tool call forced", {**forced, "stream": True}))
-        turns.append(("missing max_tokens", {"model": model, "messages": ask}))
-        for where, body in turns:
-            response = http.post("/v1/messages", content=orjson.dumps(body))
-            result.requests += 1
-            found: list[checks.Problem]
-            message: Any = None
-            if response.status_code >= 400:
-                found = checks.error_problems(response.status_code, response.content, where)
-                if "max_tokens" not in body and response.status_code != 400:
-                    found.append(("ErrorShape", f"{where}: answered {response.status_code}"))
-            elif body.get("stream"):
-                found, message = checks.stream_problems(response.content, where)
-            else:
-                message = orjson.loads(response.content)
-                found = checks.message_problems(message, where)
-            if "max_tokens" not in body and response.status_code == 200:
-                found.append(("ErrorShape", f"{where}: answered 200, not 400"))
-            if isinstance(message, dict):
-                uses = [b for b in message.get("content", []) if b.get("type") == "tool_use"]
-                if uses:
-                    found += _live_round(http, body, message, uses, where)
-            for check, text in found:
-                result.add(
-                    Failure(
-                        check,
-                        text,
-                        where,
-                        ["POST /v1/messages"],
-                        [
-                            {
-                                "conversation": "",
-                                "request": _text(orjson.dumps(body)),
-                                "status": response.status_code,
-                                "headers": _kept_headers(dict(response.headers)),
-                                "answer": _text(response.content),
-                            }
-                        ],
-                        [],
-                    )
-                )
-        counted = http.post(
-            "/v1/messages/count_tokens",
-            content=orjson.dumps({"model": model, "messages": ask}),
-        )
-        models = http.get("/v1/models")
-        _endpoint_failures(result, counted, models)
-    result.ran |= {"ShapeInv", "MessageId", "Usage", "PairingInv", "ErrorShape"}
-    result.seconds = time.monotonic() - start
-    return result
-
-
-def _live_round(
-    http: httpx2.Client,
-    body: dict[str, Any],
-    message: dict[str, Any],
-    uses: list[dict[str, Any]],
-    where: str,
-) -> list[checks.Problem]:
-    """The tool calls answered: a correct round is taken (200), an invented id refused 400."""
-    answers = [
-        {"type": "tool_result", "tool_use_id": u["id"], "content": "an examination"} for u in uses
-    ]
-    history = [*body["messages"], {"role": "assistant", "content": message["content"]}]
-    good = {**body, "stream": False, "tool_choice": {"type": "auto"}}
-    good["messages"] = [*history, {"role": "user", "content": answers}]
-    found: list[checks.Problem] = []
-    response = http.post("/v1/messages", content=orjson.dumps(good))
-    if response.status_code != 200:
-        found.append(
-            ("PairingInv", f"{where}: the calls answered, the endpoint said {response.status_code}")
-        )
-    forged = [*answers, {"type": "tool_result", "tool_use_id": "toolu_forged", "content": "x"}]
-    bad = {**good, "messages": [*history, {"role": "user", "content": forged}]}
-    response = http.post("/v1/messages", content=orjson.dumps(bad))
-    if response.status_code != 400:
-        found.append(
-            ("Refusal", f"{where}: a result for an id never issued answered {response.status_code}")
-        )
-    return found
