@@ -111,13 +111,15 @@ def test_a_report_of_another_kind_is_refused(capsys: pytest.CaptureFixture[str])
     assert ".html or .json" in capsys.readouterr().err
 
 
-def test_tpx_audit_of_tpx_serve_exits_0_with_its_report(tmp_path: Path) -> None:
-    upstream = _free_port()
+def _serve(tmp_path: Path, upstream: int, **extra: str) -> tuple[subprocess.Popen[bytes], str]:
+    """``tpx serve`` on a free port for the OpenAI-compatible upstream on *upstream*, once
+    ``/healthz`` answers 200."""
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
     env.update(
         TPX_OAUTH_TOKEN="conformance-oauth-token",
         TPX_BASE_URL=f"http://127.0.0.1:{upstream}/v1",
         TPX_GATEWAY_KEY="audit-key",
+        **extra,
     )
     log = tmp_path / "serve.log"
     with log.open("wb") as out:  # a file: one log line per exchange never fills a pipe
@@ -127,18 +129,24 @@ def test_tpx_audit_of_tpx_serve_exits_0_with_its_report(tmp_path: Path) -> None:
             env=env,
             stderr=out,
         )
+    for _ in range(3000):  # the start-up contract: the address, then /healthz says 200
+        found = re.search(r"listening on (http://[0-9.]+:[0-9]+)", log.read_text())
+        if found is not None:
+            with contextlib.suppress(httpx2.TransportError):
+                if httpx2.get(found.group(1) + "/healthz", timeout=30).status_code == 200:
+                    return serve, found.group(1)
+        if serve.poll() is not None:
+            break
+        time.sleep(0.02)
+    serve.terminate()
+    serve.wait(30)
+    raise AssertionError(log.read_text())
+
+
+def test_tpx_audit_of_tpx_serve_exits_0_with_its_report(tmp_path: Path) -> None:
+    upstream = _free_port()
+    serve, url = _serve(tmp_path, upstream)
     try:
-        url = None
-        for _ in range(3000):  # the start-up contract: the address, then /healthz says 200
-            found = re.search(r"listening on (http://[0-9.]+:[0-9]+)", log.read_text())
-            if found is not None:
-                with contextlib.suppress(httpx2.TransportError):
-                    if httpx2.get(found.group(1) + "/healthz", timeout=30).status_code == 200:
-                        url = found.group(1)
-                        break
-            assert serve.poll() is None, log.read_text()
-            time.sleep(0.02)
-        assert url is not None, log.read_text()
         html = tmp_path / "tpx.html"
         args = ["audit", url, "--key", "audit-key", "--report", str(html)]
         code = main([*args, "--upstream-listen", f"127.0.0.1:{upstream}"])
@@ -147,3 +155,30 @@ def test_tpx_audit_of_tpx_serve_exits_0_with_its_report(tmp_path: Path) -> None:
     finally:
         serve.terminate()
         serve.wait(30)
+
+
+def test_live_mode_on_tpx_serve_before_a_model(tmp_path: Path) -> None:
+    """--live: tpx serve in front of the e2e scripted model (its first tool turn asks for a
+    call, the next answers), the tool round answered and a forged result refused."""
+    port = _free_port()
+    model = subprocess.Popen(
+        [sys.executable, "-m", "tests.e2e.fake_openai", "--port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    serve = None
+    try:
+        serve, url = _serve(tmp_path, port, TPX_MODEL="fake-model")
+        path = tmp_path / "live.json"
+        assert main(["audit", url, "--key", "audit-key", "--live", "--report", str(path)]) == 0
+        doc = json.loads(path.read_text())
+        status = {c["name"]: c["status"] for c in doc["checks"]}
+        assert status["Refusal"] == "pass"
+        assert status["Refinement"] == "n/a"
+        assert doc["requests"] == 7  # three turns; each tool call answered, then forged
+    finally:
+        for proc in (serve, model):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(30)

@@ -102,6 +102,8 @@ def audit_live(url: str, key: str, model: str, *, timeout: float = 120.0) -> Res
                 uses = [b for b in message.get("content", []) if b.get("type") == "tool_use"]
                 if uses:
                     found += _live_round(http, body, message, uses, where)
+                    result.requests += 2
+                    result.ran.add("Refusal")
             for check, text in found:
                 result.add(
                     Failure(
