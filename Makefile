@@ -61,11 +61,12 @@ test: $(STAMP) graphviz
 conformance: $(STAMP) graphviz
 	$(PY) -m pytest conformance -m "" -n 2 -q
 
-## Only the gateway's HTTP replay (conformance/gateway_http; part of `make conformance`):
-## every behaviour of the small cfgs, edge covers of the shipped and a larger cfg, the bugs.
+## Only the gateway's HTTP replay (tpx/audit; part of `make conformance`):
+## every behaviour of the small cfgs, edge covers of the shipped and a larger cfg, the bugs;
+## and `tpx audit` on every seeded bug (tests/audit).
 conformance-http: $(STAMP)
 	$(PY) -m pytest -m "" conformance/test_gateway_http_replay.py conformance/test_gateway_http_bugs.py \
-	  conformance/test_gateway_http_abstraction.py -n 2 -q
+	  conformance/test_gateway_http_abstraction.py tests/audit -n 2 -q
 
 conformance-deep: $(STAMP) graphviz
 	TPX_HYPOTHESIS_PROFILE=deep $(PY) -m pytest conformance -m "" -n 2 -q
@@ -125,6 +126,19 @@ load: $(STAMP)
 ## conversations, one replica killed mid-run (docs/upstreams.md has the figures).
 load-cluster: $(STAMP) haproxy
 	$(PY) -m pytest tests/e2e/test_load_cluster.py -m e2e -p no:xdist -q -s --basetemp=.cache/load-cluster-tmp
+## `tpx audit` of LiteLLM's proxy (1.108.7, .cache/litellm-venv), claude-code-router (npm, pinned,
+## .cache/ccr) and `tpx serve`, each configured to the audit's scripted upstream; writes the
+## comparison into docs/audit.md and the reports into .cache/audit-peers/ (conformance/audit_peers.py).
+CCR_VERSION ?= 2.0.0
+CCR        := .cache/ccr/node_modules/.bin/ccr
+
+$(CCR):
+	npm install --prefix .cache/ccr --no-audit --no-fund --loglevel=error \
+	  @musistudio/claude-code-router@$(CCR_VERSION)
+
+.PHONY: audit-peers
+audit-peers: $(STAMP) $(CCR)
+	nice -n 5 $(PY) -m conformance.audit_peers
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check tpx tests conformance benchmarks

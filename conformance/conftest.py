@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
-from conformance.gateway_http.harness import Harness
 from conformance.replay import COVERAGE_REPORTS, Behaviour, complete_behaviours, tlc_graph
+from tpx.audit.harness import Harness
 from tpx.oracle.tlc import StateGraph
 
 settings.register_profile(

@@ -24,7 +24,7 @@ the way a plausible bug would change it, and names the property the monitor must
   bytes as the client sent them (read at :meth:`tpx.gateway.core.Gateway.handle`), so the
   exchange's ``CallerSend`` without their tool_results is an illegal step (``Next``: it
   changes ``pending``, its ``reqIds`` do not answer it); the HTTP conformance replay
-  (:mod:`conformance.gateway_http`) stops it at the ``Retry`` step (PairingInv).
+  (:mod:`tpx.audit`) stops it at the ``Retry`` step (PairingInv).
 
 Bugs that hand the model another call's output, or lose, repeat or refuse a request:
 the HTTP replay catches each by its bytes alone (``Binding``: which call each id, call

@@ -1,7 +1,7 @@
-"""The HTTP replay's wire readers (:mod:`conformance.gateway_http.abstraction`) on the fake's
+"""The HTTP replay's wire readers (:mod:`tpx.audit.abstraction`) on the fake's
 own bodies, plain and streamed: what they read back is what the fake planted, and a body
 that is not a complete reply reads as none; the binding's readers and judge
-(:mod:`conformance.gateway_http.binding`) on hand-made histories of both wires."""
+(:mod:`tpx.audit.binding`) on hand-made histories of both wires."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import httpx2
 import orjson
 import pytest
 
-from conformance.gateway_http.abstraction import (
+from tpx.audit.abstraction import (
     Observer,
     binding_problems,
     client_call,
@@ -23,7 +23,7 @@ from conformance.gateway_http.abstraction import (
     request_ids,
     shape_of,
 )
-from conformance.gateway_http.binding import (
+from tpx.audit.binding import (
     output_for,
     reply_problems,
     request_kind,
@@ -31,10 +31,10 @@ from conformance.gateway_http.binding import (
     request_view,
     round_problems,
 )
-from conformance.gateway_http.binding import reply_view as binding_reply_view
-from conformance.gateway_http.client import ConvClient, Settled
-from conformance.gateway_http.harness import API_KEY, GATEWAY_SECRET, OAUTH_TOKEN
-from conformance.gateway_http.upstream import WIRE_ID, FakeUpstreams, Plan, UpstreamExchange
+from tpx.audit.binding import reply_view as binding_reply_view
+from tpx.audit.client import ConvClient, Settled
+from tpx.audit.harness import API_KEY, GATEWAY_SECRET, OAUTH_TOKEN
+from tpx.audit.upstream import WIRE_ID, FakeUpstreams, Plan, UpstreamExchange
 from tpx.oracle.values import ModelValue
 from tpx.transport.translate.ids import sign_caller_id, to_caller_id
 

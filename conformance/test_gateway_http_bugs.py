@@ -1,5 +1,5 @@
 """Bad machines for the HTTP replay: each seeded gateway bug (:mod:`conformance.gateway_bugs`)
-patched into a real ``tpx serve`` process (:mod:`conformance.gateway_http.serve`), the
+patched into a real ``tpx serve`` process (:mod:`tpx.audit.serve`), the
 replay run until its first failing behaviour, which must name the bug's property; and
 (slow) the same through ``tpx serve --monitor``, which stops the bugs whose steps it sees
 and cannot see the others (which call an id or a result is about, a request sent twice, a
@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from conformance.gateway_bugs import GATEWAY_BUGS
-from conformance.gateway_http.behaviours import (
+from conformance.replay import Behaviour
+from tpx.audit.behaviours import (
     RETRY,
     SHIPPED,
     SMALL,
@@ -19,9 +20,8 @@ from conformance.gateway_http.behaviours import (
     cover_behaviours,
     mirror_graph,
 )
-from conformance.gateway_http.harness import Harness
-from conformance.gateway_http.replay import HttpConformanceError, HttpReplayer
-from conformance.replay import Behaviour
+from tpx.audit.harness import Harness
+from tpx.audit.replay import HttpConformanceError, HttpReplayer
 from tpx.oracle.model.gateway import Config
 
 BUG = {bug.name: bug for bug in GATEWAY_BUGS}

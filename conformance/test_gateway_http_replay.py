@@ -1,5 +1,5 @@
 """The gateway spec's behaviours replayed through real ``tpx serve`` processes over HTTP
-(:mod:`conformance.gateway_http`): every behaviour of two small cfgs, every second one
+(:mod:`tpx.audit`): every behaviour of two small cfgs, every second one
 streamed (part of ``make test``); the same all plain and all streamed, a minimum edge
 cover of the shipped cfg plain and streamed, and one of a larger cfg (``slow``: ``make
 conformance``). Each must cover 100% of its graph's states and edges, every step's
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.gateway_http.behaviours import (
+from conformance.replay import COVERAGE_REPORTS, Behaviour, Coverage
+from tpx.audit.behaviours import (
     RETRY,
     SHIPPED,
     SMALL,
@@ -22,9 +23,8 @@ from conformance.gateway_http.behaviours import (
     edge_cover_certificate,
     mirror_graph,
 )
-from conformance.gateway_http.harness import Harness
-from conformance.gateway_http.replay import HttpReplayer
-from conformance.replay import COVERAGE_REPORTS, Behaviour, Coverage
+from tpx.audit.harness import Harness
+from tpx.audit.replay import HttpReplayer
 from tpx.oracle.model.gateway import Config
 from tpx.oracle.tlc import StateGraph
 

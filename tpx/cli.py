@@ -5,6 +5,7 @@
   tpx check-trace FILE... [--tlc]       validate recorded traces against the spec
   tpx graph [SPEC] -o OUT.svg           draw the state graph, covered part highlighted
   tpx serve [--host H] [--port P]       run the gateway (Messages API) in front of a provider
+  tpx audit URL [--live]                audit any Messages endpoint against the spec
 
 SPEC defaults to the TpxTransport spec shipped inside the package, CFG to the .cfg
 beside SPEC. tlc and explore print the same one-screen summary so they can be
@@ -666,6 +667,15 @@ def _add_serve(sub: Any) -> None:
 
 
 SUBCOMMANDS.append(_add_serve)
+
+
+def _add_audit(sub: Any) -> None:
+    from tpx.audit.cli import add_audit_parser  # the audit (tpx/audit/cli.py)
+
+    add_audit_parser(sub)
+
+
+SUBCOMMANDS.append(_add_audit)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,6 +16,7 @@ from tpx.transport.translate import (
     tool_use_ids,
 )
 from tpx.transport.translate.ids import to_caller_id
+from tpx.transport.translate.response import stable_message_id
 from tpx.transport.translate.signing import PROCESS_SIGNER
 
 from .quirks import ANTHROPIC_ERROR, OPENAI_ERROR, QUIRKS, VLLM_ERROR, completion
@@ -391,3 +392,21 @@ def test_no_choice_with_index_0_is_a_protocol_error(index: Any) -> None:
         response_to_messages(body)
     with pytest.raises(ProtocolError, match="no choice with index 0"):
         response_bytes_to_messages(orjson.dumps(body))
+
+
+@pytest.mark.parametrize(
+    ("body_id", "want"),
+    [
+        ("chatcmpl-1", "msg_chatcmpl-1"),  # the provider's id, of the msg_ form
+        ("msg_01abc", "msg_01abc"),  # already of the form: kept
+        ("id with spaces", None),  # other characters: the stable hash
+        (None, None),
+    ],
+)
+def test_message_ids_are_of_the_msg_form(body_id: str | None, want: str | None) -> None:
+    body = completion({"role": "assistant", "content": "hi"}, body_id=body_id)
+    got = response_to_messages(body).body["id"]
+    assert got == (want or stable_message_id(body))
+    assert got.startswith("msg_")
+    fast = orjson.loads(response_bytes_to_messages(orjson.dumps(body)))["id"]
+    assert fast == got

@@ -791,3 +791,8 @@ def test_anthropic_reader_refuses_an_event_type_it_could_not_write(kind: str) ->
     reader = AnthropicStreamReader()
     with pytest.raises(errors.ProtocolError, match="one-line string type"):
         reader.feed(b"data: " + orjson.dumps({"type": kind}) + b"\n\n")
+
+
+def test_a_streamed_message_id_is_of_the_msg_form() -> None:
+    events = translate(sse([chunk({"role": "assistant", "content": "hi"}), chunk({}, "stop")]))
+    assert events[0]["message"]["id"] == "msg_c1"

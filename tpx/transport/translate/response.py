@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
@@ -21,6 +22,7 @@ __all__ = [
     "check_nonce",
     "error_message",
     "is_first_choice",
+    "message_id_of",
     "parse_arguments",
     "reasoning_text",
     "response_to_messages",
@@ -201,6 +203,19 @@ def usage_to_messages(usage: Any, warnings: list[str]) -> dict[str, Any]:
     }
 
 
+_MESSAGE_ID = re.compile(r"[A-Za-z0-9_-]{1,200}")
+
+
+def message_id_of(response: Mapping[str, Any]) -> str:
+    """The Messages id of a completion (or its first chunk): ``msg_`` + the provider's id
+    (``chatcmpl-1`` -> ``msg_chatcmpl-1``; one already of the ``msg_`` form is kept), or,
+    for a missing id or one of other characters, :func:`stable_message_id`."""
+    raw = response.get("id")
+    if raw.__class__ is not str or _MESSAGE_ID.fullmatch(raw) is None:
+        return stable_message_id(response)
+    return raw if raw.startswith("msg_") else "msg_" + raw
+
+
 def stable_message_id(response: Mapping[str, Any]) -> str:
     """A stable Messages id for a response without one: a hash of its canonical JSON."""
     try:
@@ -354,7 +369,7 @@ def _fast_response(response: Any, model: str | None, nonce: str | None) -> dict[
     ):
         return None
     body = _BODY_TEMPLATE.copy()
-    body["id"] = message_id
+    body["id"] = message_id if message_id.startswith("msg_") else message_id_of(response)
     body["model"] = name
     body["content"] = blocks
     body["stop_reason"] = reason
@@ -519,9 +534,7 @@ def translate_response(
             }
     if usage is None:
         usage = usage_to_messages(raw_usage, warnings)
-    message_id = response.get("id")
-    if message_id.__class__ is not str or not message_id:
-        message_id = stable_message_id(response)
+    message_id = message_id_of(response)
     name = model if model is not None else response.get("model")
     if name.__class__ is not str or not name:
         warnings.append("the response named no model; 'unknown' reported")

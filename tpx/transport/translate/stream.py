@@ -93,9 +93,9 @@ from tpx.transport.translate.response import (
     check_nonce,
     error_message,
     is_first_choice,
+    message_id_of,
     parse_arguments,
     reasoning_text,
-    stable_message_id,
     stop_reason,
     usage_to_messages,
 )
@@ -633,9 +633,7 @@ class OpenAIStreamTranslator:
 
     def _message_start(self, chunk: Mapping[str, Any]) -> dict[str, Any]:
         self._started = True
-        message_id = chunk.get("id")
-        if not isinstance(message_id, str) or not message_id:
-            message_id = stable_message_id(chunk)
+        message_id = message_id_of(chunk)
         name = self._model
         if name is None:
             name = chunk.get("model")

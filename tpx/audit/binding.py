@@ -69,6 +69,27 @@ def call_of_id(raw: str) -> str | None:
     return m.group(1) if m else None
 
 
+#: a wire id at the end of an id an endpoint made of it (a signed id, a prefixed one)
+_ID_TAIL = re.compile(r"(?:call|toolu)_([A-Za-z0-9]+_t[0-9]+_[0-9]+)$")
+#: ids an endpoint minted itself -> the call they were handed on (:func:`learn`)
+_LEARNED: dict[str, str] = {}
+
+
+def learn(raw: str, call: str | None) -> None:
+    """*raw*, an id the client was handed that names no call by its text, stands for
+    *call*, the call its input names in the reply that handed it over."""
+    if call is not None and call_of_foreign_id(raw) is None:
+        _LEARNED[raw] = call
+
+
+def call_of_foreign_id(raw: str) -> str | None:
+    """The call an id another gateway made names: the wire id its text ends with (a signed
+    id whose secret the judge does not hold, a prefixed id), else the call it was handed on
+    when it was minted (:func:`learn`)."""
+    m = _ID_TAIL.search(raw)
+    return m.group(1) if m else _LEARNED.get(raw)
+
+
 def call_of_input(value: Any) -> str | None:
     """The call a tool call's input (a dict, or its JSON text) names."""
     if isinstance(value, str):

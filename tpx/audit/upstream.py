@@ -14,7 +14,7 @@ local tool name, the channel's counter), named twice, both planted by the fake: 
 wire id ``call_KEY_T_N`` (OpenAI) / ``toolu_KEY_T_N`` (Anthropic), and by its arguments
 ``{"conv": KEY, "tool": T, "call": "KEY_T_N"}``. The client answers a call with the
 content ``output of KEY_T_N`` (the call its tool_use's input names), so every result on
-either wire names the call it answers (:mod:`conformance.gateway_http.binding`).
+either wire names the call it answers (:mod:`tpx.audit.binding`).
 :attr:`Channel.rounds` lists the calls of every reply, in emission order. The
 abstraction reads ids and calls back from these bytes only.
 """
@@ -57,6 +57,26 @@ FAIL_KINDS: tuple[str, ...] = ("500", "529", "429", "503", "garbage")
 #: the same for a streamed request, plus a stream broken off before its terminal event
 #: (the connection closed mid-stream)
 STREAM_FAIL_KINDS: tuple[str, ...] = (*FAIL_KINDS, "break")
+
+
+#: ``Plan("fail", fail="context")``: the upstream's answer to a prompt longer than its
+#: context (OpenAI's wording and code; the Messages API's own for the Anthropic side)
+CONTEXT_ERROR = {
+    "error": {
+        "message": "This model's maximum context length is 4096 tokens. However, your "
+        "messages resulted in 9000 tokens. Please reduce the length of the messages.",
+        "type": "invalid_request_error",
+        "param": "messages",
+        "code": "context_length_exceeded",
+    }
+}
+CONTEXT_ERROR_MESSAGES = {
+    "type": "error",
+    "error": {
+        "type": "invalid_request_error",
+        "message": "prompt is too long: 9000 tokens > 4096 maximum",
+    },
+}
 
 
 def conv_tag(key: str) -> str:
@@ -162,7 +182,8 @@ class FakeUpstreams:
             ex.status, ex.response = status, data
             with contextlib.suppress(OSError):
                 if not _is_sse(data):
-                    await _respond(send, status, data)
+                    extra = [(b"retry-after", b"7")] if status in (429, 529) else []
+                    await _respond(send, status, data, extra)
                 elif plan.fail == "break":  # half the stream, then the connection closes
                     await _start_stream(send)
                     await send({"type": "http.response.body", "body": data, "more_body": True})
@@ -201,6 +222,8 @@ class FakeUpstreams:
         if plan.kind == "fail":
             if plan.fail == "garbage":
                 return 200, b"<html>not an API reply</html>"
+            if plan.fail == "context":  # the prompt does not fit the model's context
+                return 400, orjson.dumps(CONTEXT_ERROR if openai else CONTEXT_ERROR_MESSAGES)
             status = int(plan.fail)
             if openai:
                 return status, orjson.dumps({"error": {"message": "scripted", "type": "server"}})
@@ -275,7 +298,9 @@ def _planted(key: str, tool: str, n: int) -> dict[str, str]:
     return {"conv": key, "tool": tool, "call": f"{key}_{tool}_{n}"}
 
 
-async def _respond(send: Send, status: int, body: bytes) -> None:
+async def _respond(
+    send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
     await send(
         {
             "type": "http.response.start",
@@ -283,6 +308,7 @@ async def _respond(send: Send, status: int, body: bytes) -> None:
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
+                *(extra or []),
             ],
         }
     )

@@ -2,8 +2,8 @@
 what the real clients hold and from the bytes on both wires, never from the gateway's
 own state (it is another process).
 
-Per conversation *c* (client :class:`~conformance.gateway_http.client.ConvClient`, fake
-upstream :class:`~conformance.gateway_http.upstream.Channel`):
+Per conversation *c* (client :class:`~tpx.audit.client.ConvClient`, fake
+upstream :class:`~tpx.audit.upstream.Channel`):
 
 =============  ==================================================================
 ``turn``       exchanges the client saw end (a reply, an error status, a disconnect)
@@ -47,7 +47,7 @@ client-side id through the wire id it stands for (TPX: the signed id verified wi
 gateway's secret and decoded; ANTHROPIC: the id itself); an id of neither kind is
 ``<<?, id>>`` (TypeOK and PairingInv then fail). :func:`binding_problems` checks which
 call each id, call and result is about, over every round of every request and reply
-(:mod:`conformance.gateway_http.binding`), and that the upstream got one request per
+(:mod:`tpx.audit.binding`), and that the upstream got one request per
 client request that reached it. Beside the state, :func:`byte_problems`
 reads the wires for what a set cannot show: an id listed twice (PairingInv), an id
 another conversation's provider emitted anywhere in c's bytes (NoCrossPairing), a
@@ -64,10 +64,10 @@ from typing import Any
 import orjson
 
 from conformance.abstraction import assemble_messages, is_stream, sse_events
-from conformance.gateway_http import binding
-from conformance.gateway_http.client import ConvClient, Settled
-from conformance.gateway_http.harness import API_KEY, GATEWAY_SECRET, OAUTH_TOKEN
-from conformance.gateway_http.upstream import WIRE_ID, Channel, UpstreamExchange
+from tpx.audit import binding
+from tpx.audit.client import ConvClient, Settled
+from tpx.audit.harness import API_KEY, GATEWAY_SECRET, OAUTH_TOKEN
+from tpx.audit.upstream import WIRE_ID, Channel, UpstreamExchange
 from tpx.oracle.model.gateway.state import VARS
 from tpx.oracle.values import Function, ModelValue, Record
 from tpx.transport.translate.ids import verify_signed_id, wire_id
@@ -80,6 +80,7 @@ __all__ = [
     "client_call",
     "credential_problem",
     "error_problem",
+    "foreign_call",
     "refusal_problem",
     "reply_ids",
     "reply_view",
@@ -182,6 +183,14 @@ def client_call(raw: str) -> str | None:
     return binding.call_of_id(wire_id(verify_signed_id(raw, GATEWAY_SECRET) or raw))
 
 
+def foreign_call(raw: str) -> str | None:
+    """The call an id another endpoint handed out names, read without its secret: as
+    :func:`client_call`, else the wire id its text ends with, else the call it was handed on
+    (:func:`tpx.audit.binding.call_of_foreign_id`)."""
+    call = client_call(raw)
+    return call if call is not None else binding.call_of_foreign_id(raw)
+
+
 def reply_ids(data: bytes | None) -> list[str]:
     view = reply_view(data)
     return [] if view is None else view[1]
@@ -200,6 +209,9 @@ class Observer:
     ) -> None:
         self.has_key = has_key
         self.has_token = has_token
+        #: how the ids the client holds are read (:func:`foreign_call`: an endpoint whose
+        #: secret the judge does not hold)
+        self.reader: binding.IdReader = client_call
         self.announced = ModelValue(announced)
         self.clients = clients
         self.channels = channels
@@ -217,7 +229,7 @@ class Observer:
         return self._abstract(m.group(1), m.group(2)) if m else (UNKNOWN, ModelValue(raw))
 
     def client_id(self, cl: ConvClient, raw: str) -> tuple[ModelValue, ModelValue]:
-        call = client_call(raw)
+        call = self.reader(raw)
         m = binding.CALL.fullmatch(call or "")
         return self._abstract(m.group(1), m.group(2)) if m else (UNKNOWN, ModelValue(raw))
 
@@ -432,11 +444,11 @@ def _made(ex: UpstreamExchange) -> binding.ReplyView:
 
 
 def _upstream_binding(
-    c: ModelValue, ch: Channel, ex: UpstreamExchange, sent: bytes
+    c: ModelValue, ch: Channel, ex: UpstreamExchange, sent: bytes, reader: binding.IdReader
 ) -> list[tuple[str, str]]:
     openai = ex.path.endswith("/chat/completions")
     up = binding.request_view(_json(ex.body), openai)
-    mine = binding.request_view(_json(sent), False, client_call)
+    mine = binding.request_view(_json(sent), False, reader)
     where = f"{c}: upstream request #{ex.seq} ({'TPX' if openai else 'ANTHROPIC'})"
     return [("Binding", p) for p in binding.request_problems(up, mine, ch.rounds, where)]
 
@@ -458,12 +470,12 @@ def binding_problems(obs: Observer) -> list[tuple[str, str]]:
         for k, (ex, sent) in enumerate(cl.forwarded):
             key = (c, "up", k)
             if key not in judged:
-                judged[key] = _upstream_binding(c, ch, ex, sent)
+                judged[key] = _upstream_binding(c, ch, ex, sent, obs.reader)
             problems += judged[key]
         for k, (message, origin) in enumerate(cl.handed):
             key = (c, "reply", k)
             if key not in judged:
-                handed = binding.reply_view(message, client_call)
+                handed = binding.reply_view(message, obs.reader)
                 where = f"{c}: reply {k} handed to the client"
                 if origin is None:
                     judged[key] = [("Binding", f"{where} answers no upstream request")]

@@ -14,7 +14,7 @@ reads the spec's client-side variables from here:
   assembled from the events; a stream ending in an ``error`` event or without
   ``message_stop`` is a failed exchange).
 
-Its bodies are shaped like Claude Code's (:mod:`conformance.gateway_http.claude_code`: the
+Its bodies are shaped like Claude Code's (:mod:`tpx.audit.claude_code`: the
 recorded system prompt, tool list and member order after ``messages``), and it sends the
 session header Claude Code sends; the conversations of one behaviour share a session, as
 a Claude Code session's sub-agents do. It answers a call with ``output of KEY_T_N``, the
@@ -33,9 +33,9 @@ import httpx2
 import orjson
 
 from conformance.abstraction import assemble_messages
-from conformance.gateway_http.binding import call_of_input, output_for, request_kind
-from conformance.gateway_http.claude_code import recorded_headers, tail_members
-from conformance.gateway_http.upstream import UpstreamExchange, conv_tag
+from tpx.audit.binding import call_of_input, learn, output_for, request_kind
+from tpx.audit.claude_code import recorded_headers, tail_members
+from tpx.audit.upstream import UpstreamExchange, conv_tag
 from tpx.oracle.values import ModelValue
 
 __all__ = ["ABORT_STYLES", "ConvClient", "Settled"]
@@ -57,6 +57,7 @@ class Settled:
 
     status: int | None
     body: bytes
+    headers: dict[str, str] = attrs.field(factory=dict)  # lower-case names
 
 
 @attrs.define(eq=False)
@@ -231,6 +232,7 @@ class ConvClient:
                 if block.get("type") == "tool_use":
                     planted = block.get("input") or {}
                     self.ids[block["id"]] = (str(planted.get("conv")), str(planted.get("tool")))
+                    learn(str(block["id"]), call_of_input(planted))
             return
         self.last_outcome = "err"
         if self.arrived is None:  # refused before the wire (400), or no provider (502)

@@ -8,7 +8,7 @@ order), with the recorded tool list cut to a few tools and the fake upstream's o
 (:data:`TOOL`) added, so every body is far above the gateway's tail-cache threshold
 (:data:`tpx.gateway.bodies.MIN_BODY`) and its tail is one the cache keeps: every replay
 goes through the cache's reuse path, counted by ``tpx_conformance_tail_cache_hits`` (see
-:mod:`conformance.gateway_http.serve`).
+:mod:`tpx.audit.serve`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ client run on it), and real ``tpx serve`` processes on loopback, one per boot se
 ``Harness.run(coro)`` runs a coroutine on the loop from the test's thread.
 ``Harness.gateway(has_key, has_token, bug=None, ping_interval=None, monitor=False)`` is the
 ``tpx serve`` process for that boot (``bug``: a process of its own with that seeded bug
-patched in, see :mod:`conformance.gateway_http.serve`; ``ping_interval``: one started with a
+patched in, see :mod:`tpx.audit.serve`; ``ping_interval``: one started with a
 config file setting ``[limits] ping_interval``, so streams carry ``ping`` events while a
 request is held; ``monitor``: one started with ``--monitor``). :meth:`Harness.metrics`
 reads a process's ``/metrics`` (the tail cache's hits among them).
@@ -32,7 +32,7 @@ import attrs
 import httpx2
 import uvicorn
 
-from conformance.gateway_http.upstream import FakeUpstreams
+from tpx.audit.upstream import FakeUpstreams
 
 __all__ = ["API_KEY", "GATEWAY_KEY", "GATEWAY_SECRET", "OAUTH_TOKEN", "Gateway", "Harness"]
 
@@ -45,6 +45,8 @@ OAUTH_TOKEN = "conformance-oauth-token"
 #: TPX_GATEWAY_SECRET: the key the gateway signs the ids it hands out with
 GATEWAY_SECRET = b"conformance-gateway-secret"
 _LISTENING = re.compile(r"listening on (http://[0-9.]+:[0-9]+) \(provider (\w+),")
+#: the tail cache's hits in the ``/metrics`` of the replay's processes (:mod:`tpx.audit.serve`)
+TAIL_HITS = "tpx_conformance_tail_cache_hits"
 #: a hang guard only (nothing waits on time): how long one step may take at most
 STEP_GUARD_S = 120.0
 
@@ -104,7 +106,7 @@ class _BrokenStreams(logging.Filter):
 
 
 class Harness:
-    def __init__(self) -> None:
+    def __init__(self, listen: tuple[str, int] = ("127.0.0.1", 0)) -> None:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
@@ -112,8 +114,8 @@ class Harness:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # replies in one go
-        sock.bind(("127.0.0.1", 0))
-        self.upstream_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        sock.bind(listen)
+        self.upstream_url = f"http://{listen[0]}:{sock.getsockname()[1]}"
         config = uvicorn.Config(
             self.upstreams, log_level="warning", access_log=False, lifespan="off"
         )
@@ -124,6 +126,10 @@ class Harness:
         )
         self._gateways: dict[tuple[bool, bool, str | None, float | None, bool], Gateway] = {}
         self._configs = tempfile.TemporaryDirectory(prefix="tpx-gw-http-")
+
+    def started(self) -> bool:
+        """The scripted upstream accepts connections."""
+        return bool(self._server.started)
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
@@ -182,7 +188,7 @@ class Harness:
         if has_token:
             env["TPX_OAUTH_TOKEN"] = OAUTH_TOKEN
             env["TPX_BASE_URL"] = self.upstream_url + "/v1"
-        cmd = [sys.executable, "-m", "conformance.gateway_http.serve"]
+        cmd = [sys.executable, "-m", "tpx.audit.serve"]
         if bug is not None:
             cmd += ["--bug", bug]
         cmd += ["--", "serve", "--host", "127.0.0.1", "--port", "0"]

@@ -1,6 +1,6 @@
 """Replay the gateway spec's behaviours through a real ``tpx serve`` over HTTP.
 
-:class:`HttpReplayer` takes a behaviour (:mod:`conformance.gateway_http.behaviours`), picks
+:class:`HttpReplayer` takes a behaviour (:mod:`tpx.audit.behaviours`), picks
 the ``tpx serve`` process of its initial ``hasKey`` / ``hasToken`` (started once, reused),
 gives each conversation its own ``httpx2.AsyncClient`` and its own channel on the fake
 upstream, and takes each step as HTTP:
@@ -36,7 +36,7 @@ Requests stay held on the fake until the behaviour's ``ProviderReply`` / ``Provi
 so wherever a behaviour has one conversation's exchange in flight while another's
 request is sent, both really are in flight together.
 
-After every step the abstraction (:mod:`conformance.gateway_http.abstraction`) computes
+After every step the abstraction (:mod:`tpx.audit.abstraction`) computes
 the spec's variables and the step is judged: ``Refinement`` when the observed state is
 not the spec's, every invariant of the cfg the observed state violates, every step
 property of the cfg (``SelectionStable``, and those the mirror lists) on the observed
@@ -62,19 +62,20 @@ from typing import Any
 
 import httpx2
 
-from conformance.gateway_http.abstraction import (
+from conformance.replay import Behaviour, Coverage
+from tpx.audit.abstraction import (
     BOUND,
     Observer,
     binding_problems,
     byte_problems,
+    client_call,
     refusal_problem,
 )
-from conformance.gateway_http.behaviours import conversation_of
-from conformance.gateway_http.client import ABORT_STYLES, ConvClient, Settled
-from conformance.gateway_http.harness import GATEWAY_KEY, STEP_GUARD_S, Gateway, Harness
-from conformance.gateway_http.serve import TAIL_HITS
-from conformance.gateway_http.upstream import FAIL_KINDS, STREAM_FAIL_KINDS, Channel, Plan
-from conformance.replay import Behaviour, Coverage
+from tpx.audit.behaviours import conversation_of
+from tpx.audit.binding import IdReader
+from tpx.audit.client import ABORT_STYLES, ConvClient, Settled
+from tpx.audit.harness import GATEWAY_KEY, STEP_GUARD_S, TAIL_HITS, Gateway, Harness
+from tpx.audit.upstream import FAIL_KINDS, STREAM_FAIL_KINDS, Channel, Plan
 from tpx.oracle.model.gateway import INVARIANTS, Config, SelectionStable, State
 from tpx.oracle.model.gateway import invariants as _invariants
 from tpx.oracle.values import ModelValue, Record
@@ -135,6 +136,10 @@ class HttpReplayer:
         self.ping_interval = ping_interval
         self._http: dict[tuple[str, ModelValue], httpx2.AsyncClient] = {}
         self.steps = 0
+        #: how the abstraction reads the ids the clients hold (:mod:`tpx.audit.abstraction`)
+        self.reader: IdReader = client_call
+        #: the hang guard of one step, in seconds
+        self.guard_s = STEP_GUARD_S
         #: requests that reached the upstream while another conversation's exchange was in
         #: flight (its request held on the fake, or its reply out and not yet delivered)
         self.overlaps = 0
@@ -229,6 +234,7 @@ class HttpReplayer:
         obs = Observer(
             behaviour.init["hasKey"], behaviour.init["hasToken"], gw.provider, clients, channels
         )
+        obs.reader = self.reader
         try:
             before = obs.state()
             self._judge(obs, before, None, behaviour.init, 0, "Init", gw)
@@ -329,7 +335,7 @@ class HttpReplayer:
 
     async def _guard(self, aw: Any, what: str) -> Any:
         try:
-            return await asyncio.wait_for(aw, STEP_GUARD_S)
+            return await asyncio.wait_for(aw, self.guard_s)
         except TimeoutError:
             raise HttpConformanceError(
                 f"no progress: waited for {what}", violated=["Refinement"], step=0, action=""
@@ -340,7 +346,7 @@ class HttpReplayer:
         assert cl.outstanding is not None
         arrival = asyncio.ensure_future(ch.arrivals.get())
         done, _ = await asyncio.wait(
-            {arrival, cl.outstanding}, timeout=STEP_GUARD_S, return_when=asyncio.FIRST_COMPLETED
+            {arrival, cl.outstanding}, timeout=self.guard_s, return_when=asyncio.FIRST_COMPLETED
         )
         if arrival in done:
             cl.arrived = arrival.result()
@@ -364,7 +370,7 @@ class HttpReplayer:
         assert cl.outstanding is not None
         arrival = asyncio.ensure_future(ch.arrivals.get())
         await asyncio.wait(
-            {arrival, cl.outstanding}, timeout=STEP_GUARD_S, return_when=asyncio.FIRST_COMPLETED
+            {arrival, cl.outstanding}, timeout=self.guard_s, return_when=asyncio.FIRST_COMPLETED
         )
         if arrival.done():
             raise HttpConformanceError(
@@ -386,7 +392,8 @@ class HttpReplayer:
             ) from None
         if b"event: ping" in response.content:
             self.pinged += 1
-        cl.settle(Settled(response.status_code, response.content))
+        headers = {k.lower(): v for k, v in response.headers.items()}
+        cl.settle(Settled(response.status_code, response.content, headers))
 
     async def _cleanup(
         self, clients: dict[ModelValue, ConvClient], channels: dict[ModelValue, Channel]

@@ -1,4 +1,4 @@
-"""``python -m conformance.gateway_http.serve [--bug NAME] -- ARGS...``: the real
+"""``python -m tpx.audit.serve [--bug NAME] -- ARGS...``: the real
 ``tpx serve`` (``tpx.cli.main(ARGS)``), with one seeded bug of
 :mod:`conformance.gateway_bugs` patched in first when ``--bug`` names one.
 
@@ -10,17 +10,17 @@ so the replay can assert that its bodies went through the cache.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pytest
 from prometheus_client import Gauge
 
 import tpx.gateway.core
-from conformance.gateway_bugs import GATEWAY_BUGS
 from tpx.cli import main as tpx_main
 
-#: the gauge's name in ``/metrics``
-TAIL_HITS = "tpx_conformance_tail_cache_hits"
+if TYPE_CHECKING:
+    import pytest
+
+from tpx.audit.harness import TAIL_HITS  # the gauge's name in ``/metrics``
 
 
 def _count_tail_hits(mp: pytest.MonkeyPatch) -> None:
@@ -42,10 +42,15 @@ def main(argv: list[str]) -> int:
         bug, argv = argv[1], argv[2:]
     if argv[:1] == ["--"]:
         argv = argv[1:]
+    import pytest  # the seeded bugs are patched in as the tests patch them
+
+    from conformance.audit_bugs import AUDIT_BUGS
+    from conformance.gateway_bugs import GATEWAY_BUGS
+
     mp = pytest.MonkeyPatch()  # for the life of the process
     _count_tail_hits(mp)
     if bug is not None:
-        (chosen,) = [b for b in GATEWAY_BUGS if b.name == bug]
+        (chosen,) = [b for b in (*GATEWAY_BUGS, *AUDIT_BUGS) if b.name == bug]
         chosen.patch(mp)
     return tpx_main(argv)
 

@@ -1,0 +1,278 @@
+"""``make audit-peers``: ``tpx audit`` of LiteLLM's proxy, claude-code-router and ``tpx
+serve``, side by side, each configured to the audit's scripted upstream; the table goes into
+docs/audit.md (between its ``audit-peers`` markers, with the date and the machine) and each
+report (HTML, JSON, traces) into ``.cache/audit-peers/``.
+
+    python -m conformance.audit_peers [--only NAME ...] [--no-docs]
+
+LiteLLM 1.108.7 runs from ``.cache/litellm-venv`` (installed on first use, as ``make
+bench-gateway`` does), claude-code-router 2.0.0 from ``.cache/ccr`` (``make audit-peers``
+installs it with npm). Each peer gets the audit's model names mapped to the scripted
+upstream, its own client key, and the upstream key the scripted upstream checks; LiteLLM
+with its retries and cooldowns off (``num_retries: 0``, ``allowed_fails``), so a failure
+reaches the client as the upstream made it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+
+import httpx2
+
+from benchmarks.gateway_latency import LITELLM_VENV, LITELLM_VERSION, litellm_python
+from tpx.audit import report
+from tpx.audit.cli import UPSTREAM_KEY
+from tpx.audit.findings import CHECKS, Result
+from tpx.audit.harness import GATEWAY_KEY, Harness
+from tpx.audit.run import audit_gateway
+
+ROOT = Path(__file__).parents[1]
+OUT = ROOT / ".cache" / "audit-peers"
+DOC = ROOT / "docs" / "audit.md"
+CCR = ROOT / ".cache" / "ccr" / "node_modules" / ".bin" / "ccr"
+CCR_VERSION = "2.0.0"
+PEER_KEY = "sk-audit-peer"
+#: the model names the audit's clients ask for
+MODELS = ("claude-replay", "claude-audit")
+BEGIN, END = "<!-- audit-peers:begin -->", "<!-- audit-peers:end -->"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_up(url: str, popen: subprocess.Popen[bytes], log: Path, seconds: float = 180) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if popen.poll() is not None:
+            raise RuntimeError(
+                f"{url}: the process ended:\n{log.read_text(errors='replace')[-3000:]}"
+            )
+        try:
+            httpx2.get(url, timeout=2)
+            return
+        except httpx2.TransportError:
+            time.sleep(0.5)
+    raise RuntimeError(f"{url} never answered:\n{log.read_text(errors='replace')[-3000:]}")
+
+
+def _stop(popen: subprocess.Popen[bytes]) -> None:
+    if popen.poll() is None:
+        popen.terminate()
+        try:
+            popen.wait(30)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait(30)
+
+
+@contextmanager
+def litellm(harness: Harness, work: Path) -> Iterator[str]:
+    upstream = harness.upstream_url
+    litellm_python()
+    port = _free_port()
+    entries = [
+        {
+            "model_name": name,
+            "litellm_params": {
+                "model": "openai/fake-model",
+                "api_base": upstream + "/v1",
+                "api_key": UPSTREAM_KEY,
+            },
+        }
+        for name in MODELS
+    ]
+    settings = {
+        "model_list": entries,
+        "general_settings": {"master_key": PEER_KEY},
+        "litellm_settings": {"telemetry": False, "drop_params": True, "num_retries": 0},
+        "router_settings": {"num_retries": 0, "allowed_fails": 100000, "cooldown_time": 0},
+    }
+    config = work / "litellm.yaml"
+    config.write_text(json.dumps(settings))  # YAML is a superset of JSON
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
+    env.update(
+        {
+            "LITELLM_TELEMETRY": "False",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "LITELLM_USE_CHAT_COMPLETIONS_URL_FOR_ANTHROPIC_MESSAGES": "True",
+        }
+    )
+    log = work / "litellm.log"
+    cmd = [str(LITELLM_VENV / "bin" / "litellm"), "--config", str(config)]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"]
+    with log.open("wb") as out:
+        popen = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_up(url + "/health/liveliness", popen, log)
+        yield url
+    finally:
+        _stop(popen)
+
+
+@contextmanager
+def ccr(harness: Harness, work: Path) -> Iterator[str]:
+    upstream = harness.upstream_url
+    if not CCR.exists():
+        raise RuntimeError(f"{CCR} is missing: make audit-peers installs it")
+    home = work / "ccr-home"
+    (home / ".claude-code-router").mkdir(parents=True, exist_ok=True)
+    port = 3456
+    config = {
+        "APIKEY": PEER_KEY,
+        "HOST": "127.0.0.1",
+        "PORT": port,
+        "LOG": False,
+        "Providers": [
+            {
+                "name": "scripted",
+                "api_base_url": upstream + "/v1/chat/completions",
+                "api_key": UPSTREAM_KEY,
+                "models": ["fake-model"],
+            }
+        ],
+        "Router": {"default": "scripted,fake-model"},
+    }
+    (home / ".claude-code-router" / "config.json").write_text(json.dumps(config))
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "TMPDIR")}
+    env["HOME"] = str(home)
+    log = work / "ccr.log"
+    with log.open("wb") as out:
+        popen = subprocess.Popen(
+            [str(CCR), "start"], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=work
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_up(url + "/", popen, log, 60)
+        yield url
+    finally:
+        subprocess.run([str(CCR), "stop"], env=env, capture_output=True, timeout=60, check=False)
+        _stop(popen)
+
+
+@contextmanager
+def tpx_serve(harness: Harness, work: Path) -> Iterator[str]:
+    yield harness.gateway(False, True).url
+
+
+#: name -> (its label in the table, how to run it, the key its clients send)
+PEERS: dict[str, tuple[str, Callable[[Harness, Path], AbstractContextManager[str]], str]] = {
+    "tpx": ("tpx serve", tpx_serve, GATEWAY_KEY),
+    "litellm": (f"LiteLLM proxy {LITELLM_VERSION}", litellm, PEER_KEY),
+    "ccr": (f"claude-code-router {CCR_VERSION}", ccr, PEER_KEY),
+}
+
+
+def _cell(result: Result, name: str) -> str:
+    check = next(c for c in CHECKS if c.name == name)
+    status = result.status(check)
+    if status == "fail":
+        return f"fail ({result.counts[name]})"
+    return status
+
+
+def table(results: dict[str, Result]) -> str:
+    labels = [PEERS[n][0] for n in results]
+    lines = ["| check | " + " | ".join(labels) + " |", "| --- |" + " --- |" * len(labels)]
+    for check in CHECKS:
+        cells = [_cell(r, check.name) for r in results.values()]
+        lines.append(f"| `{check.name}` | " + " | ".join(cells) + " |")
+    lines.append(
+        "| seconds (behaviours) | "
+        + " | ".join(f"{r.seconds:.1f} ({r.behaviours})" for r in results.values())
+        + " |"
+    )
+    return "\n".join(lines)
+
+
+def findings(results: dict[str, Result]) -> str:
+    """The first counterexample of each failed check, one line each."""
+    lines = []
+    for name, result in results.items():
+        for check in CHECKS:
+            failure = result.failures.get(check.name)
+            if failure is not None:
+                first = " ".join(failure.message.split())[:220]
+                lines.append(f"- {PEERS[name][0]}, `{check.name}`: {first}")
+    return "\n".join(lines)
+
+
+def write_doc(results: dict[str, Result]) -> None:
+    text = DOC.read_text(encoding="utf-8")
+    head, _, rest = text.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    body = (
+        f"Written by `make audit-peers` on {when} ({machine}); each peer's reports are in "
+        "`.cache/audit-peers/`. `fail (N)`: N failures of the check (a behaviour stops at its "
+        "first); the first counterexample of each is below the table.\n\n"
+        + table(results)
+        + "\n\nWhat each gets wrong, as found (the first counterexample of each failed check):\n\n"
+        + (findings(results) or "- nothing")
+        + "\n"
+    )
+    DOC.write_text(f"{head}{BEGIN}\n{body}{END}{tail}", encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m conformance.audit_peers")
+    parser.add_argument("--only", nargs="*", choices=list(PEERS), default=list(PEERS))
+    parser.add_argument("--no-docs", action="store_true", help="do not rewrite docs/audit.md")
+    parser.add_argument(
+        "--from-reports",
+        action="store_true",
+        help="no audit: the table from the JSON reports in .cache/audit-peers/",
+    )
+    args = parser.parse_args(argv)
+    results: dict[str, Result] = {}
+    if args.from_reports:
+        results = {
+            name: Result.from_json(json.loads((OUT / f"{name}.json").read_text()))
+            for name in args.only
+        }
+        print(table(results))
+        if not args.no_docs:
+            write_doc(results)
+        return 0
+    OUT.mkdir(parents=True, exist_ok=True)
+    harness = Harness()
+    try:
+        for name in args.only:
+            label, run, key = PEERS[name]
+            print(f"== {label}", flush=True)
+            with (
+                tempfile.TemporaryDirectory(prefix=f"audit-{name}-") as work,
+                run(harness, Path(work)) as url,
+            ):
+                result = audit_gateway(harness, url, key)
+            results[name] = result
+            print(report.summary(result), flush=True)
+            report.write(result, OUT / f"{name}.html")
+            report.write(result, OUT / f"{name}.json")
+    finally:
+        harness.close()
+    print(table(results))
+    if not args.no_docs:
+        write_doc(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

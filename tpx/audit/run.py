@@ -1,0 +1,586 @@
+"""``tpx audit URL``: the gateway spec's behaviours, and the Messages API's rules, as a test
+of any Messages endpoint.
+
+Gateway mode (:func:`audit_gateway`): tpx runs the scripted OpenAI-compatible upstream
+(:class:`tpx.audit.upstream.FakeUpstreams`); the endpoint under test is configured to use
+it. The audit replays every behaviour of a small cfg of ``spec/TpxGateway.tla`` whose
+gateway has an OpenAI-compatible upstream (``hasToken``, no ``hasKey``) through the
+endpoint, with Claude Code's recorded bodies, every second behaviour streamed
+(:class:`AuditReplayer`: the conformance replay aimed at a URL), and judges each step: the
+spec's variables from the bytes (Refinement, PairingInv, the binding of ids to calls and
+results over every round, one upstream request per client request, refusals), and every
+answer against the Messages API's grammar and rules (:mod:`tpx.audit.checks`: ShapeInv,
+the ``msg_`` id, usage, error shapes, ``retry-after``). A few scenarios add what the
+spec's behaviours do not: a context overflow upstream (the prompt-too-long wording), a
+529 then the same body again (retry safety), ``count_tokens`` and ``/v1/models``.
+
+Live mode (:func:`tpx.audit.endpoints.audit_live`): a real model behind the URL; the
+checks that need no scripted upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections.abc import Sequence
+from typing import Any, cast
+
+import attrs
+import httpx2
+import orjson
+
+from tpx.audit import checks
+from tpx.audit.abstraction import Observer, foreign_call
+from tpx.audit.behaviours import (
+    RETRY,
+    SHIPPED,
+    SMALL,
+    TWO_TOOLS,
+    all_behaviours,
+    cover_behaviours,
+    mirror_graph,
+)
+from tpx.audit.client import ConvClient, Settled
+from tpx.audit.endpoints import JSON_HEADERS, endpoint_failures, kept_headers, text_of
+from tpx.audit.findings import Failure, Result, check_named
+from tpx.audit.harness import GATEWAY_KEY, Gateway, Harness
+from tpx.audit.replay import HttpConformanceError, HttpReplayer
+from tpx.audit.traces import conversation_trace, judge
+from tpx.audit.upstream import Channel, Plan
+from tpx.oracle.model.gateway import Config
+from tpx.oracle.values import ModelValue, Record
+
+__all__ = [
+    "FULL_CFGS",
+    "SMALL_CFGS",
+    "AuditReplayer",
+    "Target",
+    "audit_gateway",
+    "gateway_behaviours",
+]
+
+#: the replay's property -> the audit's check
+CHECK_OF = {
+    "TypeOK": "PairingInv",  # an id, call or result that names no call of the upstream
+    "ShapeInv": "ShapeInv",
+    "PairingInv": "PairingInv",
+    "Binding": "PairingInv",
+    "NoCrossPairing": "PairingInv",
+    "RetryInv": "PairingInv",
+    "OneRequest": "OneRequest",
+    "Refusal": "Refusal",
+    "ErrorShape": "ErrorShape",
+    "Credential": "Credential",
+}
+#: the small cfgs: every behaviour of each (two conversations; three turns with retries;
+#: two parallel calls over two rounds)
+SMALL_CFGS: tuple[tuple[str, Config], ...] = (
+    ("TWO_TOOLS", TWO_TOOLS),
+    ("RETRY", RETRY),
+    ("SMALL", SMALL),
+)
+#: the guard of a wait that timed out before
+AGAIN_S = 0.5
+#: a cfg name's suffix: its behaviours are a minimum edge cover, not all
+COVER = " (edge cover)"
+#: ``--profile full``: the small cfgs and the edge cover of spec/TpxGateway.cfg
+FULL_CFGS = (*SMALL_CFGS, ("SHIPPED" + COVER, SHIPPED))
+#: a step's hang guard (a failure to answer is a finding, not a wait)
+GUARD_S = 20.0
+
+
+class _Recorded(Exception):
+    """The behaviour failed on a check already recorded: it ends there."""
+
+
+@attrs.frozen
+class Target:
+    """The endpoint under test, as the replay addresses a gateway."""
+
+    url: str
+    provider: str = "TPX"
+    bug: str | None = None
+
+
+def gateway_behaviours(configs: Sequence[tuple[str, Config]]) -> list[tuple[str, Any]]:
+    """``(label, behaviour)`` of every behaviour of *configs* (a name ending in
+    :data:`COVER`: a minimum edge cover) that starts with an OpenAI-compatible upstream
+    only (what an endpoint configured to the fake has)."""
+    out = []
+    for name, config in configs:
+        pick = cover_behaviours if name.endswith(COVER) else all_behaviours
+        for k, b in enumerate(pick(mirror_graph(config))):
+            if b.init["hasToken"] and not b.init["hasKey"]:
+                out.append((f"{name.removesuffix(COVER)} #{k}", b))
+    return out
+
+
+def _slim_upstream(body: bytes) -> str:
+    """An upstream request for the report: the system prompt's text and the tool list (the
+    recorded ones, the same in every request) left out."""
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return text_of(body)
+    if not isinstance(value, dict) or not isinstance(value.get("messages"), list):
+        return text_of(body)
+    messages = []
+    for m in value["messages"]:
+        if isinstance(m, dict) and m.get("role") in ("system", "developer"):
+            m = {
+                **m,
+                "content": f"(the recorded system prompt, {len(str(m.get('content')))} characters)",
+            }
+        messages.append(m)
+    kept = {k: value[k] for k in ("model", "stream") if k in value}
+    kept["messages"] = messages
+    kept["..."] = "tools and the other members of the translated request"
+    return orjson.dumps(kept, option=orjson.OPT_INDENT_2).decode()
+
+
+def _slim(body: bytes) -> str:
+    """A client request for the report: the members after ``messages`` (the recorded
+    system prompt and tools, the same in every request) left out."""
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return text_of(body)
+    if isinstance(value, dict):
+        kept = {k: value[k] for k in ("model", "messages", "stream") if k in value}
+        kept["..."] = "system, tools, metadata and the rest of Claude Code's recorded body"
+        return orjson.dumps(kept, option=orjson.OPT_INDENT_2).decode()
+    return text_of(body)
+
+
+class AuditReplayer(HttpReplayer):
+    """The conformance replay aimed at an endpoint's URL; every failure is recorded (with
+    its counterexample) in :attr:`result` instead of ending the audit."""
+
+    def __init__(self, harness: Harness, target: Target, key: str, result: Result) -> None:
+        super().__init__(harness, SMALL, streaming=None)
+        self.target = target
+        self.key = key
+        self.result = result
+        self.guard_s = GUARD_S
+        self.reader = foreign_call
+        self._states: list[tuple[str, Record]] = []
+        self._seen: dict[tuple[ModelValue, int], bool] = {}
+        self._obs: Observer | None = None
+        self._where = ""
+        self._timed_out: set[str] = set()
+        #: the scenario step under way (``Action(c1)``)
+        self.taking = ""
+
+    # -- driving ------------------------------------------------------------------------
+
+    def audit(self, label: str, config: Config, behaviour: Any, index: int) -> None:
+        self.config = config
+        self._where = f"{label}, {'streamed' if index % 2 == 1 else 'plain'}"
+        self._states = []
+        self._seen = {}
+        self._obs = None
+        gw = cast(Gateway, self.target)
+        try:
+            self.harness.run(self._replay(gw, behaviour, index))
+        except _Recorded:
+            pass
+        except HttpConformanceError as exc:
+            if self._obs is not None and exc.step > len(self._states) - 1:
+                self._states.append((exc.action, self._obs.state()))
+            self._record_replay(exc)
+        self.result.behaviours += 1
+
+    async def _guard(self, aw: Any, what: str) -> Any:
+        """The replay's hang guard, short for a wait that has timed out before: an endpoint
+        that never does what is waited for (say, close the upstream request when its client
+        leaves) fails each behaviour that waits for it without holding the audit up."""
+        guard = self.guard_s
+        if what in self._timed_out:
+            self.guard_s = AGAIN_S
+        try:
+            return await super()._guard(aw, what)
+        except HttpConformanceError:
+            self._timed_out.add(what)
+            raise
+        finally:
+            self.guard_s = guard
+
+    def _client(self, gw: Gateway, c: ModelValue) -> httpx2.AsyncClient:
+        client = self._http.get((gw.url, c))
+        if client is None:
+            client = self._http[(gw.url, c)] = httpx2.AsyncClient(
+                base_url=gw.url,
+                headers={"x-api-key": self.key, "anthropic-version": "2023-06-01"},
+                timeout=httpx2.Timeout(self.guard_s),
+            )
+        return client
+
+    def _judge(
+        self,
+        obs: Observer,
+        observed: Record,
+        before: Record | None,
+        expected: Record,
+        step: int,
+        action: str,
+        gw: Gateway,
+    ) -> None:
+        self._obs = obs
+        if "signedBy" in observed:  # how an endpoint makes its ids is its own (not judged)
+            observed = Record({**dict(observed.items()), "signedBy": expected["signedBy"]})
+        self._states.append((action, observed))
+        found = False
+        for c, cl in obs.clients.items():
+            for k, answer in enumerate(cl.received):
+                if (c, k) not in self._seen:
+                    self._seen[(c, k)] = True
+                    for check, message in answer_problems(cl, answer):
+                        self._record(check, f"{c}: {message}", c)
+                        found = True
+        try:
+            super()._judge(obs, observed, before, expected, step, action, gw)
+        except HttpConformanceError as exc:
+            if found and set(exc.violated) == {"Refinement"}:
+                # what the answer's bytes broke, seen in the spec's variables: recorded
+                raise _Recorded from None
+            raise
+
+    # -- recording ------------------------------------------------------------------------
+
+    def _record_replay(self, exc: HttpConformanceError) -> None:
+        lines = [line.strip() for line in str(exc).splitlines()[1:]]
+        if not lines:  # one problem, said in one line
+            lines = [f"{v}: {str(exc).splitlines()[0]}" for v in exc.violated[:1]]
+        done: set[str] = set()
+        conv = _conv_of(exc.action)
+        named = {CHECK_OF.get(line.partition(": ")[0], "Refinement") for line in lines}
+        if len(named) > 1:  # the state left the spec's: the invariant's check names why
+            done.add("Refinement")
+        for line in lines:
+            prop, _, message = line.partition(": ")
+            check = CHECK_OF.get(prop, "Refinement")
+            if exc.action.startswith("CallerAbort(") and check in ("PairingInv", "Refinement"):
+                check = "Refusal"
+            if check in done:
+                continue
+            done.add(check)
+            first = str(exc).splitlines()[0]
+            text = message if message.startswith(first) else f"{first} {prop}: {message}"
+            if check == "Refusal" and prop != "Refusal":
+                text = f"a turn whose tool_results do not answer its calls went on: {text}"
+            # a refusal answered the wrong way: the answer's shape; forwarded: the pairing
+            self._record(check, text, conv, "ShapeInv" if prop == "Refusal" else None)
+
+    def _record(
+        self, check: str, message: str, conv: ModelValue | None, prop: str | None = None
+    ) -> None:
+        obs = self._obs
+        failure = Failure(
+            check,
+            message,
+            self._where,
+            [label for label, _ in self._states[1:]],
+            *_exchanges(obs),
+        )
+        spec_property = check_named(check).property if prop is None else prop
+        failure.property = spec_property
+        if spec_property and conv is not None and self._states:
+            trace = conversation_trace(self._states, conv)
+            doc, report = judge(trace, spec_property, f"tpx audit {check}: {message[:200]}")
+            failure.trace, failure.verdict = doc, str(report)
+            failure.rejected_for = report.failed_property or ""
+        self.result.add(failure)
+
+
+def _conv_of(label: str) -> ModelValue | None:
+    _, _, who = label.partition("(")
+    return ModelValue(who.rstrip(")")) if who else None
+
+
+def _exchanges(obs: Observer | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    if obs is None:
+        return [], []
+    client: list[dict[str, Any]] = []
+    upstream: list[dict[str, Any]] = []
+    for c, cl in obs.clients.items():
+        answers = list(cl.received)
+        for k, (ex, _sent) in enumerate(cl.forwarded):
+            upstream.append(
+                {
+                    "conversation": c.name,
+                    "path": ex.path,
+                    "request": _slim_upstream(ex.body),
+                    "status": ex.status,
+                    "reply": text_of(ex.response),
+                    "seq": ex.seq,
+                    "client_request": k,
+                }
+            )
+        sent_bodies = [sent for _, sent in cl.forwarded]
+        if cl.last_body is not None and (not sent_bodies or sent_bodies[-1] != cl.last_body):
+            sent_bodies.append(cl.last_body)
+        for k, body in enumerate(sent_bodies):
+            answer = answers[k] if k < len(answers) else None
+            client.append(
+                {
+                    "conversation": c.name,
+                    "request": _slim(body),
+                    "status": None if answer is None else answer.status,
+                    "headers": {} if answer is None else kept_headers(answer.headers),
+                    "answer": "" if answer is None else text_of(answer.body),
+                }
+            )
+        for ch_ex in obs.channels[c].exchanges:
+            if all(u["seq"] != ch_ex.seq for u in upstream):
+                upstream.append(
+                    {
+                        "conversation": c.name,
+                        "path": ch_ex.path,
+                        "request": _slim_upstream(ch_ex.body),
+                        "status": ch_ex.status,
+                        "reply": text_of(ch_ex.response),
+                        "seq": ch_ex.seq,
+                        "client_request": None,
+                    }
+                )
+    upstream.sort(key=lambda u: int(u["seq"]))
+    return client, upstream
+
+
+def answer_problems(cl: ConvClient, answer: Settled) -> list[checks.Problem]:
+    """The Messages API's rules on one answer a client received (beside the replay's)."""
+    if answer.status is None:
+        return []
+    sent = cl.sent or {}
+    upstream = cl.arrived
+    if answer.status >= 400:
+        problems = checks.error_problems(answer.status, answer.body, f"a {answer.status} answer")
+        if upstream is not None and upstream.status in (429, 529) and not problems:
+            want = {429: "rate_limit_error", 529: "overloaded_error"}[upstream.status]
+            kind = orjson.loads(answer.body)["error"]["type"]
+            if answer.status != upstream.status or kind != want:
+                problems.append(
+                    (
+                        "ErrorShape",
+                        f"the upstream's {upstream.status} answered {answer.status} {kind}, "
+                        f"not {upstream.status} {want}",
+                    )
+                )
+            elif "retry-after" not in answer.headers:
+                problems.append(
+                    ("ErrorShape", f"the upstream's {upstream.status} retry-after was dropped")
+                )
+        return problems
+    if answer.status != 200:
+        return [("ShapeInv", f"a {answer.status} answer to a Messages request")]
+    message: Any
+    if sent.get("stream") is True:
+        if not checks.is_stream(answer.body):
+            return [("ShapeInv", "a streamed request answered without an event stream")]
+        problems, message = checks.stream_problems(answer.body)
+    else:
+        try:
+            message = orjson.loads(answer.body)
+        except orjson.JSONDecodeError:
+            return [("ShapeInv", f"a 200 whose body is not JSON: {text_of(answer.body, 120)}")]
+        problems = checks.message_problems(message)
+    if message is not None and upstream is not None and upstream.replied:
+        usage = _upstream_usage(upstream.response)
+        if usage is not None:
+            problems += checks.usage_problems(message, *usage, "the reply")
+    return problems
+
+
+def _upstream_usage(data: bytes | None) -> tuple[int, int] | None:
+    """``(prompt_tokens, completion_tokens)`` the fake reported (plain or streamed)."""
+    if data is None:
+        return None
+    for chunk in reversed(data.split(b"\n")):
+        text = chunk[6:] if chunk.startswith(b"data: ") else chunk
+        try:
+            value = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            continue
+        usage = value.get("usage") if isinstance(value, dict) else None
+        if isinstance(usage, dict) and "prompt_tokens" in usage:
+            return int(usage["prompt_tokens"]), int(usage["completion_tokens"])
+    return None
+
+
+# -- scenarios beyond the spec's behaviours ----------------------------------------------------
+
+
+async def _scenario(
+    rp: AuditReplayer, name: str, steps: Sequence[tuple[str, Any]], stream: bool
+) -> tuple[ConvClient, Observer]:
+    """Run *steps* (``(action, plan)``: ``CallerSend``, ``Retry``, ``Reply`` (tools),
+    ``Fail`` (kind), ``Deliver``) for one fresh conversation, recording observed states."""
+    c = ModelValue("c1")
+    key = "a" + "".join(ch for ch in name if ch.isalnum()) + str(next(_SCENARIOS))
+    cl = ConvClient(
+        c, key, rp._client(cast(Gateway, rp.target), c), stream=stream, session=f"audit-{key}"
+    )
+    ch: Channel = rp.harness.upstreams.channel(key)
+    obs = Observer(False, True, "TPX", {c: cl}, {c: ch})
+    obs.reader = foreign_call
+    rp._obs = obs
+    rp._states = [("Init", obs.state())]
+    rp._seen = {}
+    try:
+        for action, arg in steps:
+            rp.taking = f"{action}(c1)"
+            if action == "CallerSend":
+                cl.send(cl.fresh_body())
+                await rp._sent(cl, ch)
+            elif action == "Retry":
+                assert cl.last_body is not None
+                cl.send(cl.last_body)
+                await rp._sent(cl, ch)
+            elif action == "ProviderReply":
+                ex = rp._held(cl)
+                ex.plan.set_result(Plan("reply", tuple(arg)))
+                await rp._guard(ex.done.wait(), "the fake's reply going out")
+            elif action == "ProviderFail":
+                ex = rp._held(cl)
+                ex.plan.set_result(Plan("fail", fail=str(arg)))
+                await rp._settle(cl, ch)
+            elif action == "Deliver":
+                await rp._settle(cl, ch)
+            rp._states.append((f"{action}(c1)", obs.state()))
+    finally:
+        if cl.outstanding is not None:
+            cl.outstanding.cancel()
+            with contextlib.suppress(asyncio.CancelledError, httpx2.HTTPError):
+                await cl.outstanding
+            cl.outstanding = None
+        for ex in ch.exchanges:
+            if not ex.plan.done():
+                ex.plan.set_result(Plan("fail", fail="500"))
+    return cl, obs
+
+
+def _run_scenario(
+    rp: AuditReplayer, name: str, steps: Sequence[tuple[str, Any]], stream: bool = False
+) -> ConvClient | None:
+    rp._where = f"scenario {name}, {'streamed' if stream else 'plain'}"
+    try:
+        cl, _ = rp.harness.run(_scenario(rp, name, steps, stream))
+    except HttpConformanceError as exc:
+        if rp._obs is not None:  # the step that failed, as observed
+            rp._states.append((rp.taking, rp._obs.state()))
+        check = CHECK_OF.get(exc.violated[0] if exc.violated else "", "Refinement")
+        if check == "Refinement" and name == "retry-after-529":
+            check = "RetrySafety"
+        rp._record(check, f"{exc}", ModelValue("c1"))
+        return None
+    return cl
+
+
+def _prompt_too_long(rp: AuditReplayer) -> None:
+    steps = [("CallerSend", None), ("ProviderFail", "context")]
+    cl = _run_scenario(rp, "context-overflow", steps)
+    if cl is None or not cl.received:
+        return
+    answer = cl.received[-1]
+    problem = ""
+    try:
+        error = orjson.loads(answer.body)["error"]
+        kind, text = error["type"], error["message"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        problem = f"answered {answer.status} {text_of(answer.body, 200)}"
+    else:
+        if answer.status != 400 or kind != "invalid_request_error":
+            problem = f"answered {answer.status} {kind}, not 400 invalid_request_error"
+        elif not checks.PROMPT_TOO_LONG.search(text):
+            problem = f"the message {text!r} does not say 'prompt is too long'"
+    if problem:
+        rp._record("PromptTooLong", f"an upstream context overflow: {problem}", ModelValue("c1"))
+
+
+def _retry_safety(rp: AuditReplayer) -> None:
+    steps = [
+        ("CallerSend", None),
+        ("ProviderFail", "529"),
+        ("Retry", None),
+        ("ProviderReply", ("t1",)),
+        ("Deliver", None),
+    ]
+    cl = _run_scenario(rp, "retry-after-529", steps)
+    if cl is None:
+        return
+    last = cl.received[-1] if cl.received else None
+    if last is None or last.status != 200:
+        got = "nothing" if last is None else f"{last.status} {text_of(last.body, 200)}"
+        rp._record("RetrySafety", f"the same body after a 529 answered {got}", ModelValue("c1"))
+
+
+def _endpoints(rp: AuditReplayer) -> None:
+    async def both() -> tuple[httpx2.Response, httpx2.Response]:
+        http = rp._client(cast(Gateway, rp.target), ModelValue("endpoints"))
+        body = {"model": "claude-audit", "messages": [{"role": "user", "content": "count me"}]}
+        counted = await http.post(
+            "/v1/messages/count_tokens", content=orjson.dumps(body), headers=JSON_HEADERS
+        )
+        models = await http.get("/v1/models")
+        return counted, models
+
+    try:
+        counted, models = rp.harness.run(both())
+    except httpx2.HTTPError as exc:
+        rp.result.notes.append(f"count_tokens / models: {type(exc).__name__}: {exc}")
+        return
+    endpoint_failures(rp.result, counted, models)
+
+
+_SCENARIOS = itertools.count(1)
+
+
+def audit_gateway(
+    harness: Harness,
+    url: str,
+    key: str = GATEWAY_KEY,
+    *,
+    configs: Sequence[tuple[str, Config]] = SMALL_CFGS,
+    limit: int | None = None,
+    scenarios: bool = True,
+    stop_on: str | None = None,
+) -> Result:
+    """Audit the endpoint at *url* (configured to use *harness*'s scripted upstream):
+    the scenarios, then the behaviours of *configs* (the first *limit*; *stop_on*: stop
+    as soon as that check fails)."""
+    start = time.monotonic()
+    result = Result(url, "gateway")
+    rp = AuditReplayer(harness, Target(url.rstrip("/")), key, result)
+    behaviours = gateway_behaviours(configs)
+    if limit is not None:
+        behaviours = behaviours[:limit]
+    cfg_of = {name.removesuffix(COVER): config for name, config in configs}
+    try:
+        if scenarios:
+            _prompt_too_long(rp)
+            _retry_safety(rp)
+            _endpoints(rp)
+        for index, (label, b) in enumerate(behaviours):
+            if stop_on in result.failures:
+                break
+            rp.audit(label, cfg_of[label.split(" #")[0]], b, index)
+    finally:
+        rp.close()
+    result.requests = rp.requests
+    result.ran |= {
+        "ShapeInv",
+        "MessageId",
+        "Usage",
+        "PairingInv",
+        "Refusal",
+        "OneRequest",
+        "Refinement",
+        "ErrorShape",
+        "Credential",
+    }
+    if scenarios:
+        result.ran |= {"PromptTooLong", "RetrySafety"}
+    result.seconds = time.monotonic() - start
+    return result
