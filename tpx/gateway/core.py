@@ -30,6 +30,7 @@ import contextlib
 import logging
 import os
 import secrets
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -90,6 +91,8 @@ __all__ = [
 logger = logging.getLogger("tpx.gateway")
 
 _PID = os.getpid()
+#: the log-record key of an exchange holding an in-flight slot (removed before logging)
+_SLOT = "#slot"
 os.register_at_fork(after_in_child=lambda: globals().update(_PID=os.getpid()))
 
 
@@ -111,6 +114,10 @@ class Gateway:
         self.bodies = BodyReader(settings.limits.tail_cache)
         self._action_counters: dict[str, Any] = {}
         self._request_counters: dict[tuple[str, int], Any] = {}
+        #: exchanges in flight (limits.max_in_flight), under a lock: big bodies are handled
+        #: on worker threads
+        self._in_flight = 0
+        self._slots = threading.Lock()
         self.monitor: LiveMonitor | None = None
         if settings.monitor:  # tpx serve --monitor
             self.monitor = LiveMonitor(settings, self.metrics)
@@ -334,6 +341,18 @@ class Gateway:
                 log["error"] = error.code
                 self.log(log, failed=True)
                 return model_error_response(error, request_id)
+            if not self._take_slot():  # MaxInFlight: CallerSend is not enabled
+                log["error"] = "GATEWAY_529"
+                self.log(log, failed=True)
+                self.metrics.errors.labels("GATEWAY_529").inc()
+                return error_response(
+                    529,
+                    "overloaded_error",
+                    f"The gateway has {settings.limits.max_in_flight} requests in flight; "
+                    "retry shortly",
+                    request_id,
+                )
+            log[_SLOT] = True  # released when the exchange's line is logged
             # orjson parsed the body: its depth is checked at C speed, once (a tail kept
             # by the body reader: its verdict was taken when it was kept)
             outbound = exchange.send(body, shallow=not decoded.too_deep())
@@ -435,7 +454,23 @@ class Gateway:
 
     # -- logging -----------------------------------------------------------------------------
 
+    def _take_slot(self) -> bool:
+        """One more exchange in flight, if fewer than ``limits.max_in_flight`` are."""
+        with self._slots:
+            if self._in_flight >= self.settings.limits.max_in_flight:
+                return False
+            self._in_flight += 1
+            return True
+
+    @property
+    def in_flight(self) -> int:
+        """/v1/messages exchanges in flight (sent upstream, their line not yet logged)."""
+        return self._in_flight
+
     def log(self, record: dict[str, Any], *, failed: bool) -> None:
+        if record.pop(_SLOT, False):  # the exchange ended: its slot is free
+            with self._slots:
+                self._in_flight -= 1
         if self.monitor is not None:  # the exchange ended: its conversation too
             self.monitor.close(record["request_id"])
         trace = record.pop("#trace", None)

@@ -103,7 +103,7 @@ from tpx.oracle.model.gateway.events import (
     rendered,
     snapshot_of_exchange,
 )
-from tpx.oracle.model.gateway.state import Wrong
+from tpx.oracle.model.gateway.invariants import REFUSABLE
 
 __all__ = [
     "CONVERSATION_VARS",
@@ -334,21 +334,26 @@ class GatewayMonitor:
                 if not holders:
                     del shared[name]
 
-    def refuses(self, conversation: Hashable, request: str) -> Violation | None:
-        """RefusesOnlyWrong on a refusal (a ``CallerAbort`` taken) of *conversation*'s
-        request, read from the request as *request* (the spec's ``Requests``, see
-        :func:`~tpx.oracle.model.gateway.events.request_kind`): ``None`` when it is wrong, else the
-        violation (the conversation's trace up to the refusal)."""
-        if request in Wrong:
+    def refuses(
+        self, conversation: Hashable, request: str, action: str = "CallerAbort"
+    ) -> Violation | None:
+        """RefusesOnlyWrong on a refusal (a ``CallerAbort`` or, *action*, a
+        ``PromptTooLong`` taken) of *conversation*'s request, read from the request as
+        *request* (the spec's ``Requests``, see
+        :func:`~tpx.oracle.model.gateway.events.request_kind`; ``"long"``: correct but too
+        long for the window): ``None`` when it is wrong or too long, else the violation
+        (the conversation's trace up to the refusal)."""
+        if request in REFUSABLE:
             return None
         live = self._live.get(conversation)
         trace: list[Event] = [] if live is None else live.trace
         return self._violation(
             conversation,
             trace,
-            "CallerAbort",
+            action,
             "RefusesOnlyWrong",
-            f"a correct request ({request!r}: every obligation answered once) was refused",
+            f"a correct request that fits ({request!r}: every obligation answered once) "
+            "was refused",
         )
 
     def same_ids(self, a: Iterable[str], b: Iterable[str]) -> bool:

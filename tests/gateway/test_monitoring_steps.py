@@ -1,0 +1,131 @@
+"""The live monitor's steps around the exchange: a preflight refusal (PromptTooLong), a
+request's upstream attempts (attempt, accept, resend, failover, first byte, recover), and
+the in-flight bound (``limits.max_in_flight``: 529 before the wire, BoundedInv)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import httpx2
+import pytest
+
+from tpx.gateway.asgi import create_app
+from tpx.gateway.metrics import Metrics
+from tpx.gateway.monitoring import LiveMonitor, SpecViolationError
+from tpx.transport.exchange import ExchangeSnapshot, Provider
+
+from .conftest import GATEWAY_KEY, make_settings, serving
+from .fakes import FakeUpstream
+
+AUTH = {"x-api-key": GATEWAY_KEY}
+
+
+def live(provider: str = "ANTHROPIC", **limits: int) -> LiveMonitor:
+    settings = make_settings(provider, monitor=True)
+    if limits:
+        settings = attrs.evolve(settings, limits=attrs.evolve(settings.limits, **limits))
+    return LiveMonitor(settings, Metrics())
+
+
+def idle(pending: frozenset[str] = frozenset()) -> ExchangeSnapshot:
+    return ExchangeSnapshot(
+        provider=Provider.ANTHROPIC,
+        turn=0,
+        phase="idle",
+        pending=pending,
+        last_outcome="none",
+        max_turns=None,
+        req_ids=frozenset(),
+        wire_shape="messages",
+        wire_ids=frozenset(),
+        emitted=frozenset(),
+        got_shape="messages",
+    )
+
+
+def stopped(call: Any, *args: Any, **kwargs: Any) -> str:
+    with pytest.raises(SpecViolationError) as info:
+        call(*args, **kwargs)
+    return info.value.property
+
+
+def test_a_preflight_refusal_of_a_request_that_does_not_fit_is_legal() -> None:
+    m = live()
+    m.start("r", idle(frozenset({"toolu_1"})))
+    m.preflight_refused("r", idle(frozenset({"toolu_1"})), input_tokens=9000, window=8192)
+    assert m.monitor.violations == 0
+    (record,) = [e for e in m.monitor.trace("r") if e["#action"] == "PromptTooLong"]
+    assert (record["turn"], record["lastOutcome"], record["pending"]) == (1, "err", ["toolu_1"])
+
+
+def test_a_preflight_refusal_of_a_request_that_fits_is_stopped() -> None:
+    m = live()
+    m.start("r", idle())
+    prop = stopped(m.preflight_refused, "r", idle(), input_tokens=8191, window=8192)
+    assert prop == "RefusesOnlyWrong"
+    assert m.violations.labels("RefusesOnlyWrong")._value.get() == 1
+
+
+def test_legal_attempts_pass() -> None:
+    m = live()
+    m.attempt("r", "big")
+    m.resend("r")  # a stale pooled connection: nothing was written
+    m.accept("r")
+    m.failover("r", "small")  # big answered 529 before any byte
+    m.accept("r")
+    m.first_byte("r")
+    assert m.attempts.health == {"big": False, "small": True}
+    m.recover("big")
+    m.attempt("r2", "big")
+    m.close("r")
+    assert m.attempts.trace("r") == ()
+
+
+@pytest.mark.parametrize(
+    ("steps", "bad"),
+    [
+        ([("accept",)], "resend"),  # the upstream got it: a resend is a second generation
+        ([("accept",), ("first_byte",)], "failover"),  # after the first byte
+        ([("accept",), ("first_byte",)], "first_byte"),  # a reply's start twice
+    ],
+)
+def test_illegal_attempts_are_stopped(steps: list[tuple[str]], bad: str) -> None:
+    m = live()
+    m.attempt("r", "u1")
+    for (name,) in steps:
+        getattr(m, name)("r")
+    args = ("r", "u2") if bad == "failover" else ("r",)
+    assert stopped(getattr(m, bad), *args) == "Next"
+    assert m.violations.labels("Next")._value.get() == 1
+
+
+def test_the_monitor_bounds_the_requests_in_flight() -> None:
+    assert live(max_in_flight=3).monitor._max_in_flight == 3
+
+
+def test_a_request_past_the_in_flight_bound_gets_529_before_the_wire() -> None:
+    """With ``limits.max_in_flight = 1`` and one streamed turn held open (its body's end held
+    back by the fake), the next turn is answered 529 overloaded_error and never reaches the
+    upstream; once the first ends, the next one passes."""
+    fake = FakeUpstream("ANTHROPIC")
+    settings = make_settings("ANTHROPIC", gateway_key=GATEWAY_KEY, monitor=True)
+    settings = attrs.evolve(settings, limits=attrs.evolve(settings.limits, max_in_flight=1))
+    app = create_app(settings, transport=fake.transport())
+
+    def body(text: str, stream: bool) -> dict[str, Any]:
+        messages = [{"role": "user", "content": text}]
+        return {"model": "claude-x", "max_tokens": 8, "messages": messages, "stream": stream}
+
+    with serving(app) as url, httpx2.Client(base_url=url, timeout=30) as client:
+        with client.stream("POST", "/v1/messages", headers=AUTH, json=body("TAIL a", True)) as r:
+            assert r.status_code == 200
+            seen = len(fake.seen)
+            second = client.post("/v1/messages", headers=AUTH, json=body("b", False))
+            assert second.status_code == 529
+            assert second.json()["error"]["type"] == "overloaded_error"
+            assert len(fake.seen) == seen  # nothing reached the upstream
+            fake.tail.set()
+            assert b"message_stop" in r.read()
+        third = client.post("/v1/messages", headers=AUTH, json=body("c", False))
+        assert third.status_code == 200, third.text
