@@ -105,27 +105,63 @@ def test_the_monitor_bounds_the_requests_in_flight() -> None:
 
 
 def test_a_request_past_the_in_flight_bound_gets_529_before_the_wire() -> None:
-    """With ``limits.max_in_flight = 1`` and one streamed turn held open (its body's end held
-    back by the fake), the next turn is answered 529 overloaded_error and never reaches the
-    upstream; once the first ends, the next one passes."""
+    """With ``limits.max_in_flight = 1`` and one exchange holding its slot, the next turn is
+    answered 529 overloaded_error and never reaches the upstream; once that exchange's line
+    is logged (it ended), the next one passes."""
     fake = FakeUpstream("ANTHROPIC")
     settings = make_settings("ANTHROPIC", gateway_key=GATEWAY_KEY, monitor=True)
     settings = attrs.evolve(settings, limits=attrs.evolve(settings.limits, max_in_flight=1))
     app = create_app(settings, transport=fake.transport())
-
-    def body(text: str, stream: bool) -> dict[str, Any]:
-        messages = [{"role": "user", "content": text}]
-        return {"model": "claude-x", "max_tokens": 8, "messages": messages, "stream": stream}
-
+    messages = [{"role": "user", "content": "b"}]
+    body = {"model": "claude-x", "max_tokens": 8, "messages": messages}
+    gateway = app.gateway
     with serving(app) as url, httpx2.Client(base_url=url, timeout=30) as client:
-        with client.stream("POST", "/v1/messages", headers=AUTH, json=body("TAIL a", True)) as r:
-            assert r.status_code == 200
-            seen = len(fake.seen)
-            second = client.post("/v1/messages", headers=AUTH, json=body("b", False))
-            assert second.status_code == 529
-            assert second.json()["error"]["type"] == "overloaded_error"
-            assert len(fake.seen) == seen  # nothing reached the upstream
-            fake.tail.set()
-            assert b"message_stop" in r.read()
-        third = client.post("/v1/messages", headers=AUTH, json=body("c", False))
+        assert gateway._take_slot()  # an exchange in flight
+        assert gateway.in_flight == 1
+        second = client.post("/v1/messages", headers=AUTH, json=body)
+        assert second.status_code == 529
+        assert second.json()["error"]["type"] == "overloaded_error"
+        assert fake.seen == []  # nothing reached the upstream
+        gateway.log({"request_id": "held", "#slot": True}, failed=False)  # it ended
+        assert gateway.in_flight == 0
+        third = client.post("/v1/messages", headers=AUTH, json=body)
         assert third.status_code == 200, third.text
+        assert len(fake.seen) == 1
+
+
+def turn_through(
+    app_stream: bool, monkeypatch: pytest.MonkeyPatch, twice: bool
+) -> tuple[int, list[str]]:
+    """One monitored ANTHROPIC turn; the upstream steps the gateway reported (with *twice*,
+    a gateway that reports a reply's first byte twice: a seeded bug)."""
+    seen: list[str] = []
+    for name in ("attempt", "accept", "first_byte"):
+        original = getattr(LiveMonitor, name)
+
+        def spy(self: LiveMonitor, *args: Any, _o: Any = original, _n: str = name) -> None:
+            seen.append(_n)
+            _o(self, *args)
+            if twice and _n == "first_byte":
+                _o(self, *args)
+
+        monkeypatch.setattr(LiveMonitor, name, spy)
+    fake = FakeUpstream("ANTHROPIC")
+    settings = make_settings("ANTHROPIC", gateway_key=GATEWAY_KEY, monitor=True)
+    app = create_app(settings, transport=fake.transport())
+    messages = [{"role": "user", "content": "steps"}]
+    body = {"model": "claude-x", "max_tokens": 8, "messages": messages, "stream": app_stream}
+    with serving(app) as url, httpx2.Client(base_url=url, timeout=30) as client:
+        reply = client.post("/v1/messages", headers=AUTH, json=body)
+    return reply.status_code, seen
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_a_turn_reports_its_upstream_steps(stream: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    status, seen = turn_through(stream, monkeypatch, twice=False)
+    assert status == 200
+    assert seen == ["attempt", "accept", *(["first_byte"] if stream else [])]
+
+
+def test_a_reply_started_twice_is_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
+    status, _ = turn_through(True, monkeypatch, twice=True)
+    assert status == 500

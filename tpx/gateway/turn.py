@@ -99,6 +99,10 @@ class Conversation(Exchange):
             self._stream.rescrub(self._scrub)
 
 
+#: The name the live monitor knows the gateway's one upstream by (its attempt steps).
+UPSTREAM = "upstream"
+
+
 class Turn:
     """One ``POST /v1/messages`` exchange (see the module docstring for the protocol)."""
 
@@ -142,6 +146,17 @@ class Turn:
     def upstream_status(self, status: int) -> None:
         self._log["upstream_status"] = status
 
+    def _upstream_steps(self, *, stream: bool) -> None:
+        """``--monitor``: the upstream answered, so the request's attempt reached it
+        (``NewRequest``, ``UpstreamAccept``: the one upstream); a stream that begins sends
+        the client its first byte (``FirstByte``). Raises SpecViolationError."""
+        monitor = self.gateway.monitor
+        if monitor is not None:
+            monitor.attempt(self.request_id, UPSTREAM)
+            monitor.accept(self.request_id)
+            if stream:
+                monitor.first_byte(self.request_id)
+
     # -- non-streaming -----------------------------------------------------------
 
     def reply(self, status: int, headers: Mapping[str, str], body: bytes) -> Response:
@@ -149,6 +164,7 @@ class Turn:
         self.upstream_status(status)
         self._join()
         try:
+            self._upstream_steps(stream=False)
             self.exchange.receive(status, headers, body)
             message = self.exchange.deliver()
         except ModelError as error:  # ProviderFail, or the monitor stopped a step
@@ -184,6 +200,7 @@ class Turn:
         self._join()
         try:
             self.exchange.receive_stream_start(status, headers, body)
+            self._upstream_steps(stream=self.exchange.phase == "req")
         except ModelError as error:
             return self.error_response(error)
         return None
