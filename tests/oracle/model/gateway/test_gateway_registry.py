@@ -45,6 +45,7 @@ def test_the_shipped_gateway_spec_is_the_repositorys() -> None:
         "SelectionStable",
         "RefusesOnlyWrong",
         "SendsOnlyCorrect",
+        "FailoverBeforeFirstByte",
         "Refinement",
     )
 
