@@ -129,37 +129,40 @@ def test_a_request_past_the_in_flight_bound_gets_529_before_the_wire() -> None:
         assert len(fake.seen) == 1
 
 
-def turn_through(
-    app_stream: bool, monkeypatch: pytest.MonkeyPatch, twice: bool
-) -> tuple[int, list[str]]:
-    """One monitored ANTHROPIC turn; the upstream steps the gateway reported (with *twice*,
-    a gateway that reports a reply's first byte twice: a seeded bug)."""
-    seen: list[str] = []
-    for name in ("attempt", "accept", "first_byte"):
-        original = getattr(LiveMonitor, name)
+def turn_through(stream: bool, monkeypatch: pytest.MonkeyPatch, twice: bool) -> tuple[int, Any]:
+    """One monitored ANTHROPIC turn; the attempt monitor's trace of it, as the turn
+    reported it (with *twice*, a gateway that reports a reply's first byte twice: a seeded
+    bug)."""
+    traces: list[Any] = []
+    answered, close = LiveMonitor.answered, LiveMonitor.close
 
-        def spy(self: LiveMonitor, *args: Any, _o: Any = original, _n: str = name) -> None:
-            seen.append(_n)
-            _o(self, *args)
-            if twice and _n == "first_byte":
-                _o(self, *args)
+    def spy(self: LiveMonitor, key: str, upstream: str, *, stream: bool) -> None:
+        answered(self, key, upstream, stream=stream)
+        if twice and stream:
+            self.first_byte(key)
 
-        monkeypatch.setattr(LiveMonitor, name, spy)
+    def closing(self: LiveMonitor, key: str) -> None:
+        traces.append([action for action, _ in self.attempts.trace(key)])
+        close(self, key)
+
+    monkeypatch.setattr(LiveMonitor, "answered", spy)
+    monkeypatch.setattr(LiveMonitor, "close", closing)
     fake = FakeUpstream("ANTHROPIC")
     settings = make_settings("ANTHROPIC", gateway_key=GATEWAY_KEY, monitor=True)
     app = create_app(settings, transport=fake.transport())
     messages = [{"role": "user", "content": "steps"}]
-    body = {"model": "claude-x", "max_tokens": 8, "messages": messages, "stream": app_stream}
+    body = {"model": "claude-x", "max_tokens": 8, "messages": messages, "stream": stream}
     with serving(app) as url, httpx2.Client(base_url=url, timeout=30) as client:
         reply = client.post("/v1/messages", headers=AUTH, json=body)
-    return reply.status_code, seen
+    return reply.status_code, traces
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_a_turn_reports_its_upstream_steps(stream: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    status, seen = turn_through(stream, monkeypatch, twice=False)
+    status, traces = turn_through(stream, monkeypatch, twice=False)
     assert status == 200
-    assert seen == ["attempt", "accept", *(["first_byte"] if stream else [])]
+    steps = ["NewRequest", "UpstreamAccept", *(["FirstByte"] if stream else [])]
+    assert traces == [steps]
 
 
 def test_a_reply_started_twice_is_stopped(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -304,6 +304,18 @@ class LiveMonitor:
             failure = self.attempts.send(key, upstream)
         self._attempt_step(key, "NewRequest", failure)
 
+    def answered(self, key: str, upstream: str, *, stream: bool) -> None:
+        """:meth:`attempt`, :meth:`accept` and, for a stream that begins, :meth:`first_byte`
+        at once (one lock): request *key* went to *upstream*, which answered it."""
+        with self._lock:
+            attempts = self.attempts
+            action, failure = "NewRequest", attempts.send(key, upstream)
+            if failure is None:
+                action, failure = "UpstreamAccept", attempts.accept(key)
+            if failure is None and stream:
+                action, failure = "FirstByte", attempts.first_byte(key)
+        self._attempt_step(key, action, failure)
+
     def accept(self, key: str) -> None:
         """The current attempt of request *key* wrote a byte of the request to its upstream
         (``UpstreamAccept``: from here on it may be generating)."""

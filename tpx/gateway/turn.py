@@ -152,10 +152,7 @@ class Turn:
         the client its first byte (``FirstByte``). Raises SpecViolationError."""
         monitor = self.gateway.monitor
         if monitor is not None:
-            monitor.attempt(self.request_id, UPSTREAM)
-            monitor.accept(self.request_id)
-            if stream:
-                monitor.first_byte(self.request_id)
+            monitor.answered(self.request_id, UPSTREAM, stream=stream)
 
     # -- non-streaming -----------------------------------------------------------
 
