@@ -18,7 +18,8 @@ upstream's window refused before the wire), and a request's upstream attempts,
 :meth:`~LiveMonitor.attempt` (its first attempt goes to an upstream), :meth:`~LiveMonitor.accept`
 (``UpstreamAccept``: its bytes reached the upstream), :meth:`~LiveMonitor.resend`
 (``Resend``), :meth:`~LiveMonitor.failover` (``Failover``), :meth:`~LiveMonitor.first_byte`
-(``FirstByte``) and :meth:`~LiveMonitor.recover` (``Recover``), checked by
+(``FirstByte``) and :meth:`~LiveMonitor.recover` (``Recover``; a turn reports the first
+three at once when its upstream answered, :meth:`~LiveMonitor.answered`), checked by
 :class:`tpx.oracle.model.gateway.attempts.AttemptMonitor` (OneGeneration,
 NoDuplicateDelivery, FailoverBeforeFirstByte).
 
