@@ -92,6 +92,10 @@ UNKNOWN = ModelValue("?")
 #: the spec binds ids to calls and results (its variables ``calls``, ``hist``, ``wireRes``,
 #: ``request``, ``signedBy``, ``key``, ``oldest``): the abstraction computes them too
 BOUND = "calls" in VARS
+#: the spec has upstream attempts (``up``, ``health``, ``attempts``, ``reached``, ``gens``,
+#: ``fwd``); the replay's cfgs leave them out (UpstreamSteps = FALSE, Upstreams = {u1}), so
+#: they keep their initial values
+ATTEMPTS = "up" in VARS
 
 
 def _json(data: bytes | None) -> Any:
@@ -282,6 +286,8 @@ class Observer:
         }
         if BOUND:
             out.update(self.bound(cl, ch))
+        if ATTEMPTS:
+            out.update(up=ModelValue("NONE"), attempts=0, reached=False, gens=0, fwd=0)
         return out
 
     # -- ids bound to calls (the spec's calls, hist, wireRes, request, signedBy) ---------
@@ -337,6 +343,8 @@ class Observer:
         }
         if BOUND:  # one signing key, never rotated
             record.update(key=1, oldest=1)
+        if ATTEMPTS:  # one upstream, never cooling down
+            record["health"] = Function({ModelValue("u1"): True})
         for name in names:
             record[name] = Function({c: per[c][name] for c in per})
         return Record(record)

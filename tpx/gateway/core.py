@@ -30,6 +30,7 @@ import contextlib
 import logging
 import os
 import secrets
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -42,6 +43,7 @@ from tpx.gateway import history
 from tpx.gateway.bodies import BodyReader, Decoded
 from tpx.gateway.context.counted import Tokenized
 from tpx.gateway.context.gate import ContextGate
+from tpx.gateway.context.preflight import Verdict
 from tpx.gateway.history import (
     Refusal,
     pairing_problem,
@@ -93,6 +95,8 @@ __all__ = [
 logger = logging.getLogger("tpx.gateway")
 
 _PID = os.getpid()
+#: the log-record key of an exchange holding an in-flight slot (removed before logging)
+_SLOT = "#slot"
 os.register_at_fork(after_in_child=lambda: globals().update(_PID=os.getpid()))
 
 
@@ -114,6 +118,10 @@ class Gateway:
         self.bodies = BodyReader(settings.limits.tail_cache)
         self._action_counters: dict[str, Any] = {}
         self._request_counters: dict[tuple[str, int], Any] = {}
+        #: exchanges in flight (limits.max_in_flight), under a lock: big bodies are handled
+        #: on worker threads
+        self._in_flight = 0
+        self._slots = threading.Lock()
         self.monitor: LiveMonitor | None = None
         #: the context-window contract: windows, aliases, preflight, error wording
         self.context = ContextGate(settings)
@@ -348,12 +356,33 @@ class Gateway:
                 log["error"] = error.code
                 self.log(log, failed=True)
                 return model_error_response(error, request_id)
-            too_long = self._context_preflight(body, upstream_model, len(request.body), log)
-            if too_long is not None:  # the preflight refusal: nothing goes on the wire
+            verdict = self._context_preflight(body, upstream_model, len(request.body), log)
+            if verdict is not None and verdict.refusal is not None:
+                # the preflight refusal (the spec's PromptTooLong): nothing goes on the wire
+                too_long = verdict.refusal
+                if monitor is not None:
+                    monitor.preflight_refused(
+                        request_id,
+                        exchange.snapshot(),
+                        input_tokens=verdict.input_tokens,
+                        maximum=verdict.maximum if verdict.maximum is not None else 0,
+                    )
                 log["error"] = "GATEWAY_400"
                 self.metrics.errors.labels("GATEWAY_400").inc()
                 self.log(log, failed=True)
                 return error_response(400, "invalid_request_error", too_long, request_id)
+            if not self._take_slot():  # MaxInFlight: CallerSend is not enabled
+                log["error"] = "GATEWAY_529"
+                self.log(log, failed=True)
+                self.metrics.errors.labels("GATEWAY_529").inc()
+                return error_response(
+                    529,
+                    "overloaded_error",
+                    f"The gateway has {settings.limits.max_in_flight} requests in flight; "
+                    "retry shortly",
+                    request_id,
+                )
+            log[_SLOT] = True  # released when the exchange's line is logged
             # orjson parsed the body: its depth is checked at C speed, once (a tail kept
             # by the body reader: its verdict was taken when it was kept)
             outbound = exchange.send(body, shallow=not decoded.too_deep())
@@ -407,11 +436,12 @@ class Gateway:
 
     def _context_preflight(
         self, body: dict[str, Any], upstream_model: str | None, size: int, log: dict[str, Any]
-    ) -> str | None:
-        """The preflight (TPX): the refusal's message when the request cannot fit its model's
-        context window (``prompt is too long: N tokens > M maximum``), else ``None`` (its
-        ``max_tokens`` lowered to what the window leaves when needed). Counts only a body
-        that may come near its window (tpx.gateway.context.preflight)."""
+    ) -> Verdict | None:
+        """The preflight (TPX): its verdict (``refusal``: ``prompt is too long: N tokens > M
+        maximum`` when the request cannot fit its model's context window; else its
+        ``max_tokens`` lowered to what the window leaves when needed), ``None`` when it was
+        not counted: only a body that may come near its window is
+        (tpx.gateway.context.preflight)."""
         alias = self.context.resolve(body["model"])
         route = alias[1] if alias is not None else self.settings.route(body["model"])
         verdict = self.context.check(body, upstream_model, size, route)
@@ -422,7 +452,7 @@ class Gateway:
             "window": verdict.window,
             "clamped": verdict.clamped,
         }
-        return verdict.refusal
+        return verdict
 
     def _observer(self, actions: list[str], trace: list[dict[str, Any]] | None) -> Any:
         counters = self._action_counters
@@ -503,7 +533,23 @@ class Gateway:
 
     # -- logging -----------------------------------------------------------------------------
 
+    def _take_slot(self) -> bool:
+        """One more exchange in flight, if fewer than ``limits.max_in_flight`` are."""
+        with self._slots:
+            if self._in_flight >= self.settings.limits.max_in_flight:
+                return False
+            self._in_flight += 1
+            return True
+
+    @property
+    def in_flight(self) -> int:
+        """/v1/messages exchanges in flight (sent upstream, their line not yet logged)."""
+        return self._in_flight
+
     def log(self, record: dict[str, Any], *, failed: bool) -> None:
+        if record.pop(_SLOT, False):  # the exchange ended: its slot is free
+            with self._slots:
+                self._in_flight -= 1
         if self.monitor is not None:  # the exchange ended: its conversation too
             self.monitor.close(record["request_id"])
         trace = record.pop("#trace", None)

@@ -9,7 +9,19 @@ first step, feeds every exchange action through :meth:`LiveMonitor.observer` (wi
 history's obligations, so a ProviderFail / ClientGone / CallerAbort keeps them as the
 gateway spec says; a failure after :meth:`LiveMonitor.client_gone` is reported as
 ``ClientGone``), reports a refusal that took no exchange step as ``CallerAbort`` (:meth:`refused`),
-and :meth:`LiveMonitor.close` s the conversation when the exchange ends.
+and :meth:`LiveMonitor.close` s the conversation when the exchange ends. The in-flight bound
+(``limits.max_in_flight``, the spec's MaxInFlight) is the monitor's too (BoundedInv).
+
+The steps the gateway takes around the exchange are reported by their own methods:
+:meth:`LiveMonitor.preflight_refused` (``PromptTooLong``: a request too long for the
+upstream's window refused before the wire), and a request's upstream attempts,
+:meth:`~LiveMonitor.attempt` (its first attempt goes to an upstream), :meth:`~LiveMonitor.accept`
+(``UpstreamAccept``: its bytes reached the upstream), :meth:`~LiveMonitor.resend`
+(``Resend``), :meth:`~LiveMonitor.failover` (``Failover``), :meth:`~LiveMonitor.first_byte`
+(``FirstByte``) and :meth:`~LiveMonitor.recover` (``Recover``; a turn reports the first
+three at once when its upstream answered, :meth:`~LiveMonitor.answered`), checked by
+:class:`tpx.oracle.model.gateway.attempts.AttemptMonitor` (OneGeneration,
+NoDuplicateDelivery, FailoverBeforeFirstByte).
 
 A step the spec does not allow raises :class:`SpecViolationError` (a
 :class:`~tpx.errors.ModelError`, raised by the exchange's observer *in place of* the
@@ -37,6 +49,7 @@ from prometheus_client.registry import Collector
 from tpx.errors import ModelError
 from tpx.gateway.metrics import Metrics
 from tpx.gateway.settings import Settings
+from tpx.oracle.model.gateway.attempts import AttemptMonitor
 from tpx.oracle.model.gateway.events import request_kind
 from tpx.oracle.model.gateway.monitor import GatewayMonitor, Violation, snapshot_of_exchange
 from tpx.oracle.tracecheck_gateway import trace_file_name, write_trace
@@ -119,8 +132,14 @@ class LiveMonitor:
             self._unsigned = unsigned
 
         self.monitor = GatewayMonitor(
-            provider=settings.provider.name, gateway_retry=True, to_wire=to_wire
+            provider=settings.provider.name,
+            gateway_retry=True,
+            to_wire=to_wire,
+            max_in_flight=settings.limits.max_in_flight,
+            preflight=True,
         )
+        #: the upstream attempts of the live requests (the spec's upVars)
+        self.attempts = AttemptMonitor()
         self.trace_dir: Path | None = settings.trace_dir
         self._lock = threading.Lock()
         #: requests whose client left while their exchange was in flight (Turn.abandon)
@@ -248,17 +267,104 @@ class LiveMonitor:
             return None
         return self.monitor.refuses(key, request_kind(*asked, self._verifies))
 
+    def preflight_refused(
+        self, key: str, snapshot: ExchangeSnapshot, *, input_tokens: int, maximum: int
+    ) -> None:
+        """The gateway's preflight refused request *key* (400 ``prompt is too long``) before
+        the wire: the spec's ``PromptTooLong`` (the turn counts, the outcome is "err", the
+        obligations are kept). *snapshot* is the exchange's before any step (as
+        :meth:`start` took it), *input_tokens* the request's input as the preflight counted
+        it, *maximum* the most input its model's context window takes with the reply room
+        the preflight keeps. RefusesOnlyWrong: the refusal is legal only for a request that
+        does not fit, ``input_tokens > maximum``; else it is stopped
+        (:class:`SpecViolationError`)."""
+        record = snapshot_of_exchange(snapshot, action="PromptTooLong", obligations=None)
+        record["turn"] = snapshot.turn + 1
+        record["lastOutcome"] = "err"
+        with self._lock:
+            self._asked.pop(key, None)
+            violation = self.monitor.observe(key, "PromptTooLong", record)
+            if violation is None:
+                fits = input_tokens <= maximum
+                violation = self.monitor.refuses(key, "ok" if fits else "long", "PromptTooLong")
+        if violation is not None:
+            self._stopped(key, violation)
+
+    def _attempt_step(self, key: str, action: str, failure: tuple[str, str] | None) -> None:
+        """Stop the step when the attempt monitor found it illegal (held no lock)."""
+        if failure is None:
+            return
+        prop, message = failure
+        trace = tuple({"#action": a, **s._asdict()} for a, s in self.attempts.trace(key))
+        self.monitor.violations += 1
+        self._stopped(key, Violation(key, len(trace) + 1, action, prop, message, trace))
+
+    def attempt(self, key: str, upstream: str) -> None:
+        """Request *key* was sent (CallerSend or a retried turn): its first attempt goes to
+        *upstream* (a healthy one unless none is)."""
+        with self._lock:
+            failure = self.attempts.send(key, upstream)
+        self._attempt_step(key, "NewRequest", failure)
+
+    def answered(self, key: str, upstream: str, *, stream: bool) -> None:
+        """:meth:`attempt`, :meth:`accept` and, for a stream that begins, :meth:`first_byte`
+        at once (one lock): request *key* went to *upstream*, which answered it."""
+        with self._lock:
+            attempts = self.attempts
+            action, failure = "NewRequest", attempts.send(key, upstream)
+            if failure is None:
+                action, failure = "UpstreamAccept", attempts.accept(key)
+            if failure is None and stream:
+                action, failure = "FirstByte", attempts.first_byte(key)
+        self._attempt_step(key, action, failure)
+
+    def accept(self, key: str) -> None:
+        """The current attempt of request *key* wrote a byte of the request to its upstream
+        (``UpstreamAccept``: from here on it may be generating)."""
+        with self._lock:
+            failure = self.attempts.accept(key)
+        self._attempt_step(key, "UpstreamAccept", failure)
+
+    def resend(self, key: str) -> None:
+        """Request *key* is sent again to the same upstream on a fresh connection, its
+        reused connection having failed before anything was written (``Resend``)."""
+        with self._lock:
+            failure = self.attempts.resend(key)
+        self._attempt_step(key, "Resend", failure)
+
+    def failover(self, key: str, upstream: str) -> None:
+        """Request *key* moves to *upstream* (``Failover``): its attempt failed before any
+        byte of a reply reached the client (a connect error, or the upstream's own 429, 529
+        or 5xx); the upstream it leaves cools down until :meth:`recover`."""
+        with self._lock:
+            failure = self.attempts.failover(key, upstream)
+        self._attempt_step(key, "Failover", failure)
+
+    def first_byte(self, key: str) -> None:
+        """The first byte of the upstream's reply to request *key* went to the client
+        (``FirstByte``): from here on the request ends on this upstream."""
+        with self._lock:
+            failure = self.attempts.first_byte(key)
+        self._attempt_step(key, "FirstByte", failure)
+
+    def recover(self, upstream: str) -> None:
+        """A cooling-down *upstream* passed its recovery probe (``Recover``)."""
+        with self._lock:
+            self.attempts.recover((upstream,))
+
     def close(self, key: str) -> None:
         """The exchange ended: forget the conversation; write its trace (``--trace-dir``)."""
         if self.trace_dir is None:
             with self._lock:
                 self._gone.discard(key)
                 self._asked.pop(key, None)
+                self.attempts.close(key)
                 self.monitor.forget(key)
             return
         with self._lock:
             self._gone.discard(key)
             self._asked.pop(key, None)
+            self.attempts.close(key)
             trace = self.monitor.close(key)
         if trace:
             write_trace(self.trace_dir / trace_file_name(key), trace)

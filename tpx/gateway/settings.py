@@ -148,6 +148,9 @@ class Limits:
     count_processes: int = 1
     #: the bytes of an upstream stream read ahead of what its client has taken, at most
     stream_buffer_bytes: int = 256 * 1024
+    #: /v1/messages exchanges in flight at once, at most (the spec's MaxInFlight): past it a
+    #: new one is answered 529 overloaded_error before anything reaches the upstream
+    max_in_flight: int = 1024
 
 
 @attrs.frozen(repr=False)

@@ -131,6 +131,10 @@ class Conversation(Exchange):
         return outbound
 
 
+#: The name the live monitor knows the gateway's one upstream by (its attempt steps).
+UPSTREAM = "upstream"
+
+
 class Turn:
     """One ``POST /v1/messages`` exchange (see the module docstring for the protocol)."""
 
@@ -204,6 +208,14 @@ class Turn:
             outbound.method, outbound.path, tuple(outbound.headers), outbound.body, self.streaming
         )
 
+    def _upstream_steps(self, *, stream: bool) -> None:
+        """``--monitor``: the upstream answered, so the request's attempt reached it
+        (``NewRequest``, ``UpstreamAccept``: the one upstream); a stream that begins sends
+        the client its first byte (``FirstByte``). Raises SpecViolationError."""
+        monitor = self.gateway.monitor
+        if monitor is not None:
+            monitor.answered(self.request_id, UPSTREAM, stream=stream)
+
     # -- non-streaming -----------------------------------------------------------
 
     def reply(self, status: int, headers: Mapping[str, str], body: bytes) -> Response:
@@ -211,6 +223,7 @@ class Turn:
         self.upstream_status(status)
         self._join()
         try:
+            self._upstream_steps(stream=False)
             self.exchange.receive(status, headers, body)
             message = self.exchange.deliver()
         except ModelError as error:  # ProviderFail, or the monitor stopped a step
@@ -254,6 +267,7 @@ class Turn:
         self._join()
         try:
             self.exchange.receive_stream_start(status, headers, body)
+            self._upstream_steps(stream=self.exchange.phase == "req")
         except ModelError as error:
             return self.error_response(error, self._too_long(status, body))
         return None

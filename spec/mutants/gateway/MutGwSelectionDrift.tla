@@ -57,15 +57,32 @@
 (*     key can only send wrong requests (Verifies).                        *)
 (*  6. Halted stutters only when every conversation has spent its turns,   *)
 (*     so deadlock checking covers the whole gateway.                      *)
+(*  7. PromptTooLong (new, Preflight = TRUE): a correct request too long   *)
+(*     for the upstream's window is refused before the wire (400 "prompt   *)
+(*     is too long"), request'[c] = "long"; only a wrong or a too-long     *)
+(*     request is refused, only a correct one that fits is sent.           *)
+(*  8. Upstream attempts (new, UpstreamSteps = TRUE): a request's first    *)
+(*     attempt goes to a healthy upstream (up); UpstreamAccept: it reached *)
+(*     the upstream, which may be generating (gens + 1); Resend: a reused  *)
+(*     pooled connection failed before anything was written, so the same  *)
+(*     upstream gets it again; Failover: before any byte of a reply        *)
+(*     reached the client, a connect error or the upstream's own 429, 529  *)
+(*     or 5xx moves it to another healthy upstream, the failed one cools   *)
+(*     down (health) until Recover; FirstByte: the reply's first byte is   *)
+(*     forwarded (fwd + 1). ProviderReply needs an attempt that reached.   *)
+(*     With UpstreamSteps = FALSE none of these steps exist and upVars     *)
+(*     keep their initial values: the exchange is the seed's.              *)
 (* Everything else is the seed's, per conversation, plus the InFlight      *)
 (* guard on sends and the bookkeeping of the binding and the keys (no seed *)
 (* variable).                                                              *)
 (*                                                                         *)
-(* Checked (TpxGateway.cfg, the larger TpxGatewayDeep.cfg): TypeOK,        *)
-(* ShapeInv, PairingInv, SelectionInv, BoundedInv per conversation         *)
-(* (BoundedInv also bounds the requests in flight), NoCrossPairing,        *)
-(* RetryInv; SelectionStable, RefusesOnlyWrong and SendsOnlyCorrect on     *)
-(* every step; deadlock freedom (TLC's default).                           *)
+(* Checked (TpxGateway.cfg, the larger TpxGatewayDeep.cfg, and           *)
+(* TpxGatewayFailover.cfg with 7 and 8 on): TypeOK, ShapeInv, PairingInv,  *)
+(* SelectionInv, BoundedInv per conversation (BoundedInv also bounds the   *)
+(* requests in flight), NoCrossPairing, RetryInv, OneGeneration,           *)
+(* NoDuplicateDelivery; SelectionStable (the provider kind never changes,  *)
+(* failover included), RefusesOnlyWrong, SendsOnlyCorrect and              *)
+(* FailoverBeforeFirstByte on every step; deadlock freedom.                *)
 (* Refinement: with GatewayRetry = FALSE (TpxGatewayRefinement*.cfg, one   *)
 (* key) every conversation's projection is a behaviour of the seed. With   *)
 (* GatewayRetry = TRUE it is not (a failure keeps the obligations, a       *)
@@ -73,47 +90,59 @@
 (* the GatewayRetry = TRUE cfgs, is RefinementUpToErrors: every step of    *)
 (* every conversation is a seed step of its projection, or an error step   *)
 (* (turn + 1, "err", idle) that keeps the obligations and leaves the wire  *)
-(* as it was. (Retry is a seed CallerSend of the projection.)              *)
+(* as it was. (Retry is a seed CallerSend of the projection; PromptTooLong *)
+(* is such an error step; the upstream steps of 8 are stutters of it.)     *)
 (*                                                                         *)
 (* Mirror: tpx/oracle/model/gateway/ (test_gateway_spec_table checks the lines)   *)
 (*   line  spec                  mirror                                    *)
-(*    119  CONSTANTS             state.py   Config                         *)
-(*    135  VARIABLES             state.py   State, VARS                    *)
-(*    165  Ids, AllIds           state.py   Config.Ids, Config.AllIds      *)
-(*    170  Select                state.py   Config.Select                  *)
-(*    173  NativeShape           state.py   Config.NativeShape             *)
-(*    176  InFlight              state.py   InFlight                       *)
-(*    179  Keys, Names           state.py   Keys, Names                    *)
-(*    183  Bound                 state.py   Bound                          *)
-(*    185  AllRounds             state.py   AllRounds                      *)
-(*    190  Rounds                state.py   Rounds                         *)
-(*    193  Verifies              state.py   Verifies                       *)
-(*    198  WrongOf               state.py   WrongOf                        *)
-(*    202  Init                  actions.py Init                           *)
-(*    224  CredsUnchanged        invariants.py CredsUnchanged              *)
-(*    231  CallerSend            actions.py CallerSend                     *)
-(*    253  CallerAbort           actions.py CallerAbort, CallerAbortWith   *)
-(*    269  NoProvider            actions.py NoProvider                     *)
-(*    281  ProviderReply         actions.py ProviderReply                  *)
-(*    294  ProviderFail          actions.py ProviderFail                   *)
-(*    308  ClientGone            actions.py ClientGone                     *)
-(*    324  Retry                 actions.py Retry                          *)
-(*    346  Deliver               actions.py Deliver                        *)
-(*    365  Rotate                actions.py Rotate                         *)
-(*    375  Halted                actions.py Halted                         *)
-(*    379  Next                  actions.py ACTIONS, Next                  *)
-(*    396  TypeOK                invariants.py TypeOK                      *)
-(*    419  ShapeInv              invariants.py ShapeInv                    *)
-(*    427  PairingInv            invariants.py PairingInv                  *)
-(*    437  SelectionInv          invariants.py SelectionInv                *)
-(*    440  BoundedInv            invariants.py BoundedInv                  *)
-(*    448  NoCrossPairing        invariants.py NoCrossPairing              *)
-(*    456  RetryInv              invariants.py RetryInv                    *)
-(*    460  SelectionStable       invariants.py SelectionStable             *)
-(*    465  RefusesOnlyWrong      invariants.py RefusesOnlyWrong            *)
-(*    472  SendsOnlyCorrect      invariants.py SendsOnlyCorrect            *)
-(*    488  Refinement            (TLC only; the mirror: refinement.py)     *)
-(*    506  RefinementUpToErrors  (TLC only; the mirror: refinement.py)     *)
+(*    148  CONSTANTS             state.py   Config                         *)
+(*    168  VARIABLES             state.py   State, VARS                    *)
+(*    207  Ids, AllIds           state.py   Config.Ids, Config.AllIds      *)
+(*    212  Select                state.py   Config.Select                  *)
+(*    215  NativeShape           state.py   Config.NativeShape             *)
+(*    218  InFlight              state.py   InFlight                       *)
+(*    221  Keys, Names           state.py   Keys, Names                    *)
+(*    225  Bound                 state.py   Bound                          *)
+(*    227  AllRounds             state.py   AllRounds                      *)
+(*    232  Rounds                state.py   Rounds                         *)
+(*    235  Verifies              state.py   Verifies                       *)
+(*    240  WrongOf               state.py   WrongOf                        *)
+(*    246  Healthy, Route        state.py   Healthy, Route                 *)
+(*    251  NewRequest            actions.py NewRequest                     *)
+(*    259  Init                  actions.py Init                           *)
+(*    287  CredsUnchanged        invariants.py CredsUnchanged              *)
+(*    295  CallerSend            actions.py CallerSend                     *)
+(*    318  CallerAbort           actions.py CallerAbort, CallerAbortWith   *)
+(*    334  NoProvider            actions.py NoProvider                     *)
+(*    346  ProviderReply         actions.py ProviderReply                  *)
+(*    360  ProviderFail          actions.py ProviderFail                   *)
+(*    374  ClientGone            actions.py ClientGone                     *)
+(*    390  Retry                 actions.py Retry                          *)
+(*    413  Deliver               actions.py Deliver                        *)
+(*    432  Rotate                actions.py Rotate                         *)
+(*    446  PromptTooLong         actions.py PromptTooLong                  *)
+(*    463  UpstreamAccept        actions.py UpstreamAccept                 *)
+(*    478  Resend                actions.py Resend                         *)
+(*    495  Failover              actions.py Failover                       *)
+(*    512  FirstByte             actions.py FirstByte                      *)
+(*    524  Recover               actions.py Recover                        *)
+(*    532  Halted                actions.py Halted                         *)
+(*    536  Next                  actions.py ACTIONS, Next                  *)
+(*    559  TypeOK                invariants.py TypeOK                      *)
+(*    588  ShapeInv              invariants.py ShapeInv                    *)
+(*    596  PairingInv            invariants.py PairingInv                  *)
+(*    606  SelectionInv          invariants.py SelectionInv                *)
+(*    609  BoundedInv            invariants.py BoundedInv                  *)
+(*    617  NoCrossPairing        invariants.py NoCrossPairing              *)
+(*    625  RetryInv              invariants.py RetryInv                    *)
+(*    629  OneGeneration         invariants.py OneGeneration               *)
+(*    633  NoDuplicateDelivery   invariants.py NoDuplicateDelivery         *)
+(*    637  SelectionStable       invariants.py SelectionStable             *)
+(*    642  RefusesOnlyWrong      invariants.py RefusesOnlyWrong            *)
+(*    650  SendsOnlyCorrect      invariants.py SendsOnlyCorrect            *)
+(*    656  FailoverBeforeFirstByte  invariants.py FailoverBeforeFirstByte  *)
+(*    671  Refinement            (TLC only; the mirror: refinement.py)     *)
+(*    689  RefinementUpToErrors  (TLC only; the mirror: refinement.py)     *)
 (***************************************************************************)
 EXTENDS Naturals, FiniteSets, Sequences
 
@@ -124,6 +153,10 @@ CONSTANTS
     MaxInFlight,    \* bound on exchanges in flight across the gateway
     MaxKeys,        \* id-signing keys the gateway goes through (Rotate)
     GatewayRetry,   \* TRUE: the gateway; FALSE: the seed's semantics
+    Preflight,      \* TRUE: a request may be too long for the upstream's window
+    UpstreamSteps,  \* TRUE: an exchange's attempts, upstreams and first byte are steps
+    Upstreams,      \* the upstream deployments (model values) behind the provider
+    MaxAttempts,    \* bound on upstream attempts per client request
     ANTHROPIC, TPX, NONE
 
 Providers == {ANTHROPIC, TPX, NONE}
@@ -131,7 +164,7 @@ Shapes    == {"messages", "openai"}
 Phases    == {"idle", "req", "resp"}
 Outcomes  == {"none", "ok", "err"}
 Wrong     == {"missing", "unknown", "duplicated", "retired"}
-Requests  == {"none", "ok"} \cup Wrong
+Requests  == {"none", "ok", "long"} \cup Wrong
 
 VARIABLES
     hasKey,       \* static API key present at boot (shared)
@@ -156,12 +189,21 @@ VARIABLES
     wireRes,      \* [Convs -> Seq(pairs)] the rounds of tool_results the conversation's
                   \*   last request carried upstream
     request,      \* [Convs -> Requests] what the client's last request was
-    signedBy      \* [Convs -> 0..MaxKeys] the oldest key that signed an id of the
+    signedBy,     \* [Convs -> 0..MaxKeys] the oldest key that signed an id of the
                   \*   history (0: none)
+    up,           \* [Convs -> Upstreams \cup {NONE}] the upstream of the current attempt
+    health,       \* [Upstreams -> BOOLEAN] the upstream is in use (not cooling down; shared)
+    attempts,     \* [Convs -> 0..MaxAttempts] attempts of the current client request
+    reached,      \* [Convs -> BOOLEAN] the current attempt's request reached its upstream
+    gens,         \* [Convs -> Nat] generations the current client request started
+    fwd           \* [Convs -> Nat] replies whose first byte reached the client for the
+                  \*   current client request
 
 vars == <<hasKey, hasToken, provider, key, oldest, turn, phase, pending, reqIds,
           wireShape, wireIds, emitted, gotShape, lastOutcome, retryable,
-          calls, hist, wireRes, request, signedBy>>
+          calls, hist, wireRes, request, signedBy, up, health, attempts, reached, gens, fwd>>
+
+upVars == <<up, health, attempts, reached, gens, fwd>>
 
 Ids(c) == {<<c, t>> : t \in ToolIds}
 AllIds == Convs \X ToolIds
@@ -200,6 +242,21 @@ WrongOf(c) ==
     IF ~Verifies(c) THEN {"retired"}
     ELSE {"unknown"} \cup (IF pending[c] # {} THEN {"missing", "duplicated"} ELSE {})
 
+\* The upstreams a new request may go to: the healthy ones (all when none
+\* is); with UpstreamSteps = FALSE the upstream is not modelled (NONE).
+Healthy == IF \E u \in Upstreams : health[u] THEN {u \in Upstreams : health[u]} ELSE Upstreams
+Route(c) == IF UpstreamSteps THEN Healthy ELSE {up[c]}
+
+\* A new client request (CallerSend, Retry): its first attempt, to an
+\* upstream of the route; nothing reached, generated or forwarded yet.
+NewRequest(c) ==
+    /\ \E u \in Route(c) : up' = [up EXCEPT ![c] = u]
+    /\ attempts' = [attempts EXCEPT ![c] = IF UpstreamSteps THEN 1 ELSE 0]
+    /\ reached' = [reached EXCEPT ![c] = FALSE]
+    /\ gens' = [gens EXCEPT ![c] = 0]
+    /\ fwd' = [fwd EXCEPT ![c] = 0]
+    /\ UNCHANGED health
+
 Init ==
     /\ hasKey \in BOOLEAN
     /\ hasToken \in BOOLEAN
@@ -221,9 +278,16 @@ Init ==
     /\ wireRes = [c \in Convs |-> <<>>]
     /\ request = [c \in Convs |-> "none"]
     /\ signedBy = [c \in Convs |-> 0]
+    /\ up = [c \in Convs |-> NONE]
+    /\ health = [u \in Upstreams |-> TRUE]
+    /\ attempts = [c \in Convs |-> 0]
+    /\ reached = [c \in Convs |-> FALSE]
+    /\ gens = [c \in Convs |-> 0]
+    /\ fwd = [c \in Convs |-> 0]
 
 CredsUnchanged == UNCHANGED <<hasKey, hasToken, provider>>
 KeysUnchanged == UNCHANGED <<key, oldest>>
+UpUnchanged == UNCHANGED upVars
 
 \* The client sends a correct request: every obligation of its history
 \* answered by exactly one tool_result, every earlier round's results
@@ -242,6 +306,7 @@ CallerSend(c) ==
     /\ request' = [request EXCEPT ![c] = "ok"]
     /\ phase' = [phase EXCEPT ![c] = "req"]
     /\ retryable' = [retryable EXCEPT ![c] = FALSE]
+    /\ NewRequest(c)
     /\ UNCHANGED <<turn, pending, emitted, gotShape, lastOutcome, calls, hist, signedBy>>
     /\ CredsUnchanged /\ KeysUnchanged
 
@@ -264,7 +329,7 @@ CallerAbort(c) ==
     /\ retryable' = [retryable EXCEPT ![c] = FALSE]
     /\ UNCHANGED <<phase, reqIds, wireShape, wireIds, emitted, gotShape, hist, wireRes,
                    signedBy>>
-    /\ CredsUnchanged /\ KeysUnchanged
+    /\ CredsUnchanged /\ KeysUnchanged /\ UpUnchanged
 
 \* No credentials were present at boot: every exchange fails at once (401).
 NoProvider(c) ==
@@ -275,12 +340,13 @@ NoProvider(c) ==
     /\ turn' = [turn EXCEPT ![c] = turn[c] + 1]
     /\ UNCHANGED <<phase, pending, reqIds, wireShape, wireIds, emitted, gotShape, retryable,
                    calls, hist, wireRes, request, signedBy>>
-    /\ CredsUnchanged /\ KeysUnchanged
+    /\ CredsUnchanged /\ KeysUnchanged /\ UpUnchanged
 
 \* The conversation's provider replies in its native shape, emitting any
 \* subset of the conversation's own tool ids, call t under id t.
 ProviderReply(c) ==
     /\ phase[c] = "req"
+    /\ UpstreamSteps => reached[c]
     /\ \E ids \in SUBSET Ids(c) :
           /\ emitted' = [emitted EXCEPT ![c] = ids]
           /\ wireIds' = [wireIds EXCEPT ![c] = ids]
@@ -288,7 +354,7 @@ ProviderReply(c) ==
     /\ phase' = [phase EXCEPT ![c] = "resp"]
     /\ UNCHANGED <<turn, pending, reqIds, gotShape, lastOutcome, retryable,
                    calls, hist, wireRes, request, signedBy>>
-    /\ CredsUnchanged /\ KeysUnchanged
+    /\ CredsUnchanged /\ KeysUnchanged /\ UpUnchanged
 
 \* Network, TLS, HTTP or protocol failure: the exchange ends in an error.
 \* Gateway: the obligations stay the history's (difference 1).
@@ -303,7 +369,7 @@ ProviderFail(c) ==
     /\ UNCHANGED <<reqIds, wireShape, wireIds, emitted, gotShape, hist, wireRes, request,
                    signedBy>>
     /\ hasToken' \in BOOLEAN /\ provider' = Select(hasKey, hasToken') /\ UNCHANGED hasKey
-    /\ KeysUnchanged
+    /\ KeysUnchanged /\ UpUnchanged
 
 \* The client disconnects mid-exchange: the gateway closes the upstream
 \* request and the exchange fails as ProviderFail does (difference 4).
@@ -317,7 +383,7 @@ ClientGone(c) ==
     /\ retryable' = [retryable EXCEPT ![c] = GatewayRetry]
     /\ UNCHANGED <<reqIds, wireShape, wireIds, emitted, gotShape, hist, wireRes, request,
                    signedBy>>
-    /\ CredsUnchanged /\ KeysUnchanged
+    /\ CredsUnchanged /\ KeysUnchanged /\ UpUnchanged
 
 \* After a failed exchange the client re-sends the same turn: the same
 \* tool_results (reqIds unchanged), which are the history's obligations
@@ -336,6 +402,7 @@ Retry(c) ==
     /\ request' = [request EXCEPT ![c] = "ok"]
     /\ phase' = [phase EXCEPT ![c] = "req"]
     /\ retryable' = [retryable EXCEPT ![c] = FALSE]
+    /\ NewRequest(c)
     /\ UNCHANGED <<turn, pending, reqIds, emitted, gotShape, lastOutcome, calls, hist,
                    signedBy>>
     /\ CredsUnchanged /\ KeysUnchanged
@@ -359,7 +426,7 @@ Deliver(c) ==
     /\ phase' = [phase EXCEPT ![c] = "idle"]
     /\ turn' = [turn EXCEPT ![c] = turn[c] + 1]
     /\ UNCHANGED <<reqIds, wireShape, wireIds, emitted, retryable, wireRes, request>>
-    /\ CredsUnchanged /\ KeysUnchanged
+    /\ CredsUnchanged /\ KeysUnchanged /\ UpUnchanged
 
 \* The gateway's id secret rotates (TPX signs ids): new ids are signed with
 \* the next key; the keys from `oldest' on still verify, any older one
@@ -371,7 +438,97 @@ Rotate ==
     /\ oldest' \in oldest..(key + 1)
     /\ UNCHANGED <<turn, phase, pending, reqIds, wireShape, wireIds, emitted, gotShape,
                    lastOutcome, retryable, calls, hist, wireRes, request, signedBy>>
-    /\ CredsUnchanged
+    /\ CredsUnchanged /\ UpUnchanged
+
+\* The request is correct but too long for the upstream's window (its
+\* input plus max_tokens): the preflight refuses it, 400 invalid_request_error
+\* "prompt is too long", before anything reaches the wire (the client then
+\* compacts its history). An error step that keeps the obligations; enabled
+\* only when Preflight says a request may be too long.
+PromptTooLong(c) ==
+    /\ Preflight
+    /\ phase[c] = "idle"
+    /\ turn[c] < MaxTurns
+    /\ provider # NONE
+    /\ Verifies(c)
+    /\ request' = [request EXCEPT ![c] = "long"]
+    /\ lastOutcome' = [lastOutcome EXCEPT ![c] = "err"]
+    /\ turn' = [turn EXCEPT ![c] = turn[c] + 1]
+    /\ retryable' = [retryable EXCEPT ![c] = FALSE]
+    /\ UNCHANGED <<phase, pending, reqIds, wireShape, wireIds, emitted, gotShape, calls, hist,
+                   wireRes, signedBy>>
+    /\ CredsUnchanged /\ KeysUnchanged /\ UpUnchanged
+
+\* The current attempt's request reached its upstream (its bytes were
+\* written): from here on the upstream may be generating, so this attempt
+\* is a generation of the client's request.
+UpstreamAccept(c) ==
+    /\ UpstreamSteps
+    /\ phase[c] = "req"
+    /\ ~reached[c]
+    /\ reached' = [reached EXCEPT ![c] = TRUE]
+    /\ gens' = [gens EXCEPT ![c] = gens[c] + 1]
+    /\ UNCHANGED <<turn, phase, pending, reqIds, wireShape, wireIds, emitted, gotShape,
+                   lastOutcome, retryable, calls, hist, wireRes, request, signedBy,
+                   up, health, attempts, fwd>>
+    /\ CredsUnchanged /\ KeysUnchanged
+
+\* A reused pooled connection failed before the request was written: the
+\* request is sent again, to the same upstream, on a fresh connection (a
+\* new attempt: nothing of it written yet). Enabled only while nothing of
+\* the request reached the upstream.
+Resend(c) ==
+    /\ UpstreamSteps
+    /\ phase[c] = "req"
+    /\ ~reached[c]
+    /\ attempts[c] < MaxAttempts
+    /\ attempts' = [attempts EXCEPT ![c] = attempts[c] + 1]
+    /\ reached' = [reached EXCEPT ![c] = FALSE]
+    /\ UNCHANGED <<turn, phase, pending, reqIds, wireShape, wireIds, emitted, gotShape,
+                   lastOutcome, retryable, calls, hist, wireRes, request, signedBy,
+                   up, health, gens, fwd>>
+    /\ CredsUnchanged /\ KeysUnchanged
+
+\* The current attempt failed before any byte of a reply reached the client
+\* (a connect error, or the upstream's own 429, 529 or 5xx: it generated
+\* nothing) and the request moves to another healthy upstream; the failed one
+\* cools down. An attempt that reached its upstream and failed this way is no
+\* generation. The provider kind (the boot selection) does not change.
+Failover(c) ==
+    /\ UpstreamSteps
+    /\ phase[c] = "req"
+    /\ fwd[c] = 0
+    /\ attempts[c] < MaxAttempts
+    /\ \E u \in Upstreams \ {up[c]} : health[u] /\ up' = [up EXCEPT ![c] = u]
+    /\ health' = [health EXCEPT ![up[c]] = FALSE]
+    /\ attempts' = [attempts EXCEPT ![c] = attempts[c] + 1]
+    /\ reached' = [reached EXCEPT ![c] = FALSE]
+    /\ gens' = [gens EXCEPT ![c] = IF reached[c] THEN gens[c] - 1 ELSE gens[c]]
+    /\ UNCHANGED <<turn, phase, pending, reqIds, wireShape, wireIds, emitted, gotShape,
+                   lastOutcome, retryable, calls, hist, wireRes, request, signedBy, fwd>>
+    /\ CredsUnchanged /\ KeysUnchanged
+
+\* The first byte of the upstream's reply is forwarded to the client (a
+\* stream's first event); from here on the exchange ends in Deliver or an
+\* error, never on another upstream.
+FirstByte(c) ==
+    /\ UpstreamSteps
+    /\ phase[c] = "req"
+    /\ reached[c]
+    /\ fwd[c] = 0
+    /\ fwd' = [fwd EXCEPT ![c] = fwd[c] + 1]
+    /\ UNCHANGED <<turn, phase, pending, reqIds, wireShape, wireIds, emitted, gotShape,
+                   lastOutcome, retryable, calls, hist, wireRes, request, signedBy,
+                   up, health, attempts, reached, gens>>
+    /\ CredsUnchanged /\ KeysUnchanged
+
+\* A cooling-down upstream passes its recovery probe and is used again.
+Recover ==
+    /\ \E u \in Upstreams : ~health[u] /\ health' = [health EXCEPT ![u] = TRUE]
+    /\ UNCHANGED <<turn, phase, pending, reqIds, wireShape, wireIds, emitted, gotShape,
+                   lastOutcome, retryable, calls, hist, wireRes, request, signedBy,
+                   up, attempts, reached, gens, fwd>>
+    /\ CredsUnchanged /\ KeysUnchanged
 
 \* Terminal self-loop once every conversation has spent its turns.
 Halted ==
@@ -388,7 +545,13 @@ Next ==
           \/ Deliver(c)
           \/ ClientGone(c)
           \/ Retry(c)
+          \/ PromptTooLong(c)
+          \/ UpstreamAccept(c)
+          \/ Resend(c)
+          \/ Failover(c)
+          \/ FirstByte(c)
     \/ Rotate
+    \/ Recover
     \/ Halted
 
 Spec == Init /\ [][Next]_vars
@@ -416,6 +579,12 @@ TypeOK ==
     /\ wireRes \in [Convs -> Seq(SUBSET Pairs)]
     /\ request \in [Convs -> Requests]
     /\ signedBy \in [Convs -> 0..MaxKeys]
+    /\ up \in [Convs -> Upstreams \cup {NONE}]
+    /\ health \in [Upstreams -> BOOLEAN]
+    /\ attempts \in [Convs -> 0..MaxAttempts]
+    /\ reached \in [Convs -> BOOLEAN]
+    /\ gens \in [Convs -> Nat]
+    /\ fwd \in [Convs -> Nat]
 
 \* The seed's invariants, per conversation.
 ShapeInv == \A c \in Convs : gotShape[c] = "messages"
@@ -457,23 +626,37 @@ NoCrossPairing ==
 \* the failed request answered, so Retry answers each of them once.
 RetryInv == \A c \in Convs : retryable[c] => pending[c] = reqIds[c]
 
+\* At most one generation per client request: a request is sent again
+\* (Resend) or elsewhere (Failover) only when no generation of it is running.
+OneGeneration == \A c \in Convs : gens[c] <= 1
+
+\* The client never gets two replies to one request: at most one reply's
+\* first byte is forwarded per client request (so no tool_use twice).
+NoDuplicateDelivery == \A c \in Convs : fwd[c] <= 1
+
 \* Credentials and the chosen provider never change after boot, on any
 \* conversation's step.
 SelectionStable == [][CredsUnchanged]_vars
 
-\* A correct request is never refused: a step that counts an exchange of
-\* c without it leaving the idle phase under a provider (a refusal, 400)
-\* refuses a wrong request.
+\* A correct request that fits is never refused: a step that counts an
+\* exchange of c without it leaving the idle phase under a provider (a
+\* refusal, 400) refuses a wrong or a too-long request.
 RefusesOnlyWrong ==
     [][\A c \in Convs :
           (phase[c] = "idle" /\ (hasKey \/ hasToken) /\ turn'[c] = turn[c] + 1)
-              => request'[c] \in Wrong]_vars
+              => request'[c] \in Wrong \cup {"long"}]_vars
 
-\* Only a correct request reaches the upstream: a step that puts c's
-\* exchange in flight sends a correct request whose ids all verify.
+\* Only a correct request that fits reaches the upstream: a step that puts
+\* c's exchange in flight sends a correct request ("ok": not too long) whose
+\* ids all verify.
 SendsOnlyCorrect ==
     [][\A c \in Convs :
           (phase[c] = "idle" /\ phase'[c] = "req") => (request'[c] = "ok" /\ Verifies(c))]_vars
+
+\* A request moves to another upstream only before the first byte of a
+\* reply reached its client.
+FailoverBeforeFirstByte ==
+    [][\A c \in Convs : (phase[c] = "req" /\ up'[c] # up[c]) => fwd[c] = 0]_vars
 
 \* With GatewayRetry = FALSE: each conversation's projection is a behaviour
 \* of the seed (TpxGatewayRefinement.cfg).

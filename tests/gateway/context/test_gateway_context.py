@@ -353,3 +353,60 @@ def test_a_preflight_refusal_under_the_monitor_is_no_violation() -> None:
     assert fits.status_code == 200
     assert len(upstream.bodies) == 1
     assert "tpx_gateway_monitor_violations_total{" not in gateway.metrics.render().decode()
+
+
+def test_the_monitor_sees_the_preflight_refusal_as_prompt_too_long() -> None:
+    upstream = Upstream()
+    watched = attrs.evolve(settings(window=4096), monitor=True)
+    gateway = Gateway(watched)
+    assert gateway.monitor is not None
+    seen: list[tuple[int, int]] = []
+    real = gateway.monitor.preflight_refused
+
+    def spy(key: str, snapshot: Any, *, input_tokens: int, maximum: int) -> None:
+        seen.append((input_tokens, maximum))
+        real(key, snapshot, input_tokens=input_tokens, maximum=maximum)
+
+    gateway.monitor.preflight_refused = spy  # type: ignore[method-assign]
+    transport = GatewayTransport(
+        gateway, SyncUpstream(watched, transport=httpx2.MockTransport(upstream))
+    )
+    with httpx2.Client(transport=transport, base_url="http://gateway.test") as http:
+        refused = http.post("/v1/messages", json=body("word " * 6000, 1000))
+    assert refused.status_code == 400
+    assert len(seen) == 1
+    assert seen[0][0] > seen[0][1]  # the spec's PromptTooLong: the request does not fit
+    assert upstream.bodies == []
+
+
+def test_the_monitor_stops_a_preflight_that_refuses_a_request_that_fits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Seeded bug: the preflight refuses a request that fits its window; ``--monitor`` stops
+    the refusal (RefusesOnlyWrong) instead of letting a spurious 400 reach the client."""
+    from tpx.gateway.context import preflight as preflight_module
+    from tpx.gateway.context.preflight import Verdict
+
+    def refuses_all(
+        input_tokens: int, max_tokens: int | None, window: int, *, min_output: int = 1024
+    ) -> Verdict:
+        return Verdict(
+            input_tokens, window, max_tokens, refusal=too_long(input_tokens, window), maximum=window
+        )
+
+    import tpx.gateway.context.gate as gate_module
+
+    monkeypatch.setattr(gate_module, "preflight", refuses_all)
+    monkeypatch.setattr(gate_module, "may_overflow", lambda *a: True)
+    assert preflight_module.preflight is not refuses_all
+    upstream = Upstream()
+    watched = attrs.evolve(settings(window=4096), monitor=True)
+    gateway = Gateway(watched)
+    transport = GatewayTransport(
+        gateway, SyncUpstream(watched, transport=httpx2.MockTransport(upstream))
+    )
+    with httpx2.Client(transport=transport, base_url="http://gateway.test") as http:
+        answer = http.post("/v1/messages", json=body("hello", 100))
+    assert answer.status_code == 500
+    assert "RefusesOnlyWrong" in gateway.metrics.render().decode()
+    assert upstream.bodies == []

@@ -40,6 +40,8 @@ class Verdict:
     max_tokens: int | None
     clamped: bool = False
     refusal: str | None = None
+    #: the most input tokens the window takes with the reply room kept (a refusal's M)
+    maximum: int | None = None
 
     @property
     def refused(self) -> bool:
@@ -63,5 +65,11 @@ def preflight(
     keep = max(min(min_output, wanted) if wanted > 0 else min_output, 1)
     maximum = max(window - keep, 0)
     if input_tokens > maximum:
-        return Verdict(input_tokens, window, max_tokens, refusal=too_long(input_tokens, maximum))
+        return Verdict(
+            input_tokens,
+            window,
+            max_tokens,
+            refusal=too_long(input_tokens, maximum),
+            maximum=maximum,
+        )
     return Verdict(input_tokens, window, room, clamped=True)

@@ -12,6 +12,7 @@ SPEC = ROOT / "spec" / "TpxGateway.tla"
 CFG = ROOT / "spec" / "TpxGateway.cfg"
 REFINEMENT_CFG = ROOT / "spec" / "TpxGatewayRefinement.cfg"
 DEEP_CFG = ROOT / "spec" / "TpxGatewayDeep.cfg"
+FAILOVER_CFG = ROOT / "spec" / "TpxGatewayFailover.cfg"
 REFINEMENT_DEEP_CFG = ROOT / "spec" / "TpxGatewayRefinementDeep.cfg"
 MUTANTS = ROOT / "spec" / "mutants" / "gateway"
 

@@ -77,6 +77,13 @@ def as_state(s: ConvState) -> State:
         wireRes=Function({C: rounds}),
         request=Function({C: "none" if s.phase == "idle" else "ok"}),
         signedBy=Function({C: 0}),
+        # the upstream attempts not modelled (UpstreamSteps = FALSE): their initial values
+        up=Function({C: ModelValue("NONE")}),
+        health=Function({ModelValue("u1"): True}),
+        attempts=Function({C: 0}),
+        reached=Function({C: False}),
+        gens=Function({C: 0}),
+        fwd=Function({C: 0}),
     )
     return State(**fields)
 
@@ -99,6 +106,7 @@ def config(g: Context, *states: ConvState) -> Config:
         g.MaxTurns,
         max(g.MaxInFlight - g.others_in_flight, 0),
         g.GatewayRetry,
+        Preflight=g.Preflight,
     )
 
 

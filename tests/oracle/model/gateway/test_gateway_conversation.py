@@ -32,6 +32,7 @@ from tpx.oracle.model.gateway.conversation import (
     EXCEPT,
     INVARIANTS,
     LOCAL,
+    UPSTREAM_STEPS,
     Context,
     ConvState,
     Ids,
@@ -74,6 +75,7 @@ NAMES = (
     "Deliver",
     "ClientGone",
     "Retry",
+    "PromptTooLong",
 )
 
 # the cfgs whose mirror graph test_gateway_graph_equals_tlc.py compares with TLC's
@@ -92,11 +94,13 @@ CASES: dict[str, tuple[Path, dict[str, TLAValue]]] = {
     ),
     "convs1-turns3-ids2": (CFG, {"Convs": mvs("solo"), "MaxTurns": 3, "ToolIds": mvs("a", "b")}),
     "keys2": (CFG, {"MaxKeys": 2}),
+    "preflight": (CFG, {"Preflight": True}),
 }
 
 
 def test_the_compact_actions_are_the_specs() -> None:
-    assert {*ACTIONS, "ProviderReply"} == set(NAMES) == {n for n, _ in REFERENCE_ACTIONS}
+    assert {*ACTIONS, "ProviderReply"} == set(NAMES)
+    assert set(NAMES) | set(UPSTREAM_STEPS) == {n for n, _ in REFERENCE_ACTIONS}
     assert [n for n, _ in INVARIANTS] == [
         "TypeOK",
         "ShapeInv",
@@ -156,6 +160,7 @@ def context(s: State, c: ModelValue, cfg: Config) -> Context:
         MaxInFlight=cfg.MaxInFlight,
         others_in_flight=InFlight(s) - (s.phase[c] != "idle"),
         verifies=Verifies(s, c),
+        Preflight=cfg.Preflight,
     )
 
 
@@ -224,8 +229,10 @@ def domain() -> Iterator[ConvState]:
 
 def contexts(s: ConvState) -> Iterator[Context]:
     boot = (s.hasKey, s.hasToken, s.provider)
-    for retry, (others, bound) in product((True, False), ((0, 2), (1, 1))):
-        yield Context(boot, retry, 2, bound, others)
+    for retry, (others, bound), preflight in product(
+        (True, False), ((0, 2), (1, 1)), (False, True)
+    ):
+        yield Context(boot, retry, 2, bound, others, Preflight=preflight)
 
 
 def small_config(g: Context) -> Config:
@@ -235,6 +242,7 @@ def small_config(g: Context) -> Config:
         g.MaxTurns,
         max(g.MaxInFlight - g.others_in_flight, 0),
         g.GatewayRetry,
+        Preflight=g.Preflight,
     )
 
 
@@ -589,6 +597,7 @@ def holding(s: State, cfg: Config) -> tuple[Counting, ReferenceMonitor]:
         has_token=first.hasToken,
         max_in_flight=cfg.MaxInFlight,
         gateway_retry=cfg.GatewayRetry,
+        preflight=cfg.Preflight,
     )
     fast, ref = Counting(**kw), ReferenceMonitor(**kw)
     for m in (fast, ref):

@@ -12,7 +12,16 @@ from tpx.oracle.model.gateway import Config, explore
 from tpx.oracle.tlc import dump_graph, run_tlc
 from tpx.oracle.values import ModelValue, TLAValue
 
-from .conftest import CFG, DEEP_CFG, REFINEMENT_CFG, REFINEMENT_DEEP_CFG, SPEC, mvs, write_cfg
+from .conftest import (
+    CFG,
+    DEEP_CFG,
+    FAILOVER_CFG,
+    REFINEMENT_CFG,
+    REFINEMENT_DEEP_CFG,
+    SPEC,
+    mvs,
+    write_cfg,
+)
 
 CASES: dict[str, tuple[Path, dict[str, TLAValue]]] = {
     "shipped": (CFG, {}),
@@ -29,11 +38,15 @@ CASES: dict[str, tuple[Path, dict[str, TLAValue]]] = {
     ),
     "convs1-turns3-ids2": (CFG, {"Convs": mvs("solo"), "MaxTurns": 3, "ToolIds": mvs("a", "b")}),
     "keys2": (CFG, {"MaxKeys": 2}),  # Rotate, retired keys: 5,372 states
+    # attempts, failover, first byte, preflight: one conversation, a retried turn
+    "failover-convs1-turns3": (FAILOVER_CFG, {"Convs": mvs("solo"), "MaxTurns": 3}),
+    "preflight": (CFG, {"Preflight": True}),
 }
 
 SLOW_CASES: dict[str, tuple[Path, dict[str, TLAValue]]] = {
     "ids2-inflight1": (CFG, {"ToolIds": mvs("read", "grep"), "MaxInFlight": 1}),
     "convs3": (CFG, {"Convs": mvs("c1", "c2", "c3")}),  # 43,669 states
+    "failover": (FAILOVER_CFG, {}),  # the shipped failover cfg: 19,183 states
 }
 
 
@@ -67,7 +80,9 @@ def test_gateway_mirror_graph_equals_tlc_dump_slow(case: str, tmp_path: Path) ->
 
 
 @pytest.mark.tlc
-@pytest.mark.parametrize("cfg", [CFG, REFINEMENT_CFG], ids=["shipped", "refinement"])
+@pytest.mark.parametrize(
+    "cfg", [CFG, REFINEMENT_CFG, FAILOVER_CFG], ids=["shipped", "refinement", "failover"]
+)
 def test_tlc_figures_equal_the_mirrors(cfg: Path) -> None:
     tlc = run_tlc(SPEC, cfg, workers=1)
     assert tlc.ok, tlc.verdict

@@ -108,6 +108,11 @@ def test_config_reads_the_shipped_cfgs() -> None:
         ({"ToolIds": frozenset({"t1"})}, "ToolIds"),
         ({"TPX": ModelValue("ANTHROPIC")}, "distinct"),
         ({"MaxKeys": 0}, "MaxKeys"),
+        ({"Preflight": 0}, "Preflight"),
+        ({"UpstreamSteps": "yes"}, "UpstreamSteps"),
+        ({"Upstreams": frozenset()}, "Upstreams"),
+        ({"Upstreams": frozenset({"u1"})}, "Upstreams"),
+        ({"MaxAttempts": 0}, "MaxAttempts"),
     ],
 )
 def test_config_refuses_bad_constants(change: dict[str, object], match: str) -> None:
@@ -118,6 +123,10 @@ def test_config_refuses_bad_constants(change: dict[str, object], match: str) -> 
         "MaxInFlight": 1,
         "GatewayRetry": True,
         "MaxKeys": 1,
+        "Preflight": False,
+        "UpstreamSteps": False,
+        "Upstreams": frozenset({ModelValue("u1")}),
+        "MaxAttempts": 1,
     }
     with pytest.raises(SpecConfigError, match=match):
         Config.from_constants({**constants, **change})

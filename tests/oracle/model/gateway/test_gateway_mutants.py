@@ -7,20 +7,21 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Iterator
 from itertools import chain, combinations, pairwise, permutations
+from pathlib import Path
 
 import attrs
 import pytest
 
 from tpx.oracle.model.gateway import actions as A
 from tpx.oracle.model.gateway import explore
-from tpx.oracle.model.gateway.actions import Halted, Init, Rotate
+from tpx.oracle.model.gateway.actions import Halted, Init, Recover, Rotate
 from tpx.oracle.model.gateway.invariants import PROPERTIES
 from tpx.oracle.model.gateway.refinement import RefinementUpToErrorsStep
 from tpx.oracle.model.gateway.state import EXCEPT, Config, InFlight, State, ToolId, WrongOf
 from tpx.oracle.tlc import load_cfg, run_tlc
 from tpx.oracle.values import ModelValue
 
-from .conftest import CFG, DEEP_CFG, MUTANTS, SPEC
+from .conftest import CFG, DEEP_CFG, FAILOVER_CFG, MUTANTS, SPEC
 
 ConvAction = Callable[[State, ModelValue, Config], Iterator[State]]
 
@@ -121,6 +122,35 @@ def slot_taking_deliver(s: State, c: ModelValue, cfg: Config) -> Iterator[State]
         yield from A.Deliver(s, c, cfg)
 
 
+def resend_after_reached(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
+    unreached = attrs.evolve(s, reached=EXCEPT(s.reached, c, False))  # the guard without ~reached
+    yield from A.Resend(unreached, c, cfg)
+
+
+def too_long_send(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
+    for t in A.CallerSend(s, c, cfg):
+        for r in ("ok", "long"):
+            yield attrs.evolve(t, request=EXCEPT(t.request, c, r))
+
+
+def failover_after_first_byte(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
+    before = attrs.evolve(s, fwd=EXCEPT(s.fwd, c, 0))  # the guard without fwd[c] = 0
+    for t in A.Failover(before, c, cfg):
+        yield attrs.evolve(t, fwd=s.fwd)
+
+
+def first_byte_again(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
+    before = attrs.evolve(s, fwd=EXCEPT(s.fwd, c, 0))  # the guard without fwd[c] = 0
+    for _ in A.FirstByte(before, c, cfg):
+        yield attrs.evolve(s, fwd=EXCEPT(s.fwd, c, s.fwd[c] + 1))
+
+
+def kind_drifting_failover(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
+    for t in A.Failover(s, c, cfg):
+        for token in (False, True):
+            yield attrs.evolve(t, hasToken=token, provider=cfg.Select(t.hasKey, token))
+
+
 CASES: dict[str, tuple[str, str, ConvAction, str | None]] = {
     # mutant: (replaced action, verdict kind, mirror's replacement, property)
     "MutGwCrossPairing": ("ProviderReply", "invariant", cross_pairing_reply, "NoCrossPairing"),
@@ -149,6 +179,21 @@ CASES: dict[str, tuple[str, str, ConvAction, str | None]] = {
     ),
     "MutGwUnissuedId": ("CallerSend", "invariant", unissued_send, "PairingInv"),
     "MutGwDeadlock": ("Deliver", "deadlock", slot_taking_deliver, None),
+    "MutGwResendReached": ("Resend", "invariant", resend_after_reached, "OneGeneration"),
+    "MutGwTooLongSent": ("CallerSend", "action_property", too_long_send, "SendsOnlyCorrect"),
+    "MutGwFailoverAfterFirstByte": (
+        "Failover",
+        "action_property",
+        failover_after_first_byte,
+        "FailoverBeforeFirstByte",
+    ),
+    "MutGwDoubleDelivery": ("FirstByte", "invariant", first_byte_again, "NoDuplicateDelivery"),
+    "MutGwFailoverKindDrift": (
+        "Failover",
+        "action_property",
+        kind_drifting_failover,
+        "SelectionStable",
+    ),
 }
 EXIT = {"invariant": 12, "action_property": 13, "deadlock": 11}
 #: The mutants whose counterexample needs two tool ids and three turns, or a second key
@@ -156,10 +201,23 @@ EXIT = {"invariant": 12, "action_property": 13, "deadlock": 11}
 DEEP = frozenset(
     {"MutGwPermutedIds", "MutGwSwappedResults", "MutGwDroppedRounds", "MutGwRetiredAccepted"}
 )
+#: The mutants of the upstream steps (attempts, failover, first byte): the failover cfg.
+FAILOVER = frozenset(
+    {
+        "MutGwResendReached",
+        "MutGwFailoverAfterFirstByte",
+        "MutGwDoubleDelivery",
+        "MutGwFailoverKindDrift",
+    }
+)
+
+
+def cfg_path(name: str) -> Path:
+    return DEEP_CFG if name in DEEP else FAILOVER_CFG if name in FAILOVER else CFG
 
 
 def cfg_of(name: str) -> Config:
-    return Config.from_cfg(DEEP_CFG if name in DEEP else CFG)
+    return Config.from_cfg(cfg_path(name))
 
 
 def properties_of(cfg: Config) -> list[tuple[str, Callable[[State, State], bool]]]:
@@ -182,6 +240,8 @@ def mutant_steps(name: str) -> Callable[[State, Config], Iterator[tuple[str, Sta
                     yield n, t
         for t in Rotate(s, cfg):
             yield "Rotate", t
+        for t in Recover(s, cfg):
+            yield "Recover", t
         for t in Halted(s, cfg):
             yield "Halted", t
 
@@ -197,7 +257,7 @@ def test_every_mutant_is_one_documented_change_with_the_shipped_cfg() -> None:
         first, *rest = text.splitlines()
         assert first.startswith("\\* MUTANT of TpxGateway. One change: ")
         assert f"MODULE {name} " in rest[0]
-        assert load_cfg(MUTANTS / f"{name}.cfg") == load_cfg(DEEP_CFG if name in DEEP else CFG)
+        assert load_cfg(MUTANTS / f"{name}.cfg") == load_cfg(cfg_path(name))
         body = [rest[0].replace(name, "TpxGateway"), *rest[1:]]
         hunks = [
             op

@@ -2,13 +2,15 @@
 
 Read it side by side with the spec (its header table maps spec lines to these names):
 
-* :mod:`tpx.oracle.model.gateway.state`      -- CONSTANTS (:class:`Config`), the 20 VARIABLES
+* :mod:`tpx.oracle.model.gateway.state`      -- CONSTANTS (:class:`Config`), the 26 VARIABLES
   (:class:`State`), ``Ids``, ``AllIds``, ``Select``, ``NativeShape``, ``InFlight`` and the
   binding's operators (``Keys``, ``Bound``, ``Rounds``, ``Verifies``, ``WrongOf``, ...);
-* :mod:`tpx.oracle.model.gateway.actions`    -- ``Init``, the 8 per-conversation actions,
-  ``Rotate`` and ``Halted``, each a pure function yielding successor states; ``Next``;
-* :mod:`tpx.oracle.model.gateway.invariants` -- ``TypeOK`` ... ``RetryInv`` (in :data:`INVARIANTS`)
-  and ``SelectionStable``, ``RefusesOnlyWrong``, ``SendsOnlyCorrect`` on a step;
+* :mod:`tpx.oracle.model.gateway.actions`    -- ``Init``, the 13 per-conversation actions,
+  ``Rotate``, ``Recover`` and ``Halted``, each a pure function yielding successor states;
+  ``Next``;
+* :mod:`tpx.oracle.model.gateway.invariants` -- ``TypeOK`` ... ``NoDuplicateDelivery`` (in
+  :data:`INVARIANTS`) and ``SelectionStable``, ``RefusesOnlyWrong``, ``SendsOnlyCorrect``,
+  ``FailoverBeforeFirstByte`` on a step;
 * :mod:`tpx.oracle.model.gateway.explore`    -- BFS explorer reporting TLC's figures;
 * :mod:`tpx.oracle.model.gateway.refinement` -- the projection onto the seed and the refinement
   check;
@@ -31,15 +33,21 @@ from tpx.oracle.model.gateway.actions import (
     CallerSend,
     ClientGone,
     Deliver,
+    Failover,
+    FirstByte,
     Halted,
     Init,
     Next,
     NoProvider,
+    PromptTooLong,
     ProviderFail,
     ProviderReply,
+    Recover,
+    Resend,
     Retry,
     Rotate,
     Steps,
+    UpstreamAccept,
 )
 from tpx.oracle.model.gateway.explore import explore
 from tpx.oracle.model.gateway.invariants import (
@@ -47,7 +55,10 @@ from tpx.oracle.model.gateway.invariants import (
     PROPERTIES,
     BoundedInv,
     CredsUnchanged,
+    FailoverBeforeFirstByte,
     NoCrossPairing,
+    NoDuplicateDelivery,
+    OneGeneration,
     PairingInv,
     RefusesOnlyWrong,
     RetryInv,
@@ -86,16 +97,24 @@ __all__ = [
     "Config",
     "CredsUnchanged",
     "Deliver",
+    "Failover",
+    "FailoverBeforeFirstByte",
+    "FirstByte",
     "Halted",
     "InFlight",
     "Init",
     "Next",
     "NoCrossPairing",
+    "NoDuplicateDelivery",
     "NoProvider",
+    "OneGeneration",
     "PairingInv",
+    "PromptTooLong",
     "ProviderFail",
     "ProviderReply",
+    "Recover",
     "RefusesOnlyWrong",
+    "Resend",
     "Retry",
     "RetryInv",
     "Rotate",
@@ -106,5 +125,6 @@ __all__ = [
     "State",
     "Steps",
     "TypeOK",
+    "UpstreamAccept",
     "explore",
 ]

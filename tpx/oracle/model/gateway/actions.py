@@ -18,7 +18,14 @@ ProviderFail(c)                       :func:`ProviderFail`
 Deliver(c)                            :func:`Deliver`
 ClientGone(c)                         :func:`ClientGone`
 Retry(c)                              :func:`Retry`
+NewRequest(c)                         :func:`NewRequest`
+PromptTooLong(c)                      :func:`PromptTooLong`
+UpstreamAccept(c)                     :func:`UpstreamAccept`
+Resend(c)                             :func:`Resend`
+Failover(c)                           :func:`Failover`
+FirstByte(c)                          :func:`FirstByte`
 Rotate                                :func:`Rotate`
+Recover                               :func:`Recover`
 Halted                                :func:`Halted`
 Next (\\E c \\in Convs : ...)           :data:`ACTIONS`, :func:`Steps`, :func:`Next`
 ====================================  ===================================
@@ -36,6 +43,7 @@ from tpx.oracle.model.gateway.state import (
     Config,
     InFlight,
     Rounds,
+    Route,
     State,
     ToolId,
     Verifies,
@@ -50,16 +58,23 @@ __all__ = [
     "CallerSend",
     "ClientGone",
     "Deliver",
+    "Failover",
+    "FirstByte",
     "Halted",
     "Init",
+    "NewRequest",
     "Next",
     "NoProvider",
+    "PromptTooLong",
     "ProviderFail",
     "ProviderReply",
     "ProviderReplyWith",
+    "Recover",
+    "Resend",
     "Retry",
     "Rotate",
     "Steps",
+    "UpstreamAccept",
 ]
 
 ConvAction = Callable[[State, ModelValue, Config], Iterator[State]]
@@ -94,7 +109,27 @@ def Init(cfg: Config) -> Iterator[State]:
                 wireRes=_all(cfg, ()),
                 request=_all(cfg, "none"),
                 signedBy=_all(cfg, 0),
+                up=_all(cfg, cfg.NONE),
+                health=Function(dict.fromkeys(cfg.Upstreams, True)),
+                attempts=_all(cfg, 0),
+                reached=_all(cfg, False),
+                gens=_all(cfg, 0),
+                fwd=_all(cfg, 0),
             )
+
+
+def NewRequest(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
+    """``NewRequest(c)``: *s* with the upstream variables of a new client request's first
+    attempt, one state per upstream of ``Route(c)`` (the other variables as in *s*)."""
+    for u in sorted(Route(s, c, cfg)):
+        yield evolve(
+            s,
+            up=EXCEPT(s.up, c, u),
+            attempts=EXCEPT(s.attempts, c, 1 if cfg.UpstreamSteps else 0),
+            reached=EXCEPT(s.reached, c, False),
+            gens=EXCEPT(s.gens, c, 0),
+            fwd=EXCEPT(s.fwd, c, 0),
+        )
 
 
 def CallerSend(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
@@ -105,15 +140,19 @@ def CallerSend(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
         and InFlight(s) < cfg.MaxInFlight
         and Verifies(s, c)
     ):
-        yield evolve(
-            s,
-            reqIds=EXCEPT(s.reqIds, c, s.pending[c]),
-            wireShape=EXCEPT(s.wireShape, c, cfg.NativeShape(s.provider)),
-            wireIds=EXCEPT(s.wireIds, c, s.pending[c]),
-            wireRes=EXCEPT(s.wireRes, c, Rounds(s, c)),
-            request=EXCEPT(s.request, c, "ok"),
-            phase=EXCEPT(s.phase, c, "req"),
-            retryable=EXCEPT(s.retryable, c, False),
+        yield from NewRequest(
+            evolve(
+                s,
+                reqIds=EXCEPT(s.reqIds, c, s.pending[c]),
+                wireShape=EXCEPT(s.wireShape, c, cfg.NativeShape(s.provider)),
+                wireIds=EXCEPT(s.wireIds, c, s.pending[c]),
+                wireRes=EXCEPT(s.wireRes, c, Rounds(s, c)),
+                request=EXCEPT(s.request, c, "ok"),
+                phase=EXCEPT(s.phase, c, "req"),
+                retryable=EXCEPT(s.retryable, c, False),
+            ),
+            c,
+            cfg,
         )
 
 
@@ -168,7 +207,7 @@ def ProviderReplyWith(
 ) -> Iterator[State]:
     """ProviderReply(c) for one witness of ``\\E ids \\in SUBSET Ids(c)`` (the monitor
     uses it with the ids a provider really emitted instead of enumerating subsets)."""
-    if s.phase[c] == "req" and ids <= cfg.Ids(c):
+    if s.phase[c] == "req" and (not cfg.UpstreamSteps or s.reached[c]) and ids <= cfg.Ids(c):
         yield evolve(
             s,
             emitted=EXCEPT(s.emitted, c, ids),
@@ -210,14 +249,18 @@ def Retry(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
         and InFlight(s) < cfg.MaxInFlight
         and Verifies(s, c)
     ):
-        yield evolve(
-            s,
-            wireShape=EXCEPT(s.wireShape, c, cfg.NativeShape(s.provider)),
-            wireIds=EXCEPT(s.wireIds, c, s.reqIds[c]),
-            wireRes=EXCEPT(s.wireRes, c, Rounds(s, c)),
-            request=EXCEPT(s.request, c, "ok"),
-            phase=EXCEPT(s.phase, c, "req"),
-            retryable=EXCEPT(s.retryable, c, False),
+        yield from NewRequest(
+            evolve(
+                s,
+                wireShape=EXCEPT(s.wireShape, c, cfg.NativeShape(s.provider)),
+                wireIds=EXCEPT(s.wireIds, c, s.reqIds[c]),
+                wireRes=EXCEPT(s.wireRes, c, Rounds(s, c)),
+                request=EXCEPT(s.request, c, "ok"),
+                phase=EXCEPT(s.phase, c, "req"),
+                retryable=EXCEPT(s.retryable, c, False),
+            ),
+            c,
+            cfg,
         )
 
 
@@ -241,10 +284,77 @@ def Deliver(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
         )
 
 
+def PromptTooLong(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
+    if (
+        cfg.Preflight
+        and s.phase[c] == "idle"
+        and s.turn[c] < cfg.MaxTurns
+        and s.provider != cfg.NONE
+        and Verifies(s, c)
+    ):
+        yield evolve(
+            s,
+            request=EXCEPT(s.request, c, "long"),
+            lastOutcome=EXCEPT(s.lastOutcome, c, "err"),
+            turn=EXCEPT(s.turn, c, s.turn[c] + 1),
+            retryable=EXCEPT(s.retryable, c, False),
+        )
+
+
+def UpstreamAccept(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
+    if cfg.UpstreamSteps and s.phase[c] == "req" and not s.reached[c]:
+        yield evolve(s, reached=EXCEPT(s.reached, c, True), gens=EXCEPT(s.gens, c, s.gens[c] + 1))
+
+
+def Resend(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
+    if (
+        cfg.UpstreamSteps
+        and s.phase[c] == "req"
+        and not s.reached[c]
+        and s.attempts[c] < cfg.MaxAttempts
+    ):
+        yield evolve(
+            s,
+            attempts=EXCEPT(s.attempts, c, s.attempts[c] + 1),
+            reached=EXCEPT(s.reached, c, False),
+        )
+
+
+def Failover(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
+    if (
+        cfg.UpstreamSteps
+        and s.phase[c] == "req"
+        and s.fwd[c] == 0
+        and s.attempts[c] < cfg.MaxAttempts
+    ):
+        current = s.up[c]
+        for u in cfg.Upstreams:
+            if u != current and s.health[u]:
+                yield evolve(
+                    s,
+                    up=EXCEPT(s.up, c, u),
+                    health=EXCEPT(s.health, current, False),
+                    attempts=EXCEPT(s.attempts, c, s.attempts[c] + 1),
+                    reached=EXCEPT(s.reached, c, False),
+                    gens=EXCEPT(s.gens, c, s.gens[c] - 1 if s.reached[c] else s.gens[c]),
+                )
+
+
+def FirstByte(s: State, c: ModelValue, cfg: Config) -> Iterator[State]:
+    if cfg.UpstreamSteps and s.phase[c] == "req" and s.reached[c] and s.fwd[c] == 0:
+        yield evolve(s, fwd=EXCEPT(s.fwd, c, s.fwd[c] + 1))
+
+
 def Rotate(s: State, cfg: Config) -> Iterator[State]:
     if s.provider == cfg.TPX and s.key < cfg.MaxKeys:
         for oldest in range(s.oldest, s.key + 2):
             yield evolve(s, key=s.key + 1, oldest=oldest)
+
+
+def Recover(s: State, cfg: Config) -> Iterator[State]:
+    for u in cfg.Upstreams:
+        if not s.health[u]:
+            yield evolve(s, health=EXCEPT(s.health, u, True))
 
 
 def Halted(s: State, cfg: Config) -> Iterator[State]:
@@ -262,18 +372,25 @@ ACTIONS: tuple[tuple[str, ConvAction], ...] = (
     ("Deliver", Deliver),
     ("ClientGone", ClientGone),
     ("Retry", Retry),
+    ("PromptTooLong", PromptTooLong),
+    ("UpstreamAccept", UpstreamAccept),
+    ("Resend", Resend),
+    ("Failover", Failover),
+    ("FirstByte", FirstByte),
 )
 
 
 def Steps(s: State, cfg: Config) -> Iterator[tuple[str, ModelValue | None, State]]:
     """Every (action name, conversation, successor) ``Next`` allows from *s*; the
-    conversation is ``None`` for Rotate and Halted."""
+    conversation is ``None`` for Rotate, Recover and Halted."""
     for c in cfg.Convs:
         for name, action in ACTIONS:
             for t in action(s, c, cfg):
                 yield name, c, t
     for t in Rotate(s, cfg):
         yield "Rotate", None, t
+    for t in Recover(s, cfg):
+        yield "Recover", None, t
     for t in Halted(s, cfg):
         yield "Halted", None, t
 

@@ -28,7 +28,9 @@ VARIABLES (at one ``c``)            :class:`ConvState`
 CONSTANTS, the other conversations  :class:`Context`
 Select, NativeShape, InFlight       :func:`Select`, :func:`NativeShape`, :func:`InFlight`
 Init (at one ``c``)                 :func:`Init`
-CallerSend(c) ... Retry(c)          :func:`CallerSend` ... :func:`Retry`, :data:`ACTIONS`
+CallerSend(c) ... PromptTooLong(c)  :func:`CallerSend` ... :func:`PromptTooLong`, :data:`ACTIONS`
+UpstreamAccept(c) ... FirstByte(c)  stutters at the 13 variables (:data:`UPSTREAM_STEPS`; their
+                                    own variables: :mod:`~tpx.oracle.model.gateway.attempts`)
 TypeOK ... RetryInv (at one ``c``)  :func:`TypeOK` ... :func:`RetryInv`, :data:`INVARIANTS`
 SelectionStable                     :func:`SelectionStable` (against the boot selection)
 ==================================  =====================================
@@ -44,6 +46,7 @@ __all__ = [
     "EXCEPT",
     "INVARIANTS",
     "LOCAL",
+    "UPSTREAM_STEPS",
     "CallerAbort",
     "CallerSend",
     "ClientGone",
@@ -54,6 +57,7 @@ __all__ = [
     "Init",
     "NativeShape",
     "NoProvider",
+    "PromptTooLong",
     "ProviderFail",
     "ProviderReply",
     "Retry",
@@ -111,6 +115,9 @@ class Context(NamedTuple):
     """``Verifies(c)``: every id of the conversation's history is signed by a key still
     accepted (the shared keys and the history's ``signedBy``; the gateway refuses a
     request whose ids do not verify before any step, so its monitor passes ``True``)."""
+    Preflight: bool = False
+    """The constant Preflight: the gateway refuses a request too long for the upstream's
+    window before the wire (PromptTooLong)."""
 
 
 def idset(ids: Any) -> Ids:
@@ -272,7 +279,26 @@ def Deliver(s: ConvState, g: Context) -> ConvState | None:
     return None
 
 
-#: ``Next``'s per-conversation disjuncts but ProviderReply (it takes a witness), by name.
+def PromptTooLong(s: ConvState, g: Context) -> ConvState | None:
+    if (
+        g.Preflight
+        and s.phase == "idle"
+        and s.turn < g.MaxTurns
+        and s.provider != "NONE"
+        and g.verifies
+    ):
+        return EXCEPT(s, lastOutcome="err", turn=s.turn + 1, retryable=False)
+    return None
+
+
+#: The steps of an exchange's upstream attempts (UpstreamAccept, Resend, Failover,
+#: FirstByte): each leaves the 13 variables as they are (a stutter at ``c``); their own
+#: variables (``up``, ``attempts``, ``reached``, ``gens``, ``fwd``, ``health``) are
+#: :mod:`tpx.oracle.model.gateway.attempts`'.
+UPSTREAM_STEPS: tuple[str, ...] = ("UpstreamAccept", "Resend", "Failover", "FirstByte")
+
+#: ``Next``'s per-conversation disjuncts but ProviderReply (it takes a witness) and the
+#: upstream steps, by name.
 ACTIONS: dict[str, Callable[[ConvState, Context], ConvState | None]] = {
     "CallerSend": CallerSend,
     "CallerAbort": CallerAbort,
@@ -281,6 +307,7 @@ ACTIONS: dict[str, Callable[[ConvState, Context], ConvState | None]] = {
     "Deliver": Deliver,
     "ClientGone": ClientGone,
     "Retry": Retry,
+    "PromptTooLong": PromptTooLong,
 }
 
 

@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 #: The actions whose ``pending`` is the history's obligations (see snapshot_of_exchange).
-KEEPS_OBLIGATIONS = ("ProviderFail", "ClientGone", "CallerAbort")
+KEEPS_OBLIGATIONS = ("ProviderFail", "ClientGone", "CallerAbort", "PromptTooLong")
 
 
 def _sorted(ids: Iterable[Any]) -> list[Any]:

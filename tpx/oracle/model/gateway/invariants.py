@@ -10,11 +10,15 @@ SelectionInv        :func:`SelectionInv`
 BoundedInv          :func:`BoundedInv`
 NoCrossPairing      :func:`NoCrossPairing`
 RetryInv            :func:`RetryInv`
+OneGeneration       :func:`OneGeneration`
+NoDuplicateDelivery :func:`NoDuplicateDelivery`
 CredsUnchanged      :func:`CredsUnchanged`
 SelectionStable     :func:`SelectionStable` (``[][CredsUnchanged]_vars``,
                     checked on every step ``s -> t``)
 RefusesOnlyWrong    :func:`RefusesOnlyWrong` (on every step ``s -> t``)
 SendsOnlyCorrect    :func:`SendsOnlyCorrect` (on every step ``s -> t``)
+FailoverBefore-     :func:`FailoverBeforeFirstByte` (on every step ``s -> t``)
+FirstByte
 ==================  =====================================================
 """
 
@@ -46,7 +50,10 @@ __all__ = [
     "INVARIANTS",
     "BoundedInv",
     "CredsUnchanged",
+    "FailoverBeforeFirstByte",
     "NoCrossPairing",
+    "NoDuplicateDelivery",
+    "OneGeneration",
     "PairingInv",
     "RefusesOnlyWrong",
     "RetryInv",
@@ -84,6 +91,16 @@ def TypeOK(s: State, cfg: Config) -> bool:
     def key(v: Any) -> bool:
         return isinstance(v, int) and not isinstance(v, bool)
 
+    def count(v: Any) -> bool:
+        return key(v) and v >= 0
+
+    def health(f: Any) -> bool:
+        return (
+            isinstance(f, Function)
+            and set(f) == set(cfg.Upstreams)
+            and all(isinstance(v, bool) for v in f.values())
+        )
+
     return (
         isinstance(s.hasKey, bool)
         and isinstance(s.hasToken, bool)
@@ -107,6 +124,12 @@ def TypeOK(s: State, cfg: Config) -> bool:
         and _fn(s.wireRes, cfg, rounds)
         and _fn(s.request, cfg, lambda v: v in Requests)
         and _fn(s.signedBy, cfg, lambda v: key(v) and 0 <= v <= cfg.MaxKeys)
+        and _fn(s.up, cfg, lambda v: v in cfg.Upstreams or v == cfg.NONE)
+        and health(s.health)
+        and _fn(s.attempts, cfg, lambda v: key(v) and 0 <= v <= cfg.MaxAttempts)
+        and _fn(s.reached, cfg, lambda v: isinstance(v, bool))
+        and _fn(s.gens, cfg, count)
+        and _fn(s.fwd, cfg, count)
     )
 
 
@@ -168,12 +191,25 @@ def RetryInv(s: State, cfg: Config) -> bool:
     return all(not s.retryable[c] or s.pending[c] == s.reqIds[c] for c in cfg.Convs)
 
 
+def OneGeneration(s: State, cfg: Config) -> bool:
+    return all(s.gens[c] <= 1 for c in cfg.Convs)
+
+
+def NoDuplicateDelivery(s: State, cfg: Config) -> bool:
+    return all(s.fwd[c] <= 1 for c in cfg.Convs)
+
+
+#: What a refusal may refuse: a wrong request, or a correct one too long for the window.
+REFUSABLE = Wrong | {"long"}
+
+
 def RefusesOnlyWrong(s: State, t: State) -> bool:
     """``[][\\A c : (phase[c] = "idle" /\\ (hasKey \\/ hasToken) /\\ turn'[c] = turn[c] + 1)
-    => request'[c] \\in Wrong]_vars`` on the step s -> t: a refusal refuses a wrong request."""
+    => request'[c] \\in Wrong \\cup {"long"}]_vars`` on the step s -> t: a refusal refuses a
+    wrong or a too-long request."""
     return s == t or all(
         not (s.phase[c] == "idle" and (s.hasKey or s.hasToken) and t.turn[c] == s.turn[c] + 1)
-        or t.request[c] in Wrong
+        or t.request[c] in REFUSABLE
         for c in s.phase
     )
 
@@ -188,6 +224,14 @@ def SendsOnlyCorrect(s: State, t: State) -> bool:
     )
 
 
+def FailoverBeforeFirstByte(s: State, t: State) -> bool:
+    """``[][\\A c : (phase[c] = "req" /\\ up'[c] # up[c]) => fwd[c] = 0]_vars`` on the step
+    s -> t: a request moves to another upstream only before a reply's first byte."""
+    return s == t or all(
+        not (s.phase[c] == "req" and t.up[c] != s.up[c]) or s.fwd[c] == 0 for c in s.phase
+    )
+
+
 #: The cfg's INVARIANTS, in its order.
 INVARIANTS: tuple[tuple[str, Invariant], ...] = (
     ("TypeOK", TypeOK),
@@ -197,6 +241,8 @@ INVARIANTS: tuple[tuple[str, Invariant], ...] = (
     ("BoundedInv", BoundedInv),
     ("NoCrossPairing", NoCrossPairing),
     ("RetryInv", RetryInv),
+    ("OneGeneration", OneGeneration),
+    ("NoDuplicateDelivery", NoDuplicateDelivery),
 )
 
 #: The cfg's PROPERTY list (step properties), in its order.
@@ -204,4 +250,5 @@ PROPERTIES: tuple[tuple[str, Callable[[State, State], bool]], ...] = (
     ("SelectionStable", SelectionStable),
     ("RefusesOnlyWrong", RefusesOnlyWrong),
     ("SendsOnlyCorrect", SendsOnlyCorrect),
+    ("FailoverBeforeFirstByte", FailoverBeforeFirstByte),
 )

@@ -103,7 +103,7 @@ from tpx.oracle.model.gateway.events import (
     rendered,
     snapshot_of_exchange,
 )
-from tpx.oracle.model.gateway.state import Wrong
+from tpx.oracle.model.gateway.invariants import REFUSABLE
 
 __all__ = [
     "CONVERSATION_VARS",
@@ -232,7 +232,9 @@ class GatewayMonitor:
         ``has_key`` / ``has_token`` the boot credentials' presence when known (then
         SelectionInv is checked against them; never the credentials themselves);
         ``max_in_flight`` the gateway's bound on exchanges in flight (``None``: unbounded);
-        ``gateway_retry`` the spec constant GatewayRetry; ``to_wire`` maps a caller-side tool id
+        ``gateway_retry`` the spec constant GatewayRetry; ``preflight`` the constant Preflight
+        (the gateway refuses a request too long for the window: ``PromptTooLong``);
+        ``to_wire`` maps a caller-side tool id
     (``pending``, ``reqIds``: what the client sees) to its wire-side id (``wireIds``,
     ``emitted``: what the provider sent), for a gateway whose snapshots hold both (TPX:
     decode the signed caller id to the foreign id; ANTHROPIC: identity); the traces then hold
@@ -250,6 +252,7 @@ class GatewayMonitor:
         max_in_flight: int | None = None,
         gateway_retry: bool = True,
         to_wire: Callable[[str], str] | None = None,
+        preflight: bool = False,
     ) -> None:
         if has_key is None or has_token is None:
             # unknown credentials: any pair that selects the provider
@@ -264,7 +267,10 @@ class GatewayMonitor:
             None if to_wire is None else functools.lru_cache(maxsize=_TO_WIRE_CACHE)(to_wire)
         )
         #: the spec's Init at one conversation (it depends on the boot selection only)
-        alone = Context(self._boot, gateway_retry, _BIG, self._max_in_flight, 0)
+        self._preflight = preflight
+        alone = Context(
+            self._boot, gateway_retry, _BIG, self._max_in_flight, 0, Preflight=preflight
+        )
         self._init = Init(alone)
         self._init_stable = SelectionStable(self._init, alone)
         self._init_but_pending = (self._init[:5], self._init[6:])
@@ -328,21 +334,26 @@ class GatewayMonitor:
                 if not holders:
                     del shared[name]
 
-    def refuses(self, conversation: Hashable, request: str) -> Violation | None:
-        """RefusesOnlyWrong on a refusal (a ``CallerAbort`` taken) of *conversation*'s
-        request, read from the request as *request* (the spec's ``Requests``, see
-        :func:`~tpx.oracle.model.gateway.events.request_kind`): ``None`` when it is wrong, else the
-        violation (the conversation's trace up to the refusal)."""
-        if request in Wrong:
+    def refuses(
+        self, conversation: Hashable, request: str, action: str = "CallerAbort"
+    ) -> Violation | None:
+        """RefusesOnlyWrong on a refusal (a ``CallerAbort`` or, *action*, a
+        ``PromptTooLong`` taken) of *conversation*'s request, read from the request as
+        *request* (the spec's ``Requests``, see
+        :func:`~tpx.oracle.model.gateway.events.request_kind`; ``"long"``: correct but too
+        long for the window): ``None`` when it is wrong or too long, else the violation
+        (the conversation's trace up to the refusal)."""
+        if request in REFUSABLE:
             return None
         live = self._live.get(conversation)
         trace: list[Event] = [] if live is None else live.trace
         return self._violation(
             conversation,
             trace,
-            "CallerAbort",
+            action,
             "RefusesOnlyWrong",
-            f"a correct request ({request!r}: every obligation answered once) was refused",
+            f"a correct request that fits ({request!r}: every obligation answered once) "
+            "was refused",
         )
 
     def same_ids(self, a: Iterable[str], b: Iterable[str]) -> bool:
@@ -448,10 +459,18 @@ class GatewayMonitor:
                     self._max_in_flight,
                     others,
                     first,
+                    Preflight=self._preflight,
                 )
         g = self._contexts.get(others)
         if g is None:
-            g = Context(self._boot, self._retry, _BIG, self._max_in_flight, others)
+            g = Context(
+                self._boot,
+                self._retry,
+                _BIG,
+                self._max_in_flight,
+                others,
+                Preflight=self._preflight,
+            )
             self._contexts[others] = g
         return g
 

@@ -1,14 +1,15 @@
-"""The gateway spec's constants and its 13 variables, one-for-one.
+"""The gateway spec's constants and its 26 variables, one-for-one.
 
 =====================================  ==========================================
 spec/TpxGateway.tla                    here
 =====================================  ==========================================
 CONSTANTS Convs, ToolIds, MaxTurns,    :class:`Config` (same names)
 MaxInFlight, MaxKeys, GatewayRetry,
-ANTHROPIC, TPX, NONE
+Preflight, UpstreamSteps, Upstreams,
+MaxAttempts, ANTHROPIC, TPX, NONE
 Providers, Shapes, Phases, Outcomes,   :attr:`Config.Providers`, :data:`Shapes`, ...,
 Wrong, Requests                        :data:`Wrong`, :data:`Requests`
-VARIABLES hasKey ... signedBy          :class:`State` (same names, same order)
+VARIABLES hasKey ... fwd               :class:`State` (same names, same order)
 vars                                   :data:`VARS` / :meth:`State.vars`
 Ids(c), AllIds                         :meth:`Config.Ids`, :attr:`Config.AllIds`
 Select(k, t)                           :meth:`Config.Select`
@@ -17,6 +18,7 @@ InFlight                               :func:`InFlight`
 Keys, Names, Bound, AllRounds          :func:`Keys`, :func:`Names`, :func:`Bound`,
                                        :func:`AllRounds`
 Rounds(c), Verifies(c), WrongOf(c)     :func:`Rounds`, :func:`Verifies`, :func:`WrongOf`
+Healthy, Route(c)                      :func:`Healthy`, :func:`Route`
 [f EXCEPT ![c] = v]                    :func:`EXCEPT`
 =====================================  ==========================================
 
@@ -40,10 +42,12 @@ from tpx.oracle.values import Function, ModelValue
 __all__ = [
     "EXCEPT",
     "PER_CONVERSATION",
+    "UP_VARS",
     "VARS",
     "AllRounds",
     "Bound",
     "Config",
+    "Healthy",
     "InFlight",
     "Keys",
     "Names",
@@ -52,6 +56,7 @@ __all__ = [
     "Phases",
     "Requests",
     "Rounds",
+    "Route",
     "Shapes",
     "State",
     "ToolId",
@@ -70,7 +75,7 @@ Pair = tuple[ToolId, ToolId]
 
 #: ``Wrong``: how a client's request can be wrong; ``Requests``: what a request was.
 Wrong = frozenset({"missing", "unknown", "duplicated", "retired"})
-Requests = frozenset({"none", "ok"}) | Wrong
+Requests = frozenset({"none", "ok", "long"}) | Wrong
 
 #: The spec's ``vars`` tuple, in the spec's order.
 VARS: tuple[str, ...] = (
@@ -94,10 +99,20 @@ VARS: tuple[str, ...] = (
     "wireRes",
     "request",
     "signedBy",
+    "up",
+    "health",
+    "attempts",
+    "reached",
+    "gens",
+    "fwd",
 )
 
-#: The variables that are functions over ``Convs`` (all but the shared selection and keys).
-PER_CONVERSATION: tuple[str, ...] = VARS[5:]
+#: The spec's ``upVars``: the upstream attempts of an exchange.
+UP_VARS: tuple[str, ...] = VARS[20:]
+
+#: The variables that are functions over ``Convs`` (all but the shared selection, keys and
+#: upstream health).
+PER_CONVERSATION: tuple[str, ...] = tuple(v for v in VARS[5:] if v != "health")
 
 
 def _model_values(name: str, value: Any) -> frozenset[ModelValue]:
@@ -138,10 +153,32 @@ def _max_keys(value: Any) -> int:
     return keys
 
 
-def _boolean(value: Any) -> bool:
+def _boolean(value: Any, name: str = "GatewayRetry") -> bool:
     if not isinstance(value, bool):
-        raise SpecConfigError(f"GatewayRetry must be TRUE or FALSE, got {value!r}")
+        raise SpecConfigError(f"{name} must be TRUE or FALSE, got {value!r}")
     return value
+
+
+def _preflight(value: Any) -> bool:
+    return _boolean(value, "Preflight")
+
+
+def _upstream_steps(value: Any) -> bool:
+    return _boolean(value, "UpstreamSteps")
+
+
+def _upstreams(value: Any) -> tuple[ModelValue, ...]:
+    ups = tuple(sorted(_model_values("Upstreams", value)))
+    if not ups:
+        raise SpecConfigError("Upstreams must not be empty")
+    return ups
+
+
+def _max_attempts(value: Any) -> int:
+    attempts = _nat("MaxAttempts", value)
+    if attempts < 1:
+        raise SpecConfigError(f"MaxAttempts must be at least 1, got {value!r}")
+    return attempts
 
 
 @attrs.frozen
@@ -154,6 +191,12 @@ class Config:
     MaxInFlight: int = attrs.field(converter=_max_in_flight)
     GatewayRetry: bool = attrs.field(converter=_boolean)
     MaxKeys: int = attrs.field(default=1, converter=_max_keys)
+    Preflight: bool = attrs.field(default=False, converter=_preflight)
+    UpstreamSteps: bool = attrs.field(default=False, converter=_upstream_steps)
+    Upstreams: tuple[ModelValue, ...] = attrs.field(
+        default=frozenset({ModelValue("u1")}), converter=_upstreams
+    )
+    MaxAttempts: int = attrs.field(default=1, converter=_max_attempts)
     ANTHROPIC: ModelValue = ModelValue("ANTHROPIC")
     TPX: ModelValue = ModelValue("TPX")
     NONE: ModelValue = ModelValue("NONE")
@@ -175,10 +218,15 @@ class Config:
         *,
         retry: bool = True,
         max_keys: int = 1,
+        preflight: bool = False,
+        upstreams: int | None = None,
+        max_attempts: int = 1,
     ) -> Config:
         """``Config.of(2, 1, 2)``: Convs = {c1, c2}, ToolIds = {t1}, MaxTurns = 2,
         MaxInFlight = Cardinality(Convs) unless given, GatewayRetry = TRUE unless told,
-        MaxKeys = 1 (no rotation) unless given."""
+        MaxKeys = 1 (no rotation) unless given, Preflight as told (FALSE), and with
+        *upstreams* given UpstreamSteps = TRUE and Upstreams = {u1, ..} (else {u1}, the
+        upstream not modelled), MaxAttempts = *max_attempts*."""
         return cls(
             frozenset(ModelValue(f"c{i}") for i in range(1, convs + 1)),
             frozenset(ModelValue(f"t{i}") for i in range(1, tool_ids + 1)),
@@ -186,11 +234,26 @@ class Config:
             convs if max_in_flight is None else max_in_flight,
             retry,
             max_keys,
+            preflight,
+            upstreams is not None,
+            frozenset(ModelValue(f"u{i}") for i in range(1, (upstreams or 1) + 1)),
+            max_attempts,
         )
 
     @classmethod
     def from_constants(cls, constants: dict[str, Any]) -> Config:
-        names = ("Convs", "ToolIds", "MaxTurns", "MaxInFlight", "GatewayRetry", "MaxKeys")
+        names = (
+            "Convs",
+            "ToolIds",
+            "MaxTurns",
+            "MaxInFlight",
+            "GatewayRetry",
+            "MaxKeys",
+            "Preflight",
+            "UpstreamSteps",
+            "Upstreams",
+            "MaxAttempts",
+        )
         missing = set(names) - constants.keys()
         if missing:
             raise SpecConfigError(f"cfg does not assign constant(s) {sorted(missing)}")
@@ -235,10 +298,10 @@ class Config:
 
 @attrs.frozen
 class State(SpecState):
-    """One state of the gateway spec: the 20 VARIABLES, with the spec's names.
+    """One state of the gateway spec: the 26 VARIABLES, with the spec's names.
 
-    ``turn`` ... ``signedBy`` are functions over ``Convs``
-    (:class:`~tpx.oracle.values.Function`)."""
+    ``turn`` ... ``signedBy`` and ``up`` ... ``fwd`` but ``health`` are functions over
+    ``Convs``, ``health`` over ``Upstreams`` (:class:`~tpx.oracle.values.Function`)."""
 
     hasKey: bool  # static API key present at boot (shared)
     hasToken: bool  # OAuth bearer token present at boot (shared)
@@ -260,12 +323,18 @@ class State(SpecState):
     wireRes: Function  # [Convs -> Seq(pairs)] the rounds the last request carried upstream
     request: Function  # [Convs -> Requests] what the client's last request was
     signedBy: Function  # [Convs -> 0..MaxKeys] the oldest key that signed a history id
+    up: Function  # [Convs -> Upstreams \cup {NONE}] the upstream of the current attempt
+    health: Function  # [Upstreams -> BOOLEAN] the upstream is in use (shared)
+    attempts: Function  # [Convs -> 0..MaxAttempts] attempts of the current client request
+    reached: Function  # [Convs -> BOOLEAN] the current attempt reached its upstream
+    gens: Function  # [Convs -> Nat] generations the current client request started
+    fwd: Function  # [Convs -> Nat] replies whose first byte reached the client
 
     @classmethod
     def from_record(cls, record: Any) -> State:
-        """Build a State from a mapping of the 20 variable names (e.g. parsed TLC output)."""
+        """Build a State from a mapping of the 26 variable names (e.g. parsed TLC output)."""
         variables = variables_of(record, VARS)
-        for name in PER_CONVERSATION:
+        for name in (*PER_CONVERSATION, "health"):
             if not isinstance(variables[name], Function):
                 raise ValueError(f"{name} must be a function over Convs, got {record[name]!r}")
         return cls(**variables)
@@ -321,3 +390,15 @@ def WrongOf(s: State, c: ModelValue) -> frozenset[str]:
     if not Verifies(s, c):
         return frozenset({"retired"})
     return frozenset({"unknown", "missing", "duplicated"} if s.pending[c] else {"unknown"})
+
+
+def Healthy(s: State, cfg: Config) -> frozenset[ModelValue]:
+    """``Healthy == IF \\E u \\in Upstreams : health[u] THEN {u \\in Upstreams :
+    health[u]} ELSE Upstreams``"""
+    healthy = frozenset(u for u in cfg.Upstreams if s.health[u])
+    return healthy or frozenset(cfg.Upstreams)
+
+
+def Route(s: State, c: ModelValue, cfg: Config) -> frozenset[ModelValue]:
+    """``Route(c) == IF UpstreamSteps THEN Healthy ELSE {up[c]}``"""
+    return Healthy(s, cfg) if cfg.UpstreamSteps else frozenset({s.up[c]})
