@@ -28,6 +28,7 @@ from tests.security.conftest import MB, Figures, Serve, Server, Upstream, local_
 from tests.security.test_client_bounds import AUTH
 from tpx.gateway import longjson
 from tpx.gateway.asgi import create_app
+from tpx.gateway.context.config import ContextConfig
 from tpx.gateway.settings import Credential
 
 
@@ -62,7 +63,12 @@ def test_a_long_string_is_parsed_a_slice_at_a_time(
 
     monkeypatch.setattr(longjson, "_parse", recording)
     body = orjson.dumps(LONG[shape](8 * MB))
-    with local_gateway() as (url, _), httpx2.Client(base_url=url, timeout=60) as client:
+    # a window that takes the long text: the turn goes upstream (a 200K one refuses it)
+    roomy = ContextConfig(default=1 << 30)
+    with (
+        local_gateway(context=roomy) as (url, _),
+        httpx2.Client(base_url=url, timeout=60) as client,
+    ):
         response = client.post("/v1/messages", headers=AUTH, content=body)
     assert response.status_code == 200, response.text
     assert response.json()["type"] == "message"
@@ -104,7 +110,8 @@ def test_a_30_mb_string_leaves_the_event_loop_free(
     model is the gateway's own (``TPX_MODEL``): the fake upstream echoes the model it is
     asked for, and a 30 MB reply is the upstream's body, bounded by
     ``limits.max_upstream_body``, not the client's."""
-    server = serve(env={"TPX_MODEL": "gpt-test"})
+    # a window that takes the text: the parse is measured, not the preflight's refusal
+    server = serve(env={"TPX_MODEL": "gpt-test"}, config={"context": {"default": 1 << 30}})
     body = tmp_path / "body.json"
     body.write_bytes(orjson.dumps(LONG[shape](30 * MB)))
     # the request is sent by a process of its own: this one's interpreter is the poller's
@@ -168,6 +175,7 @@ def test_a_30_mb_string_never_holds_the_interpreter_long(
         base_url=upstream.proc.url,
         model="gpt-test",
         credential=Credential(UPSTREAM_TOKEN),
+        context=ContextConfig(default=1 << 30),  # the parse is measured, not a refusal
     )
     body = tmp_path / "body.json"
     body.write_bytes(orjson.dumps(LONG[shape](30 * MB)))
