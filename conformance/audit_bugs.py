@@ -1,6 +1,6 @@
 """Seeded bugs in the real gateway for the checks of ``tpx audit`` that the spec's
 variables do not hold: each is a plausible way a Messages endpoint gets the API's rules
-wrong (the peers' open issues are of these kinds), patched into ``tpx serve`` like the
+wrong (bugs reported against the peers are of these kinds), patched into ``tpx serve`` like the
 bugs of :mod:`conformance.gateway_bugs`; ``replay`` names the audit's check that must
 fail (``tests/audit/test_audit_bugs.py``):
 
