@@ -490,7 +490,7 @@ def test_a_large_turn_is_answered_while_the_loop_keeps_serving(
     (:mod:`tpx.gateway.longjson`), its structure bounded by ``limits.max_json_containers``:
     a body denser than that is refused (413) before it is parsed, the 30 MB text (three
     containers) is answered."""
-    server = serve()
+    server = serve(config={"context": {"default": 1 << 30}})  # measures the parse, not a refusal
     body = orjson.dumps({**SHAPES[shape](), "max_tokens": 8})
     status, seconds, latencies = _post_while_polling(server, "/v1/messages", body, 300)
     worst = max(latencies)
