@@ -155,16 +155,25 @@ def test_a_huge_log_field_costs_the_event_loop_little(caplog: pytest.LogCaptureF
 
 
 def test_redaction_cost_is_linear_and_small() -> None:
-    """1 MB of the worst text (a hit of the prefilter at every position, a cut marker
-    every 8 characters) costs well under a second of CPU (it took about 3 s per MB when
-    every position was searched in every form)."""
+    """The worst text (a hit of the prefilter at every position, a cut marker every 8
+    characters) costs CPU linear in its length: four times the text, well under eight times
+    the CPU (a search of every position in every form grew faster). Measured side by side
+    in one run, the least of three tries each; the absolute cost per MB is the benchmark's
+    (``python -m benchmarks.redaction_cost``)."""
     forms = secret_forms((GATEWAY_KEY, UPSTREAM_TOKEN, "0123456789abcdef" * 4))
-    text = _huge_model(1_000_000)
-    began = time.thread_time()
-    redacted = redact(text, forms)
-    spent = time.thread_time() - began
-    assert spent < 0.6, f"{spent * 1000:.0f} ms of CPU for 1 MB"
-    assert GATEWAY_KEY[:5] not in redacted  # each is a secret's start, cut
+
+    def cost(size: int) -> float:
+        text = _huge_model(size)
+        spent = []
+        for _ in range(3):
+            began = time.thread_time()
+            redacted = redact(text, forms)
+            spent.append(time.thread_time() - began)
+            assert GATEWAY_KEY[:5] not in redacted  # each is a secret's start, cut
+        return min(spent)
+
+    small, large = cost(250_000), cost(1_000_000)
+    assert large < 8 * max(small, 1e-3), f"{small * 1000:.0f} ms, then {large * 1000:.0f} ms"
 
 
 #: a request the gateway refuses after reading it whole (a tool_result nothing asked for),
