@@ -73,6 +73,7 @@ import orjson
 
 from conformance.fakes import KEY, TOKEN, FakeProvider, planted_call_id, planted_id
 from conformance.shapes import Reply
+from tpx.audit.sse import assemble_messages, is_stream, json_events, sse_events
 from tpx.oracle.model import Config, State
 from tpx.oracle.values import ModelValue
 from tpx.transport import Transport
@@ -134,55 +135,10 @@ _MESSAGES_EVENTS = frozenset(
 )
 
 
-def is_stream(body: Any) -> bool:
-    """*body* is server-sent-event bytes (a streamed body), not a JSON document."""
-    if not isinstance(body, bytes | bytearray):
-        return False
-    head = bytes(body[:64]).lstrip(b"\xef\xbb\xbf").lstrip()
-    return head.startswith((b"event:", b"data:", b":"))
-
-
-def sse_events(data: bytes) -> list[tuple[str, str]]:
-    """(event name, data) of every complete event in *data* (a minimal SSE reader: ``\n``,
-    ``\r\n`` or ``\r`` line ends, comments, multi-line data; name ``"message"`` when
-    absent). An event not closed by a blank line is not complete and is left out."""
-    text = bytes(data).decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
-    events: list[tuple[str, str]] = []
-    name, lines = "", list[str]()
-    for line in text.split("\n")[:-1]:  # the last piece is not a terminated line
-        if not line:
-            if lines:
-                events.append((name or "message", "\n".join(lines)))
-            name, lines = "", []
-            continue
-        if line.startswith(":"):
-            continue
-        field, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
-        if field == "data":
-            lines.append(value)
-        elif field == "event":
-            name = value
-    return events
-
-
-def _json_events(data: bytes) -> list[tuple[str, Any]]:
-    out: list[tuple[str, Any]] = []
-    for name, payload in sse_events(data):
-        if payload.strip() == "[DONE]":
-            out.append((name, "[DONE]"))
-            continue
-        try:
-            out.append((name, orjson.loads(payload)))
-        except orjson.JSONDecodeError:
-            out.append((name, None))
-    return out
-
-
 def _classify_stream(data: bytes) -> str:
     messages_marks = 0
     openai_marks = 0
-    for name, body in _json_events(data):
+    for name, body in json_events(data):
         if body == "[DONE]":
             openai_marks += 1
         elif isinstance(body, Mapping):
@@ -210,7 +166,7 @@ def stream_pairs(data: bytes, shape: str) -> list[tuple[str, str | None]]:
     calls: list[list[Any]] = []  # [id, name, [argument parts]]
     by_index: dict[Any, list[Any]] = {}
     current: list[Any] | None
-    for _, body in _json_events(data):
+    for _, body in json_events(data):
         if not isinstance(body, Mapping):
             continue
         if shape == "messages":
@@ -244,55 +200,6 @@ def stream_pairs(data: bytes, shape: str) -> list[tuple[str, str | None]]:
                 current[1] += str(fn.get("name") or "")
                 current[2].append(str(fn.get("arguments") or ""))
     return [(str(fid), planted_call_id(name, "".join(parts))) for fid, name, parts in calls]
-
-
-def assemble_messages(data: bytes) -> dict[str, Any] | None:
-    """The Messages body a caller assembles from the stream *data*, or ``None`` unless it
-    is a complete, well-ordered Messages event stream (``message_start`` ...
-    ``message_stop``; tool inputs from their joined ``input_json_delta`` fragments)."""
-    message: dict[str, Any] | None = None
-    partial: dict[int, list[str]] = {}
-    for name, body in _json_events(data):
-        if not isinstance(body, Mapping) or body.get("type") != name:
-            return None
-        kind = name
-        if kind == "message_start" and message is None:
-            message = {**body["message"], "content": list(body["message"].get("content") or [])}
-        elif message is None or kind == "error":
-            return None
-        elif kind == "content_block_start":
-            if body.get("index") != len(message["content"]):
-                return None
-            block = dict(body.get("content_block") or {})
-            message["content"].append(block)
-            if block.get("type") == "tool_use":
-                partial[body["index"]] = []
-        elif kind == "content_block_delta":
-            index, delta = body.get("index"), body.get("delta") or {}
-            if not isinstance(index, int) or not 0 <= index < len(message["content"]):
-                return None
-            block = message["content"][index]
-            if delta.get("type") == "text_delta":
-                block["text"] = str(block.get("text", "")) + str(delta.get("text", ""))
-            elif delta.get("type") == "thinking_delta":
-                block["thinking"] = str(block.get("thinking", "")) + str(delta.get("thinking", ""))
-            elif delta.get("type") == "signature_delta":
-                block["signature"] = str(delta.get("signature", ""))
-            elif delta.get("type") == "input_json_delta" and index in partial:
-                partial[index].append(str(delta.get("partial_json", "")))
-        elif kind == "content_block_stop":
-            index = body.get("index")
-            if index in partial:
-                text = "".join(partial.pop(index))
-                try:
-                    message["content"][index]["input"] = orjson.loads(text) if text else {}
-                except orjson.JSONDecodeError:
-                    return None
-        elif kind == "message_delta":
-            message.update(body.get("delta") or {})
-        elif kind == "message_stop":
-            return message if not partial else None
-    return None
 
 
 def classify(body: Any) -> str:

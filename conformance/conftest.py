@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from conformance.replay import COVERAGE_REPORTS, Behaviour, complete_behaviours, tlc_graph
+from conformance.serve import LAUNCHER
 from tpx.audit.harness import Harness
 from tpx.oracle.tlc import StateGraph
 
@@ -85,7 +86,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 def http_harness() -> Iterator[Harness]:
     """The HTTP replay's event loop, fake upstreams and ``tpx serve`` processes (one per
     boot selection, started on first use and kept for the session)."""
-    harness = Harness()
+    harness = Harness(bug_launcher=LAUNCHER)
     try:
         yield harness
     finally:

@@ -6,12 +6,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from conformance.serve import LAUNCHER
 from tpx.audit.harness import Harness
 
 
 @pytest.fixture(scope="module")
 def harness() -> Iterator[Harness]:
-    h = Harness()
+    h = Harness(bug_launcher=LAUNCHER)
     try:
         yield h
     finally:

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx2
@@ -19,8 +20,9 @@ import pytest
 
 from tpx.audit import report
 from tpx.audit.findings import CHECKS, Failure, Result
-from tpx.audit.harness import ROOT
 from tpx.cli import main
+
+ROOT = Path(__file__).parents[2]
 
 
 def _failing() -> Result:
@@ -95,14 +97,14 @@ def test_the_json_report_names_the_trace_files(tmp_path: Path) -> None:
     assert {c["name"]: c["status"] for c in doc["checks"]}["Models"] == "n/a"
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
 def test_an_endpoint_that_is_not_there_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["audit", f"http://127.0.0.1:{_free_port()}", "--live"]) == 2
+    assert main(["audit", f"http://127.0.0.1:{free_port()}", "--live"]) == 2
     assert "ConnectError" in capsys.readouterr().err
 
 
@@ -111,9 +113,14 @@ def test_a_report_of_another_kind_is_refused(capsys: pytest.CaptureFixture[str])
     assert ".html or .json" in capsys.readouterr().err
 
 
-def _serve(tmp_path: Path, upstream: int, **extra: str) -> tuple[subprocess.Popen[bytes], str]:
-    """``tpx serve`` on a free port for the OpenAI-compatible upstream on *upstream*, once
-    ``/healthz`` answers 200."""
+def serve_for_audit(
+    tmp_path: Path,
+    upstream: int,
+    tpx: Sequence[str] = (sys.executable, "-m", "tpx.cli"),
+    **extra: str,
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``tpx serve`` (*tpx*: the command that runs tpx) on a free port for the
+    OpenAI-compatible upstream on *upstream*, once ``/healthz`` answers 200."""
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
     env.update(
         TPX_OAUTH_TOKEN="conformance-oauth-token",
@@ -124,7 +131,7 @@ def _serve(tmp_path: Path, upstream: int, **extra: str) -> tuple[subprocess.Pope
     log = tmp_path / "serve.log"
     with log.open("wb") as out:  # a file: one log line per exchange never fills a pipe
         serve = subprocess.Popen(
-            [sys.executable, "-m", "tpx.cli", "serve", "--host", "127.0.0.1", "--port", "0"],
+            [*tpx, "serve", "--host", "127.0.0.1", "--port", "0"],
             cwd=ROOT,
             env=env,
             stderr=out,
@@ -144,8 +151,8 @@ def _serve(tmp_path: Path, upstream: int, **extra: str) -> tuple[subprocess.Pope
 
 
 def test_tpx_audit_of_tpx_serve_exits_0_with_its_report(tmp_path: Path) -> None:
-    upstream = _free_port()
-    serve, url = _serve(tmp_path, upstream)
+    upstream = free_port()
+    serve, url = serve_for_audit(tmp_path, upstream)
     try:
         html = tmp_path / "tpx.html"
         args = ["audit", url, "--key", "audit-key", "--report", str(html)]
@@ -160,7 +167,7 @@ def test_tpx_audit_of_tpx_serve_exits_0_with_its_report(tmp_path: Path) -> None:
 def test_live_mode_on_tpx_serve_before_a_model(tmp_path: Path) -> None:
     """--live: tpx serve in front of the e2e scripted model (its first tool turn asks for a
     call, the next answers), the tool round answered and a forged result refused."""
-    port = _free_port()
+    port = free_port()
     model = subprocess.Popen(
         [sys.executable, "-m", "tests.e2e.fake_openai", "--port", str(port)],
         cwd=ROOT,
@@ -169,7 +176,7 @@ def test_live_mode_on_tpx_serve_before_a_model(tmp_path: Path) -> None:
     )
     serve = None
     try:
-        serve, url = _serve(tmp_path, port, TPX_MODEL="fake-model")
+        serve, url = serve_for_audit(tmp_path, port, TPX_MODEL="fake-model")
         path = tmp_path / "live.json"
         assert main(["audit", url, "--key", "audit-key", "--live", "--report", str(path)]) == 0
         doc = json.loads(path.read_text())

@@ -9,8 +9,10 @@ step from the clients and the bytes on both wires:
 * :mod:`~tpx.audit.behaviours` -- the mirror's graph, cfgs, behaviours;
 * :mod:`~tpx.audit.upstream`   -- the fake upstreams (both protocols);
 * :mod:`~tpx.audit.harness`    -- the event loop, the ``tpx serve`` processes;
-* :mod:`~tpx.audit.serve`      -- ``tpx serve`` with a seeded bug patched in;
+* :mod:`~tpx.audit.serve`      -- ``tpx serve`` counting its tail cache's hits;
+* :mod:`~tpx.audit.claude_code` -- the recorded Claude Code turn (package data);
 * :mod:`~tpx.audit.client`     -- one conversation's HTTP client;
+* :mod:`~tpx.audit.sse`        -- event streams as a client reads them;
 * :mod:`~tpx.audit.abstraction` -- the abstraction function;
 * :mod:`~tpx.audit.replay`     -- the step driver and the judge;
 * :mod:`~tpx.audit.checks`     -- the Messages API's rules on the bytes a client receives;

@@ -63,10 +63,10 @@ from typing import Any
 
 import orjson
 
-from conformance.abstraction import assemble_messages, is_stream, sse_events
 from tpx.audit import binding
 from tpx.audit.client import ConvClient, Settled
 from tpx.audit.harness import API_KEY, GATEWAY_SECRET, OAUTH_TOKEN
+from tpx.audit.sse import assemble_messages, is_stream, sse_events
 from tpx.audit.upstream import WIRE_ID, Channel, UpstreamExchange
 from tpx.oracle.model.gateway.state import VARS
 from tpx.oracle.values import Function, ModelValue, Record

@@ -3,9 +3,9 @@
 :func:`mirror_graph` turns :func:`tpx.oracle.model.gateway.explore`'s graph (equal to TLC's dump,
 see ``tests/oracle/model/gateway``) into a :class:`~tpx.oracle.tlc.StateGraph`, so the seed's
 generic
-graph code applies unchanged: :func:`conformance.replay.complete_behaviours` (every
-behaviour), :func:`conformance.replay.edge_cover` (a minimum edge cover, min-flow) and
-:func:`conformance.replay.edge_cover_certificate` (its proof of minimality).
+graph code applies unchanged: :func:`tpx.oracle.behaviours.complete_behaviours` (every
+behaviour), :func:`tpx.oracle.behaviours.edge_cover` (a minimum edge cover, min-flow) and
+:func:`tpx.oracle.behaviours.edge_cover_certificate` (its proof of minimality).
 
 :func:`conversation_of` names the conversation a step belongs to (the one whose ``turn``
 or ``phase`` it changes: every per-conversation action changes one of them).
@@ -14,24 +14,24 @@ Cfgs: :data:`SMALL` (Convs = {c1, c2}, ToolIds = {t1}, MaxTurns = 1, MaxInFlight
 behaviours), :data:`RETRY` (one conversation, MaxTurns = 3: all behaviours, among them
 retries of turns that carry tool_results, which need three turns), :data:`TWO_TOOLS` (one
 conversation, ToolIds = {t1, t2}, MaxTurns = 2: all behaviours, parallel calls answered
-in either order), :data:`SHIPPED` (spec/TpxGateway.cfg: the edge cover).
+in either order), :data:`SHIPPED` (spec/TpxGateway.cfg, as shipped in the package: the edge
+cover).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import attrs
 
-from conformance.replay import (
+from tpx.oracle.behaviours import (
     Behaviour,
     complete_behaviours,
     count_complete_behaviours,
     edge_cover,
     edge_cover_certificate,
 )
-from tpx.oracle.model.gateway import PER_CONVERSATION, Config, explore
+from tpx.oracle.model.gateway import GATEWAY, PER_CONVERSATION, Config, explore
 from tpx.oracle.tlc import StateGraph
 from tpx.oracle.values import ModelValue, Record
 
@@ -47,7 +47,7 @@ __all__ = [
     "project",
 ]
 
-SPEC = Path(__file__).parents[2] / "spec" / "TpxGateway.tla"
+SPEC = GATEWAY.spec_path
 SMALL = Config.of(2, 1, 1, 2)
 RETRY = Config.of(1, 1, 3, 1)
 TWO_TOOLS = Config.of(1, 2, 2, 1)

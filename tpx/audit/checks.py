@@ -29,6 +29,8 @@ from typing import Any
 
 import orjson
 
+from tpx.audit.sse import sse_events
+
 __all__ = [
     "ERROR_TYPES",
     "MESSAGE_ID",
@@ -36,10 +38,8 @@ __all__ = [
     "Problem",
     "count_tokens_problems",
     "error_problems",
-    "is_stream",
     "message_problems",
     "models_problems",
-    "sse_events",
     "stream_problems",
     "usage_of",
     "usage_problems",
@@ -79,34 +79,6 @@ def _json(data: bytes | str) -> Any:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
         return None
-
-
-def is_stream(data: bytes) -> bool:
-    """*data* is server-sent events, not a JSON document."""
-    head = data[:64].lstrip(b"\xef\xbb\xbf").lstrip()
-    return head.startswith((b"event:", b"data:", b":"))
-
-
-def sse_events(data: bytes) -> list[tuple[str, str]]:
-    """(event name, data) of every complete event (an unterminated last one is left out)."""
-    text = data.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
-    events: list[tuple[str, str]] = []
-    name, lines = "", list[str]()
-    for line in text.split("\n")[:-1]:
-        if not line:
-            if lines:
-                events.append((name or "message", "\n".join(lines)))
-            name, lines = "", []
-            continue
-        if line.startswith(":"):
-            continue
-        field, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
-        if field == "data":
-            lines.append(value)
-        elif field == "event":
-            name = value
-    return events
 
 
 def _usage_problems(usage: Any, where: str) -> list[Problem]:

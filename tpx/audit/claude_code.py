@@ -3,27 +3,28 @@
 Claude Code sends, on every turn of a session, the same members after ``messages``: a
 long system prompt, its tool list, ``metadata``, ``max_tokens``, ``thinking``, ... byte
 for byte. The replay's clients do the same: :func:`tail_members` takes them from a
-recorded Claude Code turn (``tests/fixtures/clients/claude-code``, in the recorded member
-order), with the recorded tool list cut to a few tools and the fake upstream's own tool
-(:data:`TOOL`) added, so every body is far above the gateway's tail-cache threshold
-(:data:`tpx.gateway.bodies.MIN_BODY`) and its tail is one the cache keeps: every replay
-goes through the cache's reuse path, counted by ``tpx_conformance_tail_cache_hits`` (see
-:mod:`tpx.audit.serve`).
+recorded Claude Code turn (:data:`RECORDING`, shipped in the package as
+``tpx/audit/data/claude-code-2.1.197-turn.json``: a copy of the repository's
+``tests/fixtures/clients/claude-code/2.1.197/tour/003-post-v1-messages.json``; in the
+recorded member order), with the recorded tool list cut to a few tools and the fake
+upstream's own tool (:data:`TOOL`) added, so every body is far above the gateway's
+tail-cache threshold (:data:`tpx.gateway.bodies.MIN_BODY`) and its tail is one the cache
+keeps: every replay goes through the cache's reuse path, counted by
+``tpx_conformance_tail_cache_hits`` (see :mod:`tpx.audit.serve`).
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from pathlib import Path
+from importlib import resources
+from importlib.resources.abc import Traversable
 from typing import Any
 
 __all__ = ["HEADERS", "RECORDING", "TOOL", "recorded_headers", "tail_members"]
 
-RECORDING = (
-    Path(__file__).parents[2]
-    / "tests/fixtures/clients/claude-code/2.1.197/tour/003-post-v1-messages.json"
-)
+#: the recorded turn, as package data
+RECORDING: Traversable = resources.files("tpx.audit") / "data" / "claude-code-2.1.197-turn.json"
 #: the recorded tools kept (the whole list is 64 KB; these keep the body near 14 KB)
 KEPT_TOOLS = ("Bash", "Read", "Edit", "Write")
 #: the tool the fake upstream calls: its input names the call (see the upstream's docs)

@@ -32,9 +32,9 @@ import attrs
 import httpx2
 import orjson
 
-from conformance.abstraction import assemble_messages
 from tpx.audit.binding import call_of_input, learn, output_for, request_kind
 from tpx.audit.claude_code import recorded_headers, tail_members
+from tpx.audit.sse import assemble_messages
 from tpx.audit.upstream import UpstreamExchange, conv_tag
 from tpx.oracle.values import ModelValue
 

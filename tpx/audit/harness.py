@@ -4,8 +4,10 @@ client run on it), and real ``tpx serve`` processes on loopback, one per boot se
 
 ``Harness.run(coro)`` runs a coroutine on the loop from the test's thread.
 ``Harness.gateway(has_key, has_token, bug=None, ping_interval=None, monitor=False)`` is the
-``tpx serve`` process for that boot (``bug``: a process of its own with that seeded bug
-patched in, see :mod:`tpx.audit.serve`; ``ping_interval``: one started with a
+``tpx serve`` process for that boot, started as :mod:`tpx.audit.serve` (``bug``: a process
+of its own with that seeded bug patched in, started by the module the harness was given as
+``bug_launcher``: the seeded bugs are the test suite's, ``conformance/serve.py`` in the
+repository, and the installed package has none; ``ping_interval``: one started with a
 config file setting ``[limits] ping_interval``, so streams carry ``ping`` events while a
 request is held; ``monitor``: one started with ``--monitor``). :meth:`Harness.metrics`
 reads a process's ``/metrics`` (the tail cache's hits among them).
@@ -38,7 +40,6 @@ __all__ = ["API_KEY", "GATEWAY_KEY", "GATEWAY_SECRET", "OAUTH_TOKEN", "Gateway",
 
 T = TypeVar("T")
 
-ROOT = Path(__file__).parents[2]
 GATEWAY_KEY = "conformance-gateway-key"
 API_KEY = "sk-ant-conformance-key"
 OAUTH_TOKEN = "conformance-oauth-token"
@@ -106,7 +107,12 @@ class _BrokenStreams(logging.Filter):
 
 
 class Harness:
-    def __init__(self, listen: tuple[str, int] = ("127.0.0.1", 0)) -> None:
+    def __init__(
+        self, listen: tuple[str, int] = ("127.0.0.1", 0), bug_launcher: str | None = None
+    ) -> None:
+        #: the module ``python -m`` runs for a gateway with a seeded bug (``--bug NAME --``
+        #: then ``tpx serve``'s arguments)
+        self.bug_launcher = bug_launcher
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
@@ -179,7 +185,8 @@ class Harness:
                 "TPX_GATEWAY_KEY": GATEWAY_KEY,
                 "TPX_GATEWAY_SECRET": GATEWAY_SECRET.decode(),
                 "TPX_THINKING_SECRET": "conformance-thinking-secret",
-                "PYTHONPATH": str(ROOT),
+                # the children import what this process imports
+                "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
             }
         )
         if has_key:
@@ -190,7 +197,12 @@ class Harness:
             env["TPX_BASE_URL"] = self.upstream_url + "/v1"
         cmd = [sys.executable, "-m", "tpx.audit.serve"]
         if bug is not None:
-            cmd += ["--bug", bug]
+            if self.bug_launcher is None:
+                raise ValueError(
+                    f"a gateway with the seeded bug {bug!r} needs a bug_launcher "
+                    "(the module that patches it in)"
+                )
+            cmd = [sys.executable, "-m", self.bug_launcher, "--bug", bug]
         cmd += ["--", "serve", "--host", "127.0.0.1", "--port", "0"]
         if monitor:
             cmd.append("--monitor")
@@ -200,7 +212,6 @@ class Harness:
             cmd += ["--config", str(config)]
         popen = subprocess.Popen(
             cmd,
-            cwd=ROOT,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,

@@ -62,7 +62,6 @@ from typing import Any
 
 import httpx2
 
-from conformance.replay import Behaviour, Coverage
 from tpx.audit.abstraction import (
     BOUND,
     Observer,
@@ -76,6 +75,7 @@ from tpx.audit.binding import IdReader
 from tpx.audit.client import ABORT_STYLES, ConvClient, Settled
 from tpx.audit.harness import GATEWAY_KEY, STEP_GUARD_S, TAIL_HITS, Gateway, Harness
 from tpx.audit.upstream import FAIL_KINDS, STREAM_FAIL_KINDS, Channel, Plan
+from tpx.oracle.behaviours import Behaviour, Coverage
 from tpx.oracle.model.gateway import INVARIANTS, Config, SelectionStable, State
 from tpx.oracle.model.gateway import invariants as _invariants
 from tpx.oracle.values import ModelValue, Record

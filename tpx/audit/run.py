@@ -47,6 +47,7 @@ from tpx.audit.endpoints import JSON_HEADERS, endpoint_failures, kept_headers, t
 from tpx.audit.findings import Failure, Result, check_named
 from tpx.audit.harness import GATEWAY_KEY, Gateway, Harness
 from tpx.audit.replay import HttpConformanceError, HttpReplayer
+from tpx.audit.sse import is_stream
 from tpx.audit.traces import conversation_trace, judge
 from tpx.audit.upstream import Channel, Plan
 from tpx.oracle.model.gateway import Config
@@ -377,7 +378,7 @@ def answer_problems(cl: ConvClient, answer: Settled) -> list[checks.Problem]:
         return [("ShapeInv", f"a {answer.status} answer to a Messages request")]
     message: Any
     if sent.get("stream") is True:
-        if not checks.is_stream(answer.body):
+        if not is_stream(answer.body):
             return [("ShapeInv", "a streamed request answered without an event stream")]
         problems, message = checks.stream_problems(answer.body)
     else:

@@ -1,30 +1,32 @@
-"""``python -m tpx.audit.serve [--bug NAME] -- ARGS...``: the real
-``tpx serve`` (``tpx.cli.main(ARGS)``), with one seeded bug of
-:mod:`conformance.gateway_bugs` patched in first when ``--bug`` names one.
+"""``python -m tpx.audit.serve -- ARGS...``: the real ``tpx serve`` (``tpx.cli.main(ARGS)``)
+whose ``/metrics`` also shows its tail cache's hits (:class:`tpx.gateway.bodies.BodyReader`,
+bodies whose head alone was parsed) as ``tpx_conformance_tail_cache_hits``, so a replay can
+assert that its bodies went through the cache.
 
-Every gateway it starts also shows its tail cache's hits (:class:`tpx.gateway.bodies.BodyReader`,
-bodies whose head alone was parsed) in ``/metrics`` as ``tpx_conformance_tail_cache_hits``,
-so the replay can assert that its bodies went through the cache.
+It seeds no bug: a launcher that patches a seeded bug in first (the repository's
+``conformance/serve.py``) calls :func:`count_tail_hits` and :func:`tpx.cli.main` itself,
+and is named to :class:`tpx.audit.harness.Harness` as its ``bug_launcher``.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import Gauge
 
 import tpx.gateway.core
+from tpx.audit.harness import TAIL_HITS  # the gauge's name in ``/metrics``
 from tpx.cli import main as tpx_main
 
-if TYPE_CHECKING:
-    import pytest
-
-from tpx.audit.harness import TAIL_HITS  # the gauge's name in ``/metrics``
+__all__ = ["count_tail_hits", "main"]
 
 
-def _count_tail_hits(mp: pytest.MonkeyPatch) -> None:
+def count_tail_hits() -> None:
+    """Every gateway this process builds shows its tail cache's hits in ``/metrics``."""
     real = tpx.gateway.core.Gateway.__init__
+    if getattr(real, "counts_tail_hits", False):
+        return
 
     def init(self: tpx.gateway.core.Gateway, *args: Any, **kwargs: Any) -> None:
         real(self, *args, **kwargs)
@@ -33,25 +35,14 @@ def _count_tail_hits(mp: pytest.MonkeyPatch) -> None:
         )
         gauge.set_function(lambda: self.bodies.hits)
 
-    mp.setattr(tpx.gateway.core.Gateway, "__init__", init)
+    init.counts_tail_hits = True  # type: ignore[attr-defined]
+    tpx.gateway.core.Gateway.__init__ = init  # type: ignore[method-assign]
 
 
 def main(argv: list[str]) -> int:
-    bug = None
-    if argv[:1] == ["--bug"]:
-        bug, argv = argv[1], argv[2:]
     if argv[:1] == ["--"]:
         argv = argv[1:]
-    import pytest  # the seeded bugs are patched in as the tests patch them
-
-    from conformance.audit_bugs import AUDIT_BUGS
-    from conformance.gateway_bugs import GATEWAY_BUGS
-
-    mp = pytest.MonkeyPatch()  # for the life of the process
-    _count_tail_hits(mp)
-    if bug is not None:
-        (chosen,) = [b for b in (*GATEWAY_BUGS, *AUDIT_BUGS) if b.name == bug]
-        chosen.patch(mp)
+    count_tail_hits()
     return tpx_main(argv)
 
 
