@@ -117,9 +117,10 @@ def serve_for_audit(
     tmp_path: Path,
     upstream: int,
     tpx: Sequence[str] = (sys.executable, "-m", "tpx.cli"),
+    cwd: Path = ROOT,
     **extra: str,
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """``tpx serve`` (*tpx*: the command that runs tpx) on a free port for the
+    """``tpx serve`` (*tpx*: the command that runs tpx, in *cwd*) on a free port for the
     OpenAI-compatible upstream on *upstream*, once ``/healthz`` answers 200."""
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
     env.update(
@@ -132,7 +133,7 @@ def serve_for_audit(
     with log.open("wb") as out:  # a file: one log line per exchange never fills a pipe
         serve = subprocess.Popen(
             [*tpx, "serve", "--host", "127.0.0.1", "--port", "0"],
-            cwd=ROOT,
+            cwd=cwd,
             env=env,
             stderr=out,
         )
