@@ -108,8 +108,33 @@ def test_attempts_are_bounded() -> None:
     d = _dispatcher(max_attempts=2)
     plan = Plan(("a", "b", "c"))
     first(d, plan, 0.0)
-    assert retarget(d, plan, Failure("timeout"), started=False, now=0.0) == Attempt("b")
-    assert retarget(d, plan, Failure("timeout"), started=False, now=0.0) == GiveUp("max_attempts")
+    assert retarget(d, plan, Failure("connect"), started=False, now=0.0) == Attempt("b")
+    assert retarget(d, plan, Failure("connect"), started=False, now=0.0) == GiveUp("max_attempts")
+
+
+def test_a_timeout_moves_on_only_with_failover_on_timeout() -> None:
+    """The timed-out request may have been written: by default the exchange ends (one
+    generation at most); with ``failover_on_timeout`` it moves on. It cools down either way,
+    and the plan keeps when each cooldown ends."""
+    for moves, expected in (
+        (False, GiveUp("a timeout after the request may have been written")),
+        (True, Attempt("b")),
+    ):
+        d = _dispatcher(failover_on_timeout=moves)
+        plan = Plan(("a", "b"))
+        first(d, plan, 0.0)
+        assert retarget(d, plan, Failure("timeout"), started=False, now=0.0) == expected
+        assert not d.available("a", 0.5)
+        assert plan.cooled == {"a": 1.0}
+
+
+def test_a_broken_stream_never_moves_and_cools_its_upstream_down() -> None:
+    d = _dispatcher()
+    plan = Plan(("a", "b"))
+    first(d, plan, 0.0)
+    step = retarget(d, plan, Failure("broken"), started=True, now=0.0)
+    assert step == GiveUp("bytes reached the client")
+    assert not d.available("a", 0.5)
 
 
 def test_when_every_upstream_cools_down_the_soonest_is_still_tried() -> None:

@@ -33,6 +33,7 @@ CONFIG = """
 first_byte_timeout = {first_byte_timeout}
 retry_after_max = 1.0
 probe_interval = 0
+failover_on_timeout = {failover_on_timeout}
 
 [limits]
 ping_interval = {ping_interval}
@@ -82,10 +83,31 @@ class Timeline:
         self.most = 0
 
 
+class _Broken(httpx2.AsyncByteStream):
+    """A reply's first event, then the connection drops."""
+
+    def __init__(self, head: bytes, request: httpx2.Request) -> None:
+        self.head = head
+        self.request = request
+
+    async def __aiter__(self) -> Any:
+        yield self.head
+        await asyncio.sleep(0.01)
+        raise httpx2.ReadError("connection reset mid-stream", request=self.request)
+
+
+def _breaking(reply: httpx2.Response, request: httpx2.Request) -> httpx2.Response:
+    body = reply.read()
+    head = body[: body.index(b"\n\n") + 2]
+    headers = [(k, v) for k, v in reply.headers.items() if k.lower() != "content-length"]
+    return httpx2.Response(reply.status_code, headers=headers, stream=_Broken(head, request))
+
+
 class Scripted:
     """A fake upstream: scripted behaviours for its next requests, then FakeUpstream's reply.
     Behaviours: ``("status", S, retry_after)``, ``"connect"`` (refused), ``"reset"`` (the
-    connection drops after the request was sent), ``"hang"`` (no reply until cancelled)."""
+    connection drops after the request was sent), ``"hang"`` (no reply until cancelled),
+    ``"break"`` (a stream's first event, then the connection drops)."""
 
     def __init__(self, name: str, timeline: Timeline, reasoning: str | None = None) -> None:
         self.name = name
@@ -99,6 +121,8 @@ class Scripted:
         return httpx2.MockTransport(self.handle)
 
     async def handle(self, request: httpx2.Request) -> httpx2.Response:
+        if request.url.path.endswith("/models"):  # a recovery probe: no generation
+            return self.fake.handle(request)
         body = orjson.loads(request.content)
         self.requests.append(body)
         self.tokens.add(request.headers.get("authorization", ""))
@@ -114,6 +138,8 @@ class Scripted:
                 raise httpx2.ReadError("connection reset", request=request)
             if action == "hang":
                 await asyncio.sleep(30)
+            if action == "break":
+                return _breaking(self.fake.handle(request), request)
             if isinstance(action, tuple):
                 _, status, after = action
                 headers = {"retry-after": str(after)} if after is not None else {}
@@ -130,8 +156,16 @@ class Scripted:
 
 
 class Rig:
-    def __init__(self, tmp_path: Path, *, monitor: bool = False, **config: float) -> None:
-        values = {"first_byte_timeout": 5.0, "ping_interval": 10.0, **config}
+    def __init__(
+        self,
+        tmp_path: Path,
+        *,
+        monitor: bool = False,
+        failover_on_timeout: bool = False,
+        **config: float,
+    ) -> None:
+        values: dict[str, Any] = {"first_byte_timeout": 5.0, "ping_interval": 10.0, **config}
+        values["failover_on_timeout"] = str(failover_on_timeout).lower()
         path = tmp_path / "gateway.toml"
         path.write_text(CONFIG.format(**values))
         env = {"TPX_OAUTH_TOKEN": "tok-SECRET-1", "TPX_GATEWAY_SECRET": "s", "CLOUD_KEY": CLOUD}
@@ -247,7 +281,7 @@ async def test_a_failure_on_every_upstream_reaches_the_client_with_its_status(
 async def test_a_timeout_before_the_first_byte_ends_the_attempt_before_the_next_begins(
     tmp_path: Path,
 ) -> None:
-    rig = Rig(tmp_path, first_byte_timeout=0.2)
+    rig = Rig(tmp_path, first_byte_timeout=0.2, failover_on_timeout=True)
     rig.up["big"].script = ["hang"]
     reply = await rig.ask("list the files", stream=True)
     assert reply.stop_reason == "tool_use"
@@ -261,10 +295,26 @@ async def test_a_timeout_before_the_first_byte_ends_the_attempt_before_the_next_
 
 
 @pytest.mark.anyio
+async def test_a_timeout_ends_the_exchange_unless_failover_on_timeout(tmp_path: Path) -> None:
+    """A timeout before the response: the request may have been written and the upstream
+    may be generating, so by default it is sent nowhere else (one generation at most)."""
+    rig = Rig(tmp_path, first_byte_timeout=0.2)
+    rig.up["big"].script = ["hang"]
+    status = 200
+    try:
+        await rig.ask("list the files", stream=True)
+    except anthropic.APIStatusError as failed:
+        status = failed.status_code
+    assert rig.seen() == {"small": 0, "big": 1, "cloud": 0}
+    assert status >= 500
+    assert rig.timeline.events[:3] == [("start", "big"), ("cancelled", "big"), ("end", "big")]
+
+
+@pytest.mark.anyio
 async def test_no_failover_once_a_byte_reached_the_client(tmp_path: Path) -> None:
     """A ping went out (the upstream was silent past ping_interval): the exchange fails as
     with one upstream, and the fallback never gets the request."""
-    rig = Rig(tmp_path, first_byte_timeout=0.5, ping_interval=0.05)
+    rig = Rig(tmp_path, first_byte_timeout=0.5, ping_interval=0.05, failover_on_timeout=True)
     rig.up["big"].script = ["hang"]
     failed = False
     try:

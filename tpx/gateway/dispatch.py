@@ -13,9 +13,12 @@ The rules:
   are not cooling down and below their concurrency limit; ties go to the route's order.
   When every upstream is cooling down, the one whose cooldown ends first is tried anyway
   (a request is never refused without an attempt).
-* **What fails over**: a connect error, a timeout before the first byte, a 429, a 529, a
-  5xx -- and only while no byte has reached the client (``started``). After that the
-  exchange fails as with one upstream and the client retries.
+* **What fails over**: a connect error, a 429, a 529, a 5xx, and a timeout before the
+  response when ``failover_on_timeout`` is set (the timed-out request may have been written:
+  its upstream may be generating, so a failover may start a second generation; by default
+  the exchange ends instead) -- and only while no byte has reached the client (``started``).
+  After that the exchange fails as with one upstream and the client retries; a stream that
+  breaks after its first byte (``broken``) is asked about too, and never moves.
 * **Cooldown** (circuit breaker): every such failure puts its upstream into cooldown:
   ``retry-after`` when the upstream sent one (capped by ``cooldown_max``), else
   ``cooldown * 2**(n-1)`` for its n-th consecutive failure, capped. A success closes it.
@@ -82,7 +85,9 @@ class Health:
 class Failure:
     """What an attempt ended with: a status (429/529/5xx) or a transport error."""
 
-    kind: str  #: "status", "connect", "timeout" (before the first byte), "network"
+    #: "status", "connect", "timeout" (before the response), "network" (after the request was
+    #: written), "broken" (a stream that broke after its first byte reached the client)
+    kind: str
     status: int | None = None
     retry_after: float | None = None
 
@@ -90,7 +95,7 @@ class Failure:
     def retryable(self) -> bool:
         if self.kind == "status":
             return self.status is not None and retryable_status(self.status)
-        return self.kind in ("connect", "timeout")
+        return self.kind in ("connect", "timeout", "broken")
 
 
 @attrs.frozen
@@ -115,6 +120,8 @@ class Plan:
     candidates: tuple[str, ...]
     tried: list[str] = attrs.Factory(list)
     waited: bool = False  #: a retry-after was waited for once already
+    #: the cooldowns its failures set: upstream -> when the cooldown ends (monotonic seconds)
+    cooled: dict[str, float] = attrs.Factory(dict)
 
     @property
     def attempts(self) -> int:
@@ -231,17 +238,21 @@ def retarget(
     still one its upstream had). A next attempt only while no byte has reached the client
     (*started* false), for a failure another upstream may answer better, within
     ``max_attempts``: the same upstream after its short ``retry-after`` (once), else the
-    least loaded available other candidate, else the one whose cooldown ends first.
+    least loaded available other candidate, else the one whose cooldown ends first. A
+    timeout moves on only with ``failover_on_timeout``. Each cooldown set is kept in
+    ``plan.cooled``.
     """
     current = plan.current
     assert current is not None, "retarget follows an attempt"
     if failure.retryable:
-        dispatcher.failed(current, failure, now)
+        plan.cooled[current] = now + dispatcher.failed(current, failure, now)
     if not failure.retryable:
         return GiveUp("not a failure another upstream can answer")
+    options = dispatcher.options
+    if failure.kind == "timeout" and not options.failover_on_timeout:
+        return GiveUp("a timeout after the request may have been written")
     if started:
         return GiveUp("bytes reached the client")
-    options = dispatcher.options
     if plan.attempts >= options.max_attempts:
         return GiveUp("max_attempts")
     wait = failure.retry_after

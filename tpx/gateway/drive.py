@@ -105,7 +105,8 @@ async def run_turn(
                 else:
                     yield turn.reply(response.status_code, response.headers, body)
                 return
-            async for item in _stream(turn, client, response, ping):
+            pool = upstream if isinstance(upstream, UpstreamPool) else None
+            async for item in _stream(turn, client, response, ping, pool, name):
                 yield item
         finally:
             try:
@@ -154,8 +155,16 @@ async def _body(turn: Turn, upstream: AsyncUpstream, response: httpx2.Response) 
 
 
 async def _stream(
-    turn: Turn, upstream: AsyncUpstream, response: httpx2.Response, ping: float
+    turn: Turn,
+    upstream: AsyncUpstream,
+    response: httpx2.Response,
+    ping: float,
+    pool: UpstreamPool | None = None,
+    name: str | None = None,
 ) -> AsyncIterator[Response | bytes]:
+    """The client's bytes of a streamed turn. With a *pool*, a stream that breaks is a
+    failure of its upstream *name*, handed to the pool (:meth:`UpstreamPool.broken`: it
+    cools down; a reply that began never moves to another upstream)."""
     body = b""
     if not 200 <= response.status_code < 300:
         read = await _body(turn, upstream, response)
@@ -176,6 +185,7 @@ async def _stream(
         upstream.settings.limits.stream_buffer_bytes
     )
     reader = asyncio.ensure_future(_read(response, upstream.body_decoder, queue))
+    moved: tuple[httpx2.Response, AsyncUpstream, str] | None = None
     try:
         while True:
             try:
@@ -187,6 +197,15 @@ async def _stream(
                 except TimeoutError:  # the upstream is silent: keep the client's line alive
                     turn.started = True
                     yield PING
+                    continue
+            if pool and name and moved is None and isinstance(item, httpx2.HTTPError):
+                try:
+                    moved = await pool.broken(turn, name)
+                except ModelError as stop:  # tpx serve --monitor stopped the step
+                    item = stop
+                if moved is not None:  # read on from the attempt the pool moved it to
+                    upstream, name = moved[1], moved[2]
+                    reader = asyncio.ensure_future(_read(moved[0], upstream.body_decoder, queue))
                     continue
             out, over = _step(turn, upstream, item)
             if out is not None:
@@ -206,6 +225,8 @@ async def _stream(
             reader.cancel()
             with contextlib.suppress(BaseException):
                 await reader
+        if moved is not None and pool is not None:
+            await pool.end_attempt(moved[0], moved[2])
 
 
 def _step(

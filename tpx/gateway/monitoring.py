@@ -49,7 +49,7 @@ from prometheus_client.registry import Collector
 from tpx.errors import ModelError
 from tpx.gateway.metrics import Metrics
 from tpx.gateway.settings import Settings
-from tpx.oracle.model.gateway.attempts import AttemptMonitor
+from tpx.oracle.model.gateway.attempts import AttemptMonitor, Failover
 from tpx.oracle.model.gateway.events import request_kind
 from tpx.oracle.model.gateway.monitor import GatewayMonitor, Violation, snapshot_of_exchange
 from tpx.oracle.tracecheck_gateway import trace_file_name, write_trace
@@ -139,7 +139,10 @@ class LiveMonitor:
             preflight=True,
         )
         #: the upstream attempts of the live requests (the spec's upVars)
-        self.attempts = AttemptMonitor()
+        routing = settings.routing
+        self.attempts = AttemptMonitor(
+            max_attempts=None if routing is None else routing.options.max_attempts
+        )
         self.trace_dir: Path | None = settings.trace_dir
         self._lock = threading.Lock()
         #: requests whose client left while their exchange was in flight (Turn.abandon)
@@ -332,12 +335,30 @@ class LiveMonitor:
             failure = self.attempts.resend(key)
         self._attempt_step(key, "Resend", failure)
 
-    def failover(self, key: str, upstream: str) -> None:
+    def failover(self, key: str, upstream: str, *, generating: bool = False) -> None:
         """Request *key* moves to *upstream* (``Failover``): its attempt failed before any
         byte of a reply reached the client (a connect error, or the upstream's own 429, 529
-        or 5xx); the upstream it leaves cools down until :meth:`recover`."""
+        or 5xx); the upstream it leaves cools down until :meth:`recover`. *generating*: the
+        attempt it leaves reached its upstream and failed in a way that does not say the
+        upstream generated nothing (a timeout, a connection lost after the request was
+        written): no Failover of the spec, whose reached attempt is no generation, so the
+        step is stopped (OneGeneration: the next attempt would be a second generation)."""
         with self._lock:
-            failure = self.attempts.failover(key, upstream)
+            attempts = self.attempts
+            s = attempts.state(key)
+            attempts.health.setdefault(upstream, True)
+            if (
+                generating
+                and s.reached
+                and Failover(s, upstream, attempts.health, attempts.max_attempts) is not None
+            ):
+                failure: tuple[str, str] | None = (
+                    "OneGeneration",
+                    f"Failover to {upstream!r} leaves an attempt that may be generating",
+                )
+                attempts.stop(key, "Failover", s)
+            else:
+                failure = attempts.failover(key, upstream)
         self._attempt_step(key, "Failover", failure)
 
     def first_byte(self, key: str) -> None:

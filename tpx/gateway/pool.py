@@ -3,7 +3,10 @@
 
 Every decision is :mod:`tpx.gateway.dispatch`'s; this module only sends, times and closes.
 An attempt that fails over is closed before the next is sent (one generation in flight per
-client request), and only while nothing has gone to the client (``Turn.started``).
+client request), and only while nothing has gone to the client (``Turn.started``). With
+``--monitor`` every attempt, acceptance, resend, failover and recovery is reported to the
+live monitor before its I/O (:mod:`tpx.gateway.reports`); a step it stops ends the turn
+with the monitor's error, as every stopped step does.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from tpx.gateway.dispatch import (
     retryable_status,
 )
 from tpx.gateway.metrics import Metrics
+from tpx.gateway.reports import Reports
 from tpx.gateway.routing import Routing
 from tpx.gateway.settings import Settings
 from tpx.gateway.turn import Turn
@@ -100,6 +104,8 @@ class UpstreamPool:
         self._slots: asyncio.Semaphore | None = None
         self._prober: asyncio.Task[None] | None = None
         self._closed = False
+        #: the attempts told to ``tpx serve --monitor`` (made with the first monitored turn)
+        self.reports: Reports | None = None
 
     @property
     def slots(self) -> asyncio.Semaphore:
@@ -117,17 +123,33 @@ class UpstreamPool:
         self._start_probes()
         routed = turn.routed
         assert routed is not None
-        plan = Plan(routed.rule.upstreams)
-        step: Attempt | GiveUp = first(self.dispatcher, plan, self._clock())
+        plan = turn.plan = Plan(routed.rule.upstreams)
+        reports = self._reports(turn)
+        now = self._clock()
+        step: Attempt | GiveUp = first(self.dispatcher, plan, now)
         tried: list[dict[str, Any]] = []
+        left: str | None = None  #: the upstream of the attempt before
+        accepted = False  #: that attempt's upstream took the request
         while True:
             assert isinstance(step, Attempt)
             if step.wait:  # a short retry-after, honoured
                 await _sleep(step.wait)
             name = step.upstream
+            if reports is not None:  # before the I/O: a stopped step reaches no upstream
+                if left is None:
+                    reports.first(turn.request_id, name, now)
+                else:
+                    reports.next(turn.request_id, left, name, now, generating=accepted)
             turn.target(self.routing.upstream(name))
             client = self.clients[name]
             response, failure, error = await self._attempt(turn, client, name)
+            accepted = failure is None or failure.kind in ("timeout", "network")
+            if reports is not None and accepted:
+                try:
+                    reports.accept(turn.request_id)
+                except BaseException:
+                    await self.end_attempt(response, name)
+                    raise
             if failure is None:
                 assert response is not None
                 self.dispatcher.succeeded(name)
@@ -135,7 +157,11 @@ class UpstreamPool:
                     turn.annotate("attempts", [*tried, _record(name, "ok", step.wait)])
                 return response, client, name
             tried.append(_record(name, failure.status or failure.kind, step.wait))
-            step = retarget(self.dispatcher, plan, failure, started=turn.started, now=self._clock())
+            now = self._clock()
+            step = retarget(self.dispatcher, plan, failure, started=turn.started, now=now)
+            if reports is not None:
+                reports.cooled(plan)
+            left = name
             if failure.retryable:
                 self.metrics.upstream_cooldowns.labels(name).inc()
             if isinstance(step, GiveUp):
@@ -147,11 +173,58 @@ class UpstreamPool:
                 assert error is not None
                 raise error
             self.metrics.upstream_failovers.labels(name).inc()
-            try:
-                if response is not None:  # closed before the next attempt: one at a time
-                    await response.aclose()
-            finally:
-                self.release(name)
+            await self.end_attempt(response, name)  # closed before the next attempt: one at a time
+
+    def _reports(self, turn: Turn) -> Reports | None:
+        """The reports of a monitored turn (``tpx serve --monitor``), else ``None``."""
+        monitor = turn.gateway.monitor
+        if monitor is None:
+            return None
+        if self.reports is None or self.reports.monitor is not monitor:
+            self.reports = Reports(monitor, self.dispatcher)
+        turn.reported = True
+        return self.reports
+
+    async def end_attempt(self, response: httpx2.Response | None, name: str) -> None:
+        """End the attempt on *name*: its response closed, its slot released."""
+        try:
+            if response is not None:
+                await response.aclose()
+        finally:
+            self.release(name)
+
+    async def broken(
+        self, turn: Turn, name: str
+    ) -> tuple[httpx2.Response, AsyncUpstream, str] | None:
+        """The stream of *turn*'s attempt on *name* broke after its first byte reached the
+        client: a failure of that upstream (its cooldown), handed to THE failover point,
+        which never moves a request whose reply has begun (``None``). Were it to move it,
+        the next attempt's response, client and upstream (the caller streams it and
+        releases it)."""
+        plan = turn.plan
+        if plan is None:
+            return None
+        reports = self._reports(turn)
+        now = self._clock()
+        step = retarget(self.dispatcher, plan, Failure("broken"), started=turn.started, now=now)
+        if reports is not None:
+            reports.cooled(plan)
+        self.metrics.upstream_cooldowns.labels(name).inc()
+        if isinstance(step, GiveUp):
+            return None
+        if reports is not None:
+            reports.next(turn.request_id, name, step.upstream, now, generating=True)
+        self.metrics.upstream_failovers.labels(name).inc()
+        turn.target(self.routing.upstream(step.upstream))
+        client = self.clients[step.upstream]
+        response, failure, error = await self._attempt(turn, client, step.upstream)
+        if reports is not None and (failure is None or failure.kind in ("timeout", "network")):
+            reports.accept(turn.request_id)
+        if response is None:
+            self.release(step.upstream)
+            assert error is not None
+            raise error
+        return response, client, step.upstream
 
     async def _attempt(
         self, turn: Turn, client: AsyncUpstream, name: str
@@ -231,6 +304,8 @@ class UpstreamPool:
         except (ModelError, TimeoutError):
             ok = False
         self.dispatcher.probed(name, ok, self._clock())
+        if self.reports is not None:
+            self.reports.probed(name, ok)
         self.metrics.upstream_probes.labels(name, "ok" if ok else "failed").inc()
         return ok
 

@@ -169,6 +169,10 @@ class Options:
     cooldown_max: float = 60.0
     #: seconds between the recovery probes of an upstream in cooldown (0: none)
     probe_interval: float = 5.0
+    #: a timeout before the response fails over too (the timed-out request may have been
+    #: written: the upstream may be generating, so the client's request may get a second
+    #: generation); false: the exchange ends with the timeout, one generation at most
+    failover_on_timeout: bool = False
     _background_re: re.Pattern[str] | None = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
@@ -429,6 +433,9 @@ def _options(table: Any) -> Options:
             continue
         if field.name == "background_models":
             values[field.name] = _strings(table, field.name, "routing")
+            continue
+        if field.name == "failover_on_timeout":
+            values[field.name] = _field(table, field.name, bool, "routing")
             continue
         kind: type | tuple[type, ...] = int if field.name == "max_attempts" else (int, float)
         value = _field(table, field.name, kind, "routing")

@@ -13,6 +13,7 @@ import orjson
 from tpx import _safe
 from tpx.errors import ModelError, NetworkError, holds_secret
 from tpx.gateway.context.gate import ContextGate
+from tpx.gateway.dispatch import Plan
 from tpx.gateway.monitoring import LiveMonitor, SpecViolationError
 from tpx.gateway.redaction import Secrets
 from tpx.gateway.routing import Routed, UpstreamConfig, family_signer
@@ -161,6 +162,9 @@ class Turn:
         self._sign = gateway.settings.provider is Provider.TPX
         self._stopped_by: ModelError | None = None  #: the monitor's stop (--monitor)
         self.routed: Routed | None = None  #: its route ([[upstreams]]; tpx.gateway.routing)
+        self.plan: Plan | None = None  #: its attempts over the route (tpx.gateway.pool)
+        #: the pool reported its attempts to the monitor (``--monitor``; tpx.gateway.reports)
+        self.reported = False
 
     @property
     def complete(self) -> bool:
@@ -210,11 +214,16 @@ class Turn:
 
     def _upstream_steps(self, *, stream: bool) -> None:
         """``--monitor``: the upstream answered, so the request's attempt reached it
-        (``NewRequest``, ``UpstreamAccept``: the one upstream); a stream that begins sends
-        the client its first byte (``FirstByte``). Raises SpecViolationError."""
+        (``NewRequest``, ``UpstreamAccept``: the one upstream, unless the pool reported its
+        attempts already); a stream that begins sends the client its first byte
+        (``FirstByte``). Raises SpecViolationError."""
         monitor = self.gateway.monitor
-        if monitor is not None:
+        if monitor is None:
+            return
+        if not self.reported:
             monitor.answered(self.request_id, UPSTREAM, stream=stream)
+        elif stream:
+            monitor.first_byte(self.request_id)
 
     # -- non-streaming -----------------------------------------------------------
 

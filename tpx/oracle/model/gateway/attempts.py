@@ -144,7 +144,7 @@ class AttemptMonitor:
     Upstreams are named by any hashable; an upstream first seen is healthy. ``max_attempts``
     is MaxAttempts (``None``: unbounded). Each method returns ``None`` for a step the spec
     allows (and takes it) or the first failure ``(property, message)``; the request's
-    attempts are then forgotten."""
+    attempts are then forgotten (:meth:`stop`)."""
 
     def __init__(self, *, max_attempts: int | None = None) -> None:
         self.max_attempts = 2**62 if max_attempts is None else max_attempts
@@ -162,16 +162,22 @@ class AttemptMonitor:
         self._live.pop(key, None)
         self._steps.pop(key, None)
 
+    def stop(self, key: Hashable, action: str, s: Attempts) -> None:
+        """A step was stopped: the request's attempts are forgotten, its trace keeps the
+        stopped step (read it with :meth:`trace` until :meth:`close` or the next send)."""
+        self._live.pop(key, None)
+        self._steps.setdefault(key, []).append((action, s))
+
     def _take(self, key: Hashable, action: str, s: Attempts, t: Attempts | None) -> Failure | None:
         if t is None:
-            self.close(key)
+            self.stop(key, action, s)
             return "Next", f"{action} is not enabled in {_show(s)}"
         if not FailoverBeforeFirstByte(s, t):
-            self.close(key)
+            self.stop(key, action, t)
             return "FailoverBeforeFirstByte", f"{action} leaves {s.up!r} after a reply's first byte"
         for name, invariant in INVARIANTS:
             if not invariant(t):
-                self.close(key)
+                self.stop(key, action, t)
                 return name, f"{action} leads to {_show(t)}"
         self._live[key] = t
         self._steps.setdefault(key, []).append((action, t))
