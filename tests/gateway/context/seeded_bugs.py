@@ -15,6 +15,13 @@ import sys
 
 BUGS = [
     (
+        "tpx/gateway/tokens.py",
+        "        if stop_above is not None and total > stop_above:\n"
+        "            break\n    return total",
+        "    return total",
+        "tests/gateway/context/test_bounded_count.py",
+    ),
+    (
         "tpx/gateway/context/preflight.py",
         "    if input_tokens > maximum:",
         "    if input_tokens > window:",
