@@ -3,6 +3,7 @@ refused after counting only the start of it, with a refusal whose N is still abo
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -11,6 +12,8 @@ import tiktoken
 from tpx.gateway import tokens
 from tpx.gateway.context.counting import estimate_tokens
 from tpx.gateway.context.preflight import maximum_input, preflight
+
+from .test_gateway_context import Upstream, body, client, settings
 
 
 class _Spy:
@@ -66,3 +69,17 @@ def test_many_messages_stop_at_the_first_past_the_ceiling(spy: _Spy) -> None:
     count = estimate_tokens(body, 30_000)
     assert count > 30_000
     assert spy.characters < 10 * 100_000
+
+
+def test_the_gateway_refuses_a_huge_text_after_counting_its_start(spy: _Spy) -> None:
+    upstream = Upstream()
+    huge = ("word " * 800_000)[:4_000_000]
+    with client(settings(window=200_000), upstream) as http:
+        refused = http.post("/v1/messages", json=body(huge, 32_000))
+    assert refused.status_code == 400
+    message = refused.json()["error"]["message"]
+    found = re.fullmatch(r"prompt is too long: (\d+) tokens > (\d+) maximum", message)
+    assert found is not None, message
+    assert int(found[1]) > int(found[2]) == maximum_input(200_000, 32_000)
+    assert upstream.bodies == []
+    assert spy.characters < len(huge) // 4  # about 180K tokens of the 800K counted
