@@ -494,11 +494,16 @@ class Gateway:
             ).body
         except (ProtocolError, UnsupportedError) as error:
             raise Refusal(error.message) from None
-        count = self.context.count(translated)
         if self.context.tokenizer is not None:  # exact: the upstream's tokenizer endpoint
             return Tokenized(
-                self, request_id, self.context.tokenizer, translated, upstream_model, count
+                self,
+                request_id,
+                self.context.tokenizer,
+                translated,
+                upstream_model,
+                lambda: self.context.count(translated),
             )
+        count = self.context.count(translated)
         return json_response(200, orjson.dumps({"input_tokens": count}), request_id)
 
     def _models(self, request: Request, request_id: str) -> Response | Forward:

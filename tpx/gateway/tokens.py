@@ -52,10 +52,10 @@ _CUT = re.compile(r"(?<=\S) (?=\S)")
 KEEP_FROM, KEEP_UP_TO = 1024, 1 << 17
 
 
-def _text(text: str) -> int:
+def _text(text: str, stop_above: int | None = None) -> int:
     if KEEP_FROM <= len(text) <= KEEP_UP_TO:
         return _kept(text)
-    return _count(text)
+    return _count(text, stop_above)
 
 
 @functools.lru_cache(maxsize=128)
@@ -66,7 +66,9 @@ def _kept(text: str) -> int:
     return _count(text)
 
 
-def _count(text: str) -> int:
+def _count(text: str, stop_above: int | None = None) -> int:
+    """The count of *text*; with *stop_above*, counting stops (between pieces) as soon as the
+    count so far exceeds it, and that partial count, a lower bound, is returned."""
     encode = encoding().encode
     if len(text) <= PIECE:
         return len(encode(text, disallowed_special=()))
@@ -80,32 +82,44 @@ def _count(text: str) -> int:
                 end = cuts[-1]
         total += len(encode(text[start:end], disallowed_special=()))
         start = end
+        if stop_above is not None and total > stop_above:
+            break
     return total
 
 
-def _content(content: Any) -> int:
+def _left(stop_above: int | None, total: int) -> int | None:
+    return None if stop_above is None else stop_above - total
+
+
+def _content(content: Any, stop_above: int | None = None) -> int:
     if isinstance(content, str):
-        return _text(content)
+        return _text(content, stop_above)
     if not isinstance(content, list):
         return 0
     total = 0
     for part in content:
         if not isinstance(part, Mapping):
             continue
+        if stop_above is not None and total > stop_above:
+            break
         if part.get("type") == "text" and isinstance(part.get("text"), str):
-            total += _text(part["text"])
+            total += _text(part["text"], _left(stop_above, total))
         elif part.get("type") == "image_url":
             total += IMAGE_TOKENS
     return total
 
 
-def count_openai_request(body: Mapping[str, Any]) -> int:
-    """Estimated input tokens of a Chat Completions request body."""
+def count_openai_request(body: Mapping[str, Any], stop_above: int | None = None) -> int:
+    """Estimated input tokens of a Chat Completions request body. With *stop_above*, counting
+    stops as soon as the count so far exceeds it: the result is then a lower bound of the
+    full count that already exceeds *stop_above* (the preflight's refusal needs no more)."""
     total = 3  # the reply is primed with <|start|>assistant<|message|>
     for message in body.get("messages", []):
         if not isinstance(message, Mapping):
             continue
-        total += 3 + _content(message.get("content"))
+        if stop_above is not None and total > stop_above:
+            return total
+        total += 3 + _content(message.get("content"), _left(stop_above, total + 3))
         for call in message.get("tool_calls") or []:
             function = call.get("function", {}) if isinstance(call, Mapping) else {}
             total += _text(str(function.get("name", ""))) + _text(

@@ -15,6 +15,26 @@ import sys
 
 BUGS = [
     (
+        "tpx/gateway/context/counted.py",
+        "        super().__init__(gateway, request_id, endpoint.call(body, model))\n",
+        "        super().__init__(gateway, request_id, endpoint.call(body, model))\n"
+        "        estimate()\n",
+        "tests/gateway/context/test_tokenizer.py",
+    ),
+    (
+        "tpx/gateway/context/gate.py",
+        "            self.count(translated, stop_above), wanted,",
+        "            self.count(translated, None), wanted,",
+        "tests/gateway/context/test_bounded_count.py",
+    ),
+    (
+        "tpx/gateway/tokens.py",
+        "        if stop_above is not None and total > stop_above:\n"
+        "            break\n    return total",
+        "    return total",
+        "tests/gateway/context/test_bounded_count.py",
+    ),
+    (
         "tpx/gateway/context/preflight.py",
         "    if input_tokens > maximum:",
         "    if input_tokens > window:",

@@ -126,3 +126,28 @@ def test_the_endpoint_is_not_asked_when_off() -> None:
     body = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
     _count("vllm", tokenizer, body, on=False)
     assert tokenizer.calls == 0
+
+
+def test_a_request_the_endpoint_counts_is_not_estimated_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tpx.gateway.context.gate import ContextGate
+
+    estimated: list[int] = []
+    real = ContextGate.count
+
+    def counting(translated: Any, stop_above: int | None = None) -> int:
+        estimated.append(1)
+        return real(translated, stop_above)
+
+    monkeypatch.setattr(ContextGate, "count", staticmethod(counting))
+    body = {"model": "m", "messages": [{"role": "user", "content": "word " * 100}]}
+    vllm = Tokenizer("vllm")
+    assert _count("vllm", vllm, body) == vllm.last
+    assert (vllm.calls, estimated) == (1, [])
+
+    def broken(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(404, json={"detail": "Not Found"})
+
+    _count("vllm", broken, body)
+    assert estimated == [1]  # the fallback, worked out only when the endpoint fails

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -17,7 +17,8 @@ __all__ = ["Tokenized"]
 
 
 class Tokenized(Forward):
-    """``count_tokens`` answered by the upstream's tokenizer (the estimate when it fails)."""
+    """``count_tokens`` answered by the upstream's tokenizer (the estimate when it fails: worked
+    out only then, so a request the endpoint counts is counted once)."""
 
     def __init__(
         self,
@@ -26,7 +27,7 @@ class Tokenized(Forward):
         endpoint: TokenizerEndpoint,
         body: Mapping[str, Any],
         model: str | None,
-        estimate: int,
+        estimate: Callable[[], int],
     ) -> None:
         super().__init__(gateway, request_id, endpoint.call(body, model))
         self.endpoint = endpoint
@@ -35,10 +36,10 @@ class Tokenized(Forward):
 
     def respond(self, status: int, headers: Mapping[str, str], body: bytes) -> Response:
         count = self.endpoint.read(status, body, self.body)
-        return self._answer(self.estimate if count is None else count)
+        return self._answer(self.estimate() if count is None else count)
 
     def failed(self, error: ModelError) -> Response:
-        return self._answer(self.estimate)
+        return self._answer(self.estimate())
 
     def _answer(self, count: int) -> Response:
         response = json_response(200, orjson.dumps({"input_tokens": count}), self.request_id)

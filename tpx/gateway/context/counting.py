@@ -22,6 +22,9 @@ __all__ = ["MARGIN", "estimate_tokens"]
 MARGIN = 1.10
 
 
-def estimate_tokens(body: Mapping[str, Any]) -> int:
-    """The input tokens of a Chat Completions request body, leaning to overcount."""
-    return math.ceil(count_openai_request(body) * MARGIN)
+def estimate_tokens(body: Mapping[str, Any], stop_above: int | None = None) -> int:
+    """The input tokens of a Chat Completions request body, leaning to overcount. With
+    *stop_above*, counting stops once the estimate so far exceeds it (the result is then a
+    lower bound of the full estimate, and still above *stop_above*)."""
+    raw_stop = None if stop_above is None else int(stop_above / MARGIN) + 1
+    return math.ceil(count_openai_request(body, raw_stop) * MARGIN)

@@ -14,7 +14,7 @@ from typing import Any
 
 from tpx.errors import ProtocolError, UnsupportedError
 from tpx.gateway.context.aliases import aliases
-from tpx.gateway.context.preflight import Verdict, may_overflow, preflight
+from tpx.gateway.context.preflight import Verdict, maximum_input, may_overflow, preflight
 from tpx.gateway.context.tokenizer import TOKENIZERS, TokenizerEndpoint
 from tpx.gateway.context.window import Window, Windows
 from tpx.gateway.settings import ModelRoute, Settings
@@ -100,19 +100,22 @@ class ContextGate:
             ).body
         except (ProtocolError, UnsupportedError):
             return None  # the exchange refuses it with its own words
+        min_output = self.config.min_output
+        stop_above = maximum_input(window.tokens, wanted, min_output)
         verdict = preflight(
-            self.count(translated), wanted, window.tokens, min_output=self.config.min_output
+            self.count(translated, stop_above), wanted, window.tokens, min_output=min_output
         )
         if verdict.clamped:
             body["max_tokens"] = verdict.max_tokens
         return verdict
 
     @staticmethod
-    def count(translated: Mapping[str, Any]) -> int:
-        """The input tokens of a translated request (count_tokens and the preflight)."""
+    def count(translated: Mapping[str, Any], stop_above: int | None = None) -> int:
+        """The input tokens of a translated request (count_tokens and the preflight). With
+        *stop_above* (the preflight), counting stops once the count passes it."""
         from tpx.gateway.context.counting import estimate_tokens
 
-        return estimate_tokens(translated)
+        return estimate_tokens(translated, stop_above)
 
     def rewrite(
         self, text: str | bytes, fallback_tokens: int | None = None, window: int | None = None

@@ -8,7 +8,9 @@ against the window:
   for the reply: ``max_tokens`` is lowered to what is left (``clamped``);
 * otherwise the request is refused before the wire with the Messages API's
   ``400 invalid_request_error`` ``prompt is too long: N tokens > M maximum``, where M is the
-  most input the window takes with that reply room; Claude Code compacts on it.
+  most input the window takes with that reply room (:func:`maximum_input`); Claude Code
+  compacts on it. Counting stops as soon as the count so far passes M, so N is the count up
+  to there: a lower bound of the request's tokens that already exceeds M.
 
 Counting costs time (a tokenizer pass over the translated request), so :func:`may_overflow`
 tells first, from the body's size alone, whether a request can come near its window: a
@@ -25,7 +27,7 @@ import attrs
 
 from tpx.transport.translate.overflow import too_long
 
-__all__ = ["SLACK", "Verdict", "may_overflow", "preflight"]
+__all__ = ["SLACK", "Verdict", "maximum_input", "may_overflow", "preflight"]
 
 #: Tokens the translation and a chat template may add beyond the body's bytes.
 SLACK = 4096
@@ -54,6 +56,14 @@ def may_overflow(body_bytes: int, max_tokens: int | None, window: int) -> bool:
     return body_bytes * 11 // 10 + SLACK + (max_tokens or 0) > window
 
 
+def maximum_input(window: int, max_tokens: int | None, min_output: int = 1024) -> int:
+    """The most input tokens *window* takes with the reply room kept (a refusal's M): an
+    input above it is refused, so counting may stop once the count passes it."""
+    wanted = max_tokens if max_tokens is not None else 0
+    keep = max(min(min_output, wanted) if wanted > 0 else min_output, 1)
+    return max(window - keep, 0)
+
+
 def preflight(
     input_tokens: int, max_tokens: int | None, window: int, *, min_output: int = 1024
 ) -> Verdict:
@@ -62,8 +72,7 @@ def preflight(
     wanted = max_tokens if max_tokens is not None else 0
     if wanted <= room and room > 0:
         return Verdict(input_tokens, window, max_tokens)
-    keep = max(min(min_output, wanted) if wanted > 0 else min_output, 1)
-    maximum = max(window - keep, 0)
+    maximum = maximum_input(window, max_tokens, min_output)
     if input_tokens > maximum:
         return Verdict(
             input_tokens,
