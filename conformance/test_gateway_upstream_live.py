@@ -14,6 +14,10 @@ real loopback HTTP: nothing in between is mocked.
   was read, streams broken off or malformed), each followed by the same request again.
   Every post must reach the upstream exactly once (a request the upstream may have
   generated is never sent twice).
+* ``[[upstreams]]``: the conversations balanced over two upstreams; a 429 / 5xx / 529 fails
+  over to the next upstream, a refused connection too, while a connection dropped after
+  the request was read does not (one generation: a 502, the request sent once).
+* ``limits.max_in_flight``: a request past it is answered 529 before the wire.
 * A pooled connection the upstream closed after its reply: the next turn goes on a new
   connection and reaches the upstream once.
 """
@@ -22,11 +26,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
+import attrs
 import httpx2
 import orjson
 import pytest
@@ -34,18 +40,22 @@ import pytest
 from conformance.abstraction import assemble_messages
 from conformance.fakes import (
     LOOPBACK_FAILURE_KINDS,
+    TOKEN,
     FailureKind,
     FakeProvider,
     LoopbackServer,
 )
 from conformance.gateway_core import AUTH, GatewayRig, settings_for
 from tests.gateway.conftest import serving
-from tests.gateway.scripted import ScriptedUpstream, answer, answer_then_close
+from tests.gateway.scripted import ScriptedUpstream, Step, answer, answer_then_close, drop_after
 from tpx.audit.behaviours import RETRY, SMALL, cover_behaviours, mirror_graph
 from tpx.audit.harness import Harness
 from tpx.audit.replay import HttpReplayer
 from tpx.gateway.asgi import GatewayApp, create_app
 from tpx.gateway.core import Gateway
+from tpx.gateway.pool import UpstreamPool
+from tpx.gateway.routing import Routing, parse_routing
+from tpx.gateway.settings import Limits, Settings
 from tpx.gateway.upstream import AsyncUpstream, SyncUpstream
 from tpx.sdk import GatewayTransport
 from tpx.transport.exchange import Provider
@@ -115,12 +125,24 @@ class LoopbackRig(GatewayRig):
     """:class:`GatewayRig` with its fake provider on *server* and the real upstream client."""
 
     def __init__(
-        self, provider: Provider, wiring: Wiring, server: LoopbackServer, **kwargs: Any
+        self,
+        provider: Provider,
+        wiring: Wiring,
+        server: LoopbackServer,
+        *,
+        pool: LoopbackServer | None = None,
+        **kwargs: Any,
     ) -> None:
+        """*pool*: a second server serving the same fake; the gateway then has two
+        ``[[upstreams]]`` (one on each server) behind one route (``serve`` only)."""
         base = server.url + ("/v1" if provider is Provider.TPX else "")
+        if pool is not None:
+            kwargs["routing"] = _routing(server.url, pool.url)
         super().__init__(provider, base_url=base, **kwargs)
         self.client.close()  # the in-process wiring the rig made
         server.fake = self.fake
+        if pool is not None:
+            pool.fake = self.fake
         self.wiring = wiring
         self._stack = contextlib.ExitStack()
         self._lines = _Lines()
@@ -134,8 +156,10 @@ class LoopbackRig(GatewayRig):
                 base_url="http://gateway.test",
             )
         else:
-            upstream = AsyncUpstream(
-                self.settings, observe=self.gateway.metrics.upstream_latency.observe
+            upstream: AsyncUpstream | UpstreamPool = (
+                AsyncUpstream(self.settings, observe=self.gateway.metrics.upstream_latency.observe)
+                if pool is None
+                else UpstreamPool(self.settings, metrics=self.gateway.metrics)
             )
             url = self._stack.enter_context(serving(GatewayApp(self.gateway, upstream)))
             self.client = httpx2.Client(base_url=url, timeout=60)
@@ -158,16 +182,40 @@ class LoopbackRig(GatewayRig):
         return out
 
 
+#: the environment variable holding the token of every ``[[upstreams]]`` entry
+POOL_TOKEN_ENV = "TPX_CONFORMANCE_POOL_TOKEN"
+
+
+def _routing(*urls: str, **options: float) -> Routing:
+    """Upstreams ``u0``, ``u1``, ... at *urls* (TPX, the conformance token) behind one route."""
+    data = {
+        "routing": {"probe_interval": 0, "retry_after_max": 0.5, **options},
+        "upstreams": [
+            {"name": f"u{i}", "base_url": f"{url}/v1", "token_env": POOL_TOKEN_ENV}
+            for i, url in enumerate(urls)
+        ],
+        "routes": [{"name": "main", "upstreams": [f"u{i}" for i in range(len(urls))]}],
+    }
+    routing = parse_routing(data, {POOL_TOKEN_ENV: TOKEN})
+    assert routing is not None
+    return routing
+
+
 @contextlib.contextmanager
 def rig(
-    provider: Provider, wiring: Wiring, *, seed: int = 0, streaming: bool = False
+    provider: Provider,
+    wiring: Wiring,
+    *,
+    seed: int = 0,
+    streaming: bool = False,
+    pooled: bool = False,
 ) -> Iterator[LoopbackRig]:
-    with LoopbackServer.serving(FakeProvider("messages")) as server:
-        live = LoopbackRig(provider, wiring, server, seed=seed, streaming=streaming)
-        try:
-            yield live
-        finally:
-            live.close()
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(LoopbackServer.serving(FakeProvider("messages")))
+        pool = stack.enter_context(LoopbackServer.serving(server.fake)) if pooled else None
+        live = LoopbackRig(provider, wiring, server, pool=pool, seed=seed, streaming=streaming)
+        stack.callback(live.close)
+        yield live
 
 
 def _ok(result: Any) -> None:
@@ -203,6 +251,160 @@ def test_upstream_failures_over_loopback(
             _ok(live.turn("fail", failure=kind))
             _ok(live.turn("fail", failure=kind, retry=False))
             _ok(live.turn("reply", ids=("t2",)))
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["plain", "streamed"])
+def test_tool_loops_over_two_upstreams(streaming: bool) -> None:
+    """``[[upstreams]]``: the turns of one conversation balanced over two upstreams."""
+    with rig(Provider.TPX, "serve", seed=3, streaming=streaming, pooled=True) as live:
+        for ids in (("t1", "t2"), ("t2",), ("t3", "t1")):
+            _ok(live.turn("reply", ids=ids))
+        _ok(live.turn("abort", style="unknown"))
+        _ok(live.turn("reply", ids=("t1",)))
+        _ok(live.turn("reply", ids=()))
+
+
+# -- scripted upstreams: failover, MaxInFlight, a pooled connection closed --------------------
+
+
+def status(code: int, retry_after: str | None = None) -> Step:
+    """Answer *code* with a Chat Completions error body (and ``retry-after``)."""
+    body = orjson.dumps({"error": {"message": f"upstream says {code}", "type": "server_error"}})
+
+    def step(conn: socket.socket, head: bytes, request: bytes) -> bool:
+        extra = b"" if retry_after is None else b"retry-after: %s\r\n" % retry_after.encode()
+        conn.sendall(
+            b"HTTP/1.1 %d Oops\r\ncontent-type: application/json\r\n%scontent-length: %d\r\n\r\n%s"
+            % (code, extra, len(body), body)
+        )
+        return True
+
+    return step
+
+
+def held(release: threading.Event) -> Step:
+    """Answer once *release* is set."""
+
+    def step(conn: socket.socket, head: bytes, request: bytes) -> bool:
+        assert release.wait(60)
+        return answer(conn, head, request)
+
+    return step
+
+
+def _served(settings: Settings) -> contextlib.AbstractContextManager[str]:
+    gateway = Gateway(settings)
+    upstream: AsyncUpstream | UpstreamPool = (
+        AsyncUpstream(settings, observe=gateway.metrics.upstream_latency.observe)
+        if settings.routing is None
+        else UpstreamPool(settings, metrics=gateway.metrics)
+    )
+    return serving(GatewayApp(gateway, upstream))
+
+
+def _pooled(*urls: str) -> Settings:
+    return settings_for(Provider.TPX, routing=_routing(*urls), monitor=False)
+
+
+def _post(url: str, stream: bool) -> httpx2.Response:
+    with httpx2.Client(base_url=url, timeout=60) as client:
+        return client.post("/v1/messages", json=_turn(stream), headers=AUTH)
+
+
+def _said_hello(reply: httpx2.Response, stream: bool) -> None:
+    assert reply.status_code == 200, reply.text
+    message = assemble_messages(reply.content) if stream else reply.json()
+    assert message is not None
+    assert message["content"] == [{"type": "text", "text": "hello"}]
+
+
+def _error(reply: httpx2.Response, status: int, kind: str) -> dict[str, Any]:
+    assert reply.status_code == status, reply.text
+    error: dict[str, Any] = reply.json()
+    assert error["type"] == "error"
+    assert error["error"]["type"] == kind
+    return error
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize("code", [429, 503, 529])
+def test_an_upstream_refusing_before_the_first_byte_fails_over(code: int, stream: bool) -> None:
+    """``[[upstreams]]``: a 429 / 5xx / 529 (nothing generated) goes to the next upstream; the
+    client gets the second upstream's reply, and each upstream got the request once."""
+    with (
+        ScriptedUpstream(status(code, "30")) as first,
+        ScriptedUpstream(answer) as second,
+        _served(_pooled(first.url, second.url)) as url,
+    ):
+        reply = _post(url, stream)
+        seen = (len(first.requests), len(second.requests))
+    _said_hello(reply, stream)
+    assert seen == (1, 1)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_a_request_the_upstream_may_be_generating_is_not_sent_again(stream: bool) -> None:
+    """The upstream reads the whole request and drops the connection: it may be generating.
+    One upstream or two, the request is sent once and the client gets a 502."""
+    with (
+        ScriptedUpstream(drop_after(0.05)) as first,
+        ScriptedUpstream(answer) as second,
+    ):
+        for settings in (
+            settings_for(Provider.TPX, base_url=first.url + "/v1", monitor=False),
+            _pooled(first.url, second.url),
+        ):
+            before = len(first.requests)
+            with _served(settings) as url:
+                reply = _post(url, stream)
+            error = _error(reply, 502, "api_error")
+            assert "MODEL_NETWORK" in error["error"]["message"]
+            assert len(first.requests) == before + 1
+        assert second.requests == []
+
+
+def test_an_upstream_refusing_connections_fails_over() -> None:
+    """Nothing was sent to an upstream whose port refuses connections: the next one answers."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{closed.getsockname()[1]}"  # bound, not listening
+        with ScriptedUpstream(answer) as second, _served(_pooled(dead, second.url)) as url:
+            reply = _post(url, False)
+            seen = len(second.requests)
+    _said_hello(reply, False)
+    assert seen == 1
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_max_in_flight_refuses_a_request_past_it(stream: bool) -> None:
+    """``limits.max_in_flight = 1``: while one exchange is held upstream, another request is
+    answered 529 before anything reaches the upstream; once it ended, the next one goes."""
+    release = threading.Event()
+    limits = attrs.evolve(Limits(), max_in_flight=1)
+    with ScriptedUpstream(held(release), answer) as upstream:
+        settings = settings_for(
+            Provider.TPX, base_url=upstream.url + "/v1", limits=limits, monitor=False
+        )
+        with _served(settings) as url:
+            replies: list[httpx2.Response] = []
+            first = threading.Thread(target=lambda: replies.append(_post(url, stream)))
+            first.start()
+            try:
+                deadline = time.monotonic() + 60  # a hang guard only
+                while not upstream.requests and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                refused = _post(url, stream)
+                seen = len(upstream.requests)
+            finally:
+                release.set()
+                first.join(60)
+            after = _post(url, stream)
+    error = _error(refused, 529, "overloaded_error")
+    assert "1 requests in flight" in error["error"]["message"]
+    assert seen == 1
+    _said_hello(replies[0], stream)
+    _said_hello(after, stream)
+    assert len(upstream.requests) == 2
 
 
 # -- a pooled connection the upstream closed ---------------------------------------------------
@@ -243,9 +445,6 @@ def test_a_pooled_connection_the_upstream_closed_is_replaced(wiring: Wiring, str
             first = client.post("/v1/messages", json=_turn(stream), headers=AUTH)
             assert closed.wait(30)
             second = client.post("/v1/messages", json=_turn(stream), headers=AUTH)
-        assert (first.status_code, second.status_code) == (200, 200), second.text
         assert (len(upstream.requests), upstream.connections) == (2, 2)
-    for reply in (first, second):
-        message = assemble_messages(reply.content) if stream else reply.json()
-        assert message is not None
-        assert message["content"] == [{"type": "text", "text": "hello"}]
+    _said_hello(first, stream)
+    _said_hello(second, stream)
