@@ -30,6 +30,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 import attrs
@@ -39,13 +40,14 @@ import pytest
 
 from conformance.abstraction import assemble_messages
 from conformance.fakes import (
+    KEY,
     LOOPBACK_FAILURE_KINDS,
     TOKEN,
     FailureKind,
     FakeProvider,
     LoopbackServer,
 )
-from conformance.gateway_core import AUTH, GatewayRig, settings_for
+from conformance.gateway_core import AUTH, GATEWAY_KEY, GatewayRig, settings_for
 from tests.gateway.conftest import serving
 from tests.gateway.scripted import ScriptedUpstream, Step, answer, answer_then_close, drop_after
 from tpx.audit.behaviours import RETRY, SMALL, cover_behaviours, mirror_graph
@@ -55,7 +57,7 @@ from tpx.gateway.asgi import GatewayApp, create_app
 from tpx.gateway.core import Gateway
 from tpx.gateway.pool import UpstreamPool
 from tpx.gateway.routing import Routing, parse_routing
-from tpx.gateway.settings import Limits, Settings
+from tpx.gateway.settings import Credential, Limits, Settings
 from tpx.gateway.upstream import AsyncUpstream, SyncUpstream
 from tpx.sdk import GatewayTransport
 from tpx.transport.exchange import Provider
@@ -405,6 +407,194 @@ def test_max_in_flight_refuses_a_request_past_it(stream: bool) -> None:
     _said_hello(replies[0], stream)
     _said_hello(after, stream)
     assert len(upstream.requests) == 2
+
+
+def echo(conn: socket.socket, head: bytes, request: bytes) -> bool:
+    """Answer 200 with what arrived: the request line and the body's length."""
+    line = head.split(b"\r\n", 1)[0].decode()
+    data = orjson.dumps({"request_line": line, "body_bytes": len(request)})
+    conn.sendall(
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+        % (len(data), data)
+    )
+    return True
+
+
+def _header(head: bytes, name: str) -> str | None:
+    for line in head.split(b"\r\n")[1:]:
+        key, _, value = line.partition(b":")
+        if key.strip().lower() == name.encode():
+            return value.strip().decode()
+    return None
+
+
+@contextlib.contextmanager
+def _gateway(wiring: Wiring, settings: Settings) -> Iterator[httpx2.Client]:
+    """A client of a gateway with *settings*, in *wiring*."""
+    if wiring == "sdk":
+        transport = GatewayTransport(Gateway(settings), SyncUpstream(settings))
+        with httpx2.Client(transport=transport, base_url="http://gateway.test") as client:
+            yield client
+        return
+    with _served(settings) as url, httpx2.Client(base_url=url, timeout=60) as client:
+        yield client
+
+
+@pytest.mark.parametrize("wiring", WIRINGS)
+def test_the_pass_through_endpoints_over_loopback(wiring: Wiring) -> None:
+    """ANTHROPIC: ``count_tokens`` and ``GET /v1/models`` (each query its own) reach the
+    upstream as sent, with the gateway's key, and its reply reaches the client whole."""
+    with ScriptedUpstream(echo) as upstream:
+        settings = settings_for(Provider.ANTHROPIC, base_url=upstream.url, monitor=False)
+        with _gateway(wiring, settings) as client:
+            body = {"model": "claude-x", "messages": [{"role": "user", "content": "hi"}]}
+            counted = client.post("/v1/messages/count_tokens", json=body, headers=AUTH)
+            first = client.get("/v1/models?limit=1", headers=AUTH)
+            second = client.get("/v1/models?limit=2", headers=AUTH)
+            again = client.get("/v1/models?limit=1", headers=AUTH)
+        heads = [head for head, _ in upstream.requests]
+    assert counted.status_code == 200
+    assert counted.json()["request_line"] == "POST /v1/messages/count_tokens HTTP/1.1"
+    assert counted.json()["body_bytes"] == len(upstream.requests[0][1]) > 0
+    lines = [r.json()["request_line"] for r in (first, second, again)]
+    assert lines == [
+        "GET /v1/models?limit=1 HTTP/1.1",
+        "GET /v1/models?limit=2 HTTP/1.1",
+        "GET /v1/models?limit=1 HTTP/1.1",
+    ]
+    assert [r.json()["body_bytes"] for r in (first, second, again)] == [0, 0, 0]
+    assert len(heads) == 4
+    for head in heads:
+        assert _header(head, "x-api-key") == KEY
+        assert _header(head, "authorization") is None
+        assert _header(head, "accept-encoding") == "identity"
+        assert GATEWAY_KEY not in head.decode()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize("wiring", WIRINGS)
+def test_a_token_the_upstream_refused_is_made_again_once(
+    wiring: Wiring, stream: bool, tmp_path: Path
+) -> None:
+    """A token command's token refused with a 401: the command runs again and the request is
+    sent once more with the new token (nothing was generated); a second 401 stands (a 502)."""
+    runs = tmp_path / "runs"
+    command = f"n=$(($(cat {runs} 2>/dev/null || echo 0) + 1)); echo $n > {runs}; echo tok-$n-x"
+    with ScriptedUpstream(status(401), answer, status(401)) as upstream:
+        settings = settings_for(
+            Provider.TPX,
+            base_url=upstream.url + "/v1",
+            credential=Credential.from_command(command, ttl=600.0),
+            monitor=False,
+        )
+        with _gateway(wiring, settings) as client:
+            good = client.post("/v1/messages", json=_turn(stream), headers=AUTH)
+            refused = client.post("/v1/messages", json=_turn(stream), headers=AUTH)
+        tokens = [_header(head, "authorization") for head, _ in upstream.requests]
+    _said_hello(good, stream)
+    _error(refused, 502, "api_error")
+    # the refusal of tok-2 stands: the command's backoff holds the next run off
+    assert tokens == ["Bearer tok-1-x", "Bearer tok-2-x", "Bearer tok-2-x"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize("wiring", WIRINGS)
+def test_an_upstream_that_never_answers_times_out(wiring: Wiring, stream: bool) -> None:
+    """``limits.read_timeout``: no reply in time is a 504 ``timeout_error``, the request sent
+    once."""
+    release = threading.Event()
+    limits = attrs.evolve(Limits(), read_timeout=0.3, ping_interval=60.0)
+    with ScriptedUpstream(held(release)) as upstream:
+        settings = settings_for(
+            Provider.TPX, base_url=upstream.url + "/v1", limits=limits, monitor=False
+        )
+        try:
+            with _gateway(wiring, settings) as client:
+                reply = client.post("/v1/messages", json=_turn(stream), headers=AUTH)
+        finally:
+            release.set()
+        seen = len(upstream.requests)
+    _error(reply, 504, "timeout_error")
+    assert seen == 1
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize("wiring", WIRINGS)
+def test_a_reply_past_the_upstream_limits_fails(wiring: Wiring, stream: bool) -> None:
+    """A reply larger than ``limits.max_upstream_body`` (read whole) or
+    ``limits.max_upstream_stream`` (a stream, here past it in its first read) fails the
+    exchange: a 502 ``api_error``."""
+    limits = attrs.evolve(Limits(), max_upstream_body=64, max_upstream_stream=64)
+    with ScriptedUpstream(answer) as upstream:
+        settings = settings_for(
+            Provider.TPX, base_url=upstream.url + "/v1", limits=limits, monitor=False
+        )
+        with _gateway(wiring, settings) as client:
+            reply = client.post("/v1/messages", json=_turn(stream), headers=AUTH)
+    error = _error(reply, 502, "api_error")
+    limit = "limits.max_upstream_stream" if stream else "limits.max_upstream_body"
+    assert limit in error["error"]["message"]
+
+
+def test_served_turns_go_on_one_upstream_connection() -> None:
+    """``tpx serve``: plain and streamed turns one after the other reuse one kept-alive
+    upstream connection (a stream is read to its end after its last event)."""
+    with ScriptedUpstream(answer) as upstream:
+        settings = settings_for(Provider.TPX, base_url=upstream.url + "/v1", monitor=False)
+        with _gateway("serve", settings) as client:
+            replies = [
+                (stream, client.post("/v1/messages", json=_turn(stream), headers=AUTH))
+                for stream in (True, False, True, True, False)
+            ]
+        connections = upstream.connections
+    for stream, reply in replies:
+        _said_hello(reply, stream)
+    assert connections == 1
+
+
+def test_served_upstream_latency_is_observed_once_per_reply() -> None:
+    """``/metrics``: one upstream latency observation per upstream response."""
+    with ScriptedUpstream(answer, status(529, "3"), answer) as upstream:
+        settings = settings_for(Provider.TPX, base_url=upstream.url + "/v1", monitor=False)
+        with _gateway("serve", settings) as client:
+            for _ in range(3):
+                client.post("/v1/messages", json=_turn(False), headers=AUTH)
+            metrics = client.get("/metrics").text
+    assert "tpx_gateway_upstream_latency_seconds_count 3.0" in metrics
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_max_upstream_bounds_the_requests_upstream_at_once(stream: bool) -> None:
+    """``limits.max_upstream = 1``: a second turn waits for the first one's upstream
+    request to end (it is not refused), so the upstream never has two at once."""
+    release = threading.Event()
+    limits = attrs.evolve(Limits(), max_upstream=1)
+    with ScriptedUpstream(held(release), answer) as upstream:
+        settings = settings_for(
+            Provider.TPX, base_url=upstream.url + "/v1", limits=limits, monitor=False
+        )
+        with _served(settings) as url:
+            replies: list[httpx2.Response] = []
+            threads = [
+                threading.Thread(target=lambda: replies.append(_post(url, stream)))
+                for _ in range(2)
+            ]
+            threads[0].start()
+            try:
+                deadline = time.monotonic() + 60  # a hang guard only
+                while not upstream.requests and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                threads[1].start()
+                time.sleep(0.3)  # room for a second request to reach the upstream
+                seen = len(upstream.requests)
+            finally:
+                release.set()
+                for thread in threads:
+                    thread.join(60)
+    assert seen == 1
+    assert len(replies) == 2
+    for reply in replies:
+        _said_hello(reply, stream)
 
 
 # -- a pooled connection the upstream closed ---------------------------------------------------
