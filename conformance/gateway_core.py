@@ -320,6 +320,8 @@ class GatewayRig:
                 problems += self._log_problems(line, *post)
         if self.violations() != before:
             problems.append("Monitor: the gateway monitor stopped a step")
+        if self.gateway.in_flight != 0:  # the spec's inFlight: every exchange of the turn ended
+            problems.append(f"MaxInFlight: {self.gateway.in_flight!r} exchanges left in flight")
         # every failed exchange is counted under its error code (tpx_gateway_errors_total)
         codes = Counter(str(line.get("error")) for line in lines if "error" in line)
         counted = self.error_counts() - errors_before

@@ -110,7 +110,14 @@ def _pristine(base: Path) -> Path:
     while it runs do not change the judge half-way)."""
     pristine = base / "pristine"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in ("tpx", "conformance", "spec", "tests/gateway", "tests/oracle/model"):
+    for name in (
+        "tpx",
+        "conformance",
+        "spec",
+        "tests/gateway",
+        "tests/oracle/model",
+        "tests/fixtures/clients",  # the Claude Code bodies of the HTTP replay (tpx.audit)
+    ):
         shutil.copytree(ROOT / name, pristine / name, ignore=ignore)
     # the gateway conformance runs under pytest with the project's configuration; the live
     # gateway bugs use the gateway test helpers (tests/gateway) and the reference monitor

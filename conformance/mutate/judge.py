@@ -11,9 +11,14 @@ the working directory in two stages, stopping at the first that fails:
    through the transport (``conformance/test_stream_edge_cases.py``), whole conversations
    through the sans-I/O gateway core in-process (:mod:`conformance.gateway_core`: tool
    loops, every upstream failure and its retry, aborts, refusals, traces checked against
-   spec/TpxGateway.tla), then the seeded gateway bugs against a live ``tpx serve
-   --monitor`` on loopback. The seed edge cover never reaches the gateway core; this
-   stage does (and the id signing of :mod:`tpx.transport.translate.ids` only the gateway uses).
+   spec/TpxGateway.tla; ``conformance/test_gateway_limits_cases.py``: the refusals before
+   the wire), then the seeded gateway bugs against a live ``tpx serve --monitor`` on
+   loopback, then the upstream client over real loopback HTTP
+   (``conformance/test_gateway_upstream_live.py``: the small cfgs replayed through ``tpx
+   serve`` processes; the conformance conversations, every socket-level failure, and
+   ``[[upstreams]]`` failover through the real client). The seed edge cover never reaches
+   the gateway core; this stage does (and the id signing of
+   :mod:`tpx.transport.translate.ids` only the gateway uses).
 
 Exit status: 0 every stage conforms (the mutant survives), 1 a
 :class:`~conformance.replay.ConformanceError` or a failed gateway conformance case
@@ -37,7 +42,9 @@ __all__ = ["GATEWAY_SUITE", "gateway", "judge", "main"]
 GATEWAY_SUITE = (
     "conformance/test_stream_edge_cases.py",
     "conformance/test_gateway_core_cases.py",
+    "conformance/test_gateway_limits_cases.py",
     "conformance/test_gateway_bugs_live.py",
+    "conformance/test_gateway_upstream_live.py",
 )
 
 
