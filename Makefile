@@ -41,7 +41,8 @@ haproxy:
 ## Model-check the seed spec with TLC (the main job), then the gateway spec on its deep cfgs
 ## (two tool ids, three turns, two conversations; docs/specs.md): GatewayRetry = TRUE with key
 ## rotation, and the refinement check (GatewayRetry = FALSE: each conversation is a behaviour
-## of the seed); then its failover cfg (upstream attempts, two upstreams, the preflight).
+## of the seed); then its failover cfg (upstream attempts, two upstreams, the preflight), and
+## TpxGatewayOverlap.tla's deep cfg (a second exchange of a conversation while one is in flight).
 ## The shipped small cfgs are checked by the tests.
 GATEWAY_SPEC ?= spec/TpxGateway.tla
 tlc: $(STAMP)
@@ -49,6 +50,7 @@ tlc: $(STAMP)
 	$(VENV)/bin/tpx tlc $(GATEWAY_SPEC) --config spec/TpxGatewayDeep.cfg --workers 1
 	$(VENV)/bin/tpx tlc $(GATEWAY_SPEC) --config spec/TpxGatewayRefinementDeep.cfg --workers 1
 	$(VENV)/bin/tpx tlc $(GATEWAY_SPEC) --config spec/TpxGatewayFailover.cfg --workers 1
+	$(VENV)/bin/tpx tlc spec/TpxGatewayOverlap.tla --config spec/TpxGatewayOverlapDeep.cfg --workers 1
 
 ## Explore the same spec with the Python mirror.
 explore: $(STAMP)
