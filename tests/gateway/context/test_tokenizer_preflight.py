@@ -203,17 +203,26 @@ async def _post(app: GatewayApp, path: str, body: dict[str, Any]) -> httpx2.Resp
         return await http.post(path, json=body)
 
 
+async def _hangs(request: httpx2.Request) -> httpx2.Response:
+    await asyncio.sleep(3)  # far past the timeout; then a count
+    return httpx2.Response(200, json={"count": 7})
+
+
+async def _drops(request: httpx2.Request) -> httpx2.Response:
+    raise httpx2.ConnectError("refused", request=request)
+
+
 @pytest.mark.parametrize("offloaded", [False, True])
-def test_an_endpoint_that_hangs_leaves_the_turn_to_the_estimate(offloaded: bool) -> None:
+@pytest.mark.parametrize(("endpoint", "reason"), [(_hangs, "timeout"), (_drops, "error")])
+def test_an_endpoint_that_hangs_or_drops_leaves_the_turn_to_the_estimate(
+    offloaded: bool,
+    endpoint: Callable[[httpx2.Request], Awaitable[httpx2.Response]],
+    reason: str,
+) -> None:
     body = _long()
     estimate = _estimate(body)
-
-    async def hangs(request: httpx2.Request) -> httpx2.Response:
-        await asyncio.sleep(3)  # far past the timeout; then a count that would refuse it
-        return httpx2.Response(200, json={"count": WINDOW})
-
-    settings = _settings(limits={"offload_bytes": 1} if offloaded else None, tokenizer_timeout=0.05)
-    app, chats = _asgi(settings, hangs)
+    limits = {"offload_bytes": 1} if offloaded else None
+    app, chats = _asgi(_settings(limits=limits, tokenizer_timeout=0.05), endpoint)
 
     async def main() -> tuple[httpx2.Response, httpx2.Response]:
         try:
@@ -227,7 +236,7 @@ def test_an_endpoint_that_hangs_leaves_the_turn_to_the_estimate(offloaded: bool)
     assert turn.status_code == 200, turn.text
     assert WINDOW - chats[-1]["max_tokens"] == estimate
     assert count.json() == {"input_tokens": estimate}
-    assert _fallbacks(app.gateway, "timeout") == 2
+    assert _fallbacks(app.gateway, reason) == 2
 
 
 def test_the_asgi_shell_asks_once_and_takes_the_endpoints_count() -> None:
