@@ -251,3 +251,34 @@ def test_the_asgi_shell_asks_once_and_takes_the_endpoints_count() -> None:
     assert reply.status_code == 200, reply.text
     assert fake.calls == 1
     assert WINDOW - chats[-1]["max_tokens"] == fake.last
+
+
+def test_the_async_sdk_transport_asks_once_and_falls_back_on_a_drop() -> None:
+    from tpx.sdk import AsyncGatewayTransport
+
+    body = _long()
+    estimate = _estimate(body)
+    fake = FakeTokenizer("vllm")
+    chats: list[dict[str, Any]] = []
+
+    async def main(dropping: bool) -> httpx2.Response:
+        settings = _settings()
+
+        async def answer(request: httpx2.Request) -> httpx2.Response:
+            if request.url.path == "/tokenize":
+                if dropping:
+                    raise httpx2.ConnectError("refused", request=request)
+                return fake(request)
+            chats.append(orjson.loads(request.read()))
+            return httpx2.Response(200, json=_reply())
+
+        upstream = AsyncUpstream(settings, transport=httpx2.MockTransport(answer))
+        transport = AsyncGatewayTransport(Gateway(settings), upstream)
+        async with httpx2.AsyncClient(transport=transport, base_url="http://gw") as http:
+            return await http.post("/v1/messages", json={**body, "max_tokens": WINDOW})
+
+    assert asyncio.run(main(False)).status_code == 200
+    assert fake.calls == 1
+    assert WINDOW - chats[-1]["max_tokens"] == fake.last
+    assert asyncio.run(main(True)).status_code == 200
+    assert WINDOW - chats[-1]["max_tokens"] == estimate
