@@ -48,7 +48,6 @@ from tpx.gateway.bodies import BodyReader, Decoded
 from tpx.gateway.context.asked import Asked, Count
 from tpx.gateway.context.gate import ContextGate, Sizing
 from tpx.gateway.context.preflight import Verdict
-from tpx.gateway.context.tokenizer import TokenizerEndpoint
 from tpx.gateway.history import (
     Refusal,
     pairing_problem,
@@ -325,9 +324,10 @@ class Gateway:
             self._exchange, request, request_id, sent, log, decoded, upstream_model,
             translation, routed, pending, problem, sizing,
         )  # fmt: skip
-        tokenizer = self.context.tokenizer
-        if sizing is not None and tokenizer is not None:  # the upstream's tokenizer counts
-            return self._asked(request, tokenizer, sizing.translated, upstream_model, go, sizing)
+        if sizing is not None and self.context.tokenizer is not None:  # the upstream's counts
+            label = endpoint_label(request.path)
+            maximum = sizing.maximum
+            return self.context.asked(self, label, sizing.translated, upstream_model, go, maximum)
         return go(None)
 
     def _exchange(
@@ -503,31 +503,6 @@ class Gateway:
                 log["context"]["fallback"] = counted.fallback
         return verdict
 
-    def _asked(
-        self,
-        request: Request,
-        tokenizer: TokenizerEndpoint,
-        translated: Mapping[str, Any],
-        model: str | None,
-        proceed: Callable[[Count], Any],
-        sizing: Sizing | None = None,
-    ) -> Asked:
-        """The request, waiting for the tokenizer endpoint's count (the estimate when it
-        gives none: the preflight's stops past M, count_tokens' past every window)."""
-        stop = sizing.maximum if sizing is not None else self.context.ceiling()
-        config = self.context.config
-        return Asked(
-            self,
-            endpoint_label(request.path),
-            tokenizer,
-            translated,
-            model,
-            lambda: self.context.count(translated, stop),
-            proceed,
-            timeout=config.tokenizer_timeout,
-            limit=config.tokenizer_bytes,
-        )
-
     def _observer(self, actions: list[str], trace: list[dict[str, Any]] | None) -> Any:
         counters = self._action_counters
 
@@ -573,7 +548,8 @@ class Gateway:
             return json_response(200, orjson.dumps({"input_tokens": count.tokens}), request_id)
 
         if self.context.tokenizer is not None:  # exact: the upstream's tokenizer endpoint
-            return self._asked(request, self.context.tokenizer, translated, upstream_model, answer)
+            label = endpoint_label(request.path)
+            return self.context.asked(self, label, translated, upstream_model, answer, None)
         # counting stops past the largest window: a count above it is the count so far
         return answer(Count(self.context.count(translated, self.context.ceiling()), exact=False))
 

@@ -53,7 +53,7 @@ BUGS = [
     # the preflight ignoring the tokenizer endpoint (the estimate counts)
     (
         "tpx/gateway/core.py",
-        "return self._asked(request, tokenizer, sizing.translated, upstream_model, go, sizing)",
+        "return self.context.asked(self, label, sizing.translated, upstream_model, go, maximum)",
         "return go(None)",
         PREFLIGHT,
     ),

@@ -9,13 +9,14 @@ discovery writes the windows from the I/O shell (:mod:`.discover`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
 from tpx.errors import ProtocolError, UnsupportedError
 from tpx.gateway.context.aliases import aliases
+from tpx.gateway.context.asked import Asked, Count, Host
 from tpx.gateway.context.preflight import Verdict, maximum_input, may_overflow, preflight
 from tpx.gateway.context.tokenizer import TOKENIZERS, TokenizerEndpoint
 from tpx.gateway.context.window import Window, Windows
@@ -152,6 +153,32 @@ class ContextGate:
         past it is the count so far, already above every window)."""
         routes = [r.context_window for r in self.settings.routes if r.context_window]
         return max([self.windows.largest(), *routes])
+
+    def asked(
+        self,
+        gateway: Host,
+        label: str,
+        translated: Mapping[str, Any],
+        model: str | None,
+        proceed: Callable[[Count], Any],
+        maximum: int | None,
+    ) -> Asked:
+        """A request waiting for the tokenizer endpoint's count (:mod:`.asked`). Its estimate,
+        when the endpoint gives none, stops past *maximum* (the preflight's ``M``; ``None``:
+        count_tokens, past every window: :meth:`ceiling`)."""
+        assert self.tokenizer is not None
+        stop = self.ceiling() if maximum is None else maximum
+        return Asked(
+            gateway,
+            label,
+            self.tokenizer,
+            translated,
+            model,
+            lambda: self.count(translated, stop),
+            proceed,
+            timeout=self.config.tokenizer_timeout,
+            limit=self.config.tokenizer_bytes,
+        )
 
     @staticmethod
     def count(translated: Mapping[str, Any], stop_above: int | None = None) -> int:
