@@ -496,11 +496,11 @@ class Gateway:
             "input_tokens": verdict.input_tokens,
             "window": verdict.window,
             "clamped": verdict.clamped,
+            # who counted: an estimate leans to overcount (a refusal on it may be early)
+            "counted": "tokenizer" if counted is not None and counted.exact else "estimate",
         }
-        if counted is not None:  # a tokenizer endpoint is configured: who counted
-            log["context"]["counted"] = "tokenizer" if counted.exact else "estimate"
-            if counted.fallback is not None:
-                log["context"]["fallback"] = counted.fallback
+        if counted is not None and counted.fallback is not None:  # the endpoint gave none
+            log["context"]["fallback"] = counted.fallback
         return verdict
 
     def _observer(self, actions: list[str], trace: list[dict[str, Any]] | None) -> Any:

@@ -282,3 +282,37 @@ def test_the_async_sdk_transport_asks_once_and_falls_back_on_a_drop() -> None:
     assert WINDOW - chats[-1]["max_tokens"] == fake.last
     assert asyncio.run(main(True)).status_code == 200
     assert WINDOW - chats[-1]["max_tokens"] == estimate
+
+
+def _context_of(caplog: pytest.LogCaptureFixture) -> dict[str, Any]:
+    lines = [orjson.loads(r.getMessage()) for r in caplog.records if '"context"' in r.getMessage()]
+    context = lines[-1]["context"]
+    assert isinstance(context, dict)
+    return context
+
+
+def test_a_refusal_on_the_estimate_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="tpx.gateway")
+    body = _long(max_tokens=4096)
+
+    def drops(request: httpx2.Request) -> httpx2.Response:
+        raise httpx2.ConnectError("refused", request=request)
+
+    for tokenizer in (drops, lambda r: httpx2.Response(200, json={"count": 4000})):
+        upstream = _upstream("vllm", tokenizer)
+        with client(_settings(window=6000), upstream) as http:
+            reply = http.post("/v1/messages", json=body)
+        assert reply.status_code == (400 if tokenizer is drops else 200), reply.text
+        context = _context_of(caplog)
+        if tokenizer is drops:  # refused on the estimate, which the log line says
+            assert "prompt is too long" in reply.json()["error"]["message"]
+            assert (context["counted"], context["fallback"]) == ("estimate", "error")
+            assert any("the estimate counts" in r.getMessage() for r in caplog.records)
+        else:  # the endpoint's count: the request fits
+            assert context["counted"] == "tokenizer"
+            assert "fallback" not in context
+    with client(
+        make_settings("TPX", model="m", context=ContextConfig(window=6000)), Upstream()
+    ) as http:
+        http.post("/v1/messages", json=body)
+    assert _context_of(caplog)["counted"] == "estimate"  # no endpoint: the estimate, said so
