@@ -9,7 +9,10 @@ turns do). Three settings take turns, a round each:
 
 * ``off``: ``[context] preflight = false``;
 * ``spared``: the default window (200K): the size test spares counting;
-* ``counted``: a 131,072-token window: every turn is translated a second time and counted.
+* ``counted``: a 131,072-token window: every turn is translated a second time and counted;
+* ``vllm``: ``spared`` with the vLLM profile, and ``tokenizer``: the same with ``[context]
+  tokenizer = true``: a turn the size test spares is not asked about either (the endpoint is
+  asked only for a turn near its window).
 
 Prints the median and 90th percentile of each, in microseconds.
 """
@@ -28,6 +31,7 @@ from tpx.gateway.context.config import ContextConfig
 from tpx.gateway.core import Gateway, Request, Turn
 from tpx.gateway.settings import Credential, Settings
 from tpx.transport.exchange import Provider
+from tpx.transport.translate.profiles import get_profile
 
 __all__ = ["main"]
 
@@ -37,13 +41,14 @@ TURN = (
 )
 
 
-def _gateway(context: ContextConfig) -> Gateway:
+def _gateway(context: ContextConfig, profile: str = "generic") -> Gateway:
     settings = Settings(
         provider=Provider.TPX,
         base_url="http://upstream.test",
         credential=Credential("token"),
         secret=b"secret",
         model="m",
+        profile=get_profile(profile),
     )
     return Gateway(attrs.evolve(settings, context=context))
 
@@ -62,6 +67,8 @@ def main() -> None:
         "off": _gateway(ContextConfig(preflight=False)),
         "spared": _gateway(ContextConfig()),
         "counted": _gateway(ContextConfig(window=131_072)),
+        "vllm": _gateway(ContextConfig(), "vllm"),
+        "tokenizer": _gateway(ContextConfig(tokenizer=True), "vllm"),
     }
     times: dict[str, list[float]] = {name: [] for name in gateways}
     headers = {"content-type": "application/json"}
@@ -79,7 +86,7 @@ def main() -> None:
         ordered = sorted(taken)
         median = statistics.median(ordered) * 1e6
         p90 = ordered[int(len(ordered) * 0.9)] * 1e6
-        print(f"{name:8} median {median:8.1f} us   p90 {p90:8.1f} us")
+        print(f"{name:9} median {median:8.1f} us   p90 {p90:8.1f} us")
 
 
 if __name__ == "__main__":

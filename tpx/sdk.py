@@ -29,6 +29,7 @@ import anthropic
 import httpx2
 
 from tpx.errors import ConfigurationError
+from tpx.gateway.context.asked import Asked, ask, ask_sync
 from tpx.gateway.core import Forward, Gateway, Request, Response, Turn
 from tpx.gateway.drive import forward, forward_sync, run_turn, run_turn_sync
 from tpx.gateway.pool import UpstreamPool
@@ -109,6 +110,8 @@ class GatewayTransport(httpx2.BaseTransport):
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         result = self.gateway.handle(_request(request, request.read()))
+        if isinstance(result, Asked):  # the upstream's tokenizer counts first (bounded)
+            result = result.resume(ask_sync(result, self.upstream))
         if isinstance(result, Response):
             return _response(result, request.method)
         if isinstance(result, Forward):
@@ -138,6 +141,9 @@ class AsyncGatewayTransport(httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         result = self.gateway.handle(_request(request, await request.aread()))
+        if isinstance(result, Asked):  # the upstream's tokenizer counts first (bounded)
+            assert isinstance(self.upstream, AsyncUpstream)  # no tokenizer with [[upstreams]]
+            result = result.resume(await ask(result, self.upstream))
         if isinstance(result, Response):
             return _response(result, request.method)
         if isinstance(result, Forward):  # ANTHROPIC: one upstream

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from tpx.gateway.context.asked import Asked, ask
 from tpx.gateway.context.discover import start_discovery
 from tpx.gateway.core import Forward, Gateway, Request, Response, Turn, error_body, new_request_id
 from tpx.gateway.drive import forward, run_turn
@@ -109,10 +110,17 @@ class GatewayApp:
             await send(message)
 
         try:
-            if len(body) > self.settings.limits.offload_bytes:
+            large = len(body) > self.settings.limits.offload_bytes
+            if large:
                 result = await self.offload.handle(request)
             else:
                 result = self.gateway.handle(request)
+            if isinstance(result, Asked):  # the upstream's tokenizer counts first (bounded)
+                assert isinstance(self.upstream, AsyncUpstream)
+                outcome = await ask(result, self.upstream)
+                result = (
+                    await self.offload.resume(result, outcome) if large else result.resume(outcome)
+                )
             if isinstance(result, Response):
                 await _send(tracked, result, head=scope["method"] == "HEAD")
             elif isinstance(result, Forward):  # ANTHROPIC: one upstream

@@ -10,7 +10,10 @@ query, headers, body bytes) and returns one of
   :meth:`Turn.feed`, :meth:`Turn.end`, :meth:`Turn.finish` (streaming: SSE bytes out);
   :meth:`Turn.fail` for a transport failure, :meth:`Turn.abandon` when the client left,
   and :meth:`Turn.close` once (the log line);
-* a :class:`Forward`: an ANTHROPIC pass-through (``count_tokens``, ``/v1/models``).
+* a :class:`Forward`: an ANTHROPIC pass-through (``count_tokens``, ``/v1/models``);
+* an :class:`~tpx.gateway.context.asked.Asked`: a request waiting for the upstream's
+  tokenizer count (``[context] tokenizer``): the shell asks, then :meth:`Asked.resume` gives
+  one of the above.
 
 Each turn runs its own :class:`~tpx.transport.exchange.Exchange` (one spec instance per
 conversation turn) seeded with the obligations its history carries
@@ -27,6 +30,7 @@ deliberate difference from the seed spec, whose ProviderFail discards ``pending`
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import secrets
@@ -41,8 +45,8 @@ from tpx import _safe
 from tpx.errors import PairingError, ProtocolError, UnsupportedError
 from tpx.gateway import history
 from tpx.gateway.bodies import BodyReader, Decoded
-from tpx.gateway.context.counted import Tokenized
-from tpx.gateway.context.gate import ContextGate
+from tpx.gateway.context.asked import Asked, Count
+from tpx.gateway.context.gate import ContextGate, Sizing
 from tpx.gateway.context.preflight import Verdict
 from tpx.gateway.history import (
     Refusal,
@@ -141,7 +145,7 @@ class Gateway:
 
     # -- entry point ---------------------------------------------------------------------
 
-    def handle(self, request: Request) -> Response | Turn | Forward:
+    def handle(self, request: Request) -> Response | Turn | Forward | Asked:
         """Answer *request*: a :class:`Response`, or a :class:`Turn` / :class:`Forward`
         that needs the upstream (see the module docstring)."""
         result = self._handle(request)
@@ -195,7 +199,7 @@ class Gateway:
             self._method(method, "GET" if route == MODELS else "POST", route)
         return route
 
-    def _handle(self, request: Request) -> Response | Turn | Forward:
+    def _handle(self, request: Request) -> Response | Turn | Forward | Asked:
         request_id = new_request_id()
         try:
             path = self._admit(request.method, request.path, request.headers)
@@ -284,7 +288,7 @@ class Gateway:
 
     def _messages(
         self, request: Request, request_id: str, sent: _Sent | None = None
-    ) -> Response | Turn:
+    ) -> Response | Turn | Asked:
         settings = self.settings
         log: dict[str, Any] = {"request_id": request_id, "endpoint": "messages", "pid": _PID}
         session = request.headers.get("x-claude-code-session-id")
@@ -315,6 +319,36 @@ class Gateway:
             log["error"] = f"GATEWAY_{refusal.status}"
             self.log(log, failed=True)
             raise
+        sizing = self._context_sizing(body, upstream_model, len(request.body))
+        go = functools.partial(
+            self._exchange, request, request_id, sent, log, decoded, upstream_model,
+            translation, routed, pending, problem, sizing,
+        )  # fmt: skip
+        if sizing is not None and self.context.tokenizer is not None:  # the upstream's counts
+            label = endpoint_label(request.path)
+            maximum = sizing.maximum
+            return self.context.asked(self, label, sizing.translated, upstream_model, go, maximum)
+        return go(None)
+
+    def _exchange(
+        self,
+        request: Request,
+        request_id: str,
+        sent: _Sent | None,
+        log: dict[str, Any],
+        decoded: Decoded,
+        upstream_model: str | None,
+        translation: dict[str, Any],
+        routed: Routed | None,
+        pending: list[str],
+        problem: str | None,
+        sizing: Sizing | None,
+        counted: Count | None,
+    ) -> Response | Turn:
+        """The exchange of a ``/v1/messages`` request, its preflight counted (*counted*: the
+        tokenizer endpoint's count or its fallback; ``None``: the estimate)."""
+        settings = self.settings
+        body: dict[str, Any] = decoded.value
         actions: list[str] = []
         log["actions"] = actions
         monitor = self.monitor  # --monitor: its traces replace the raw exchange traces
@@ -356,7 +390,7 @@ class Gateway:
                 log["error"] = error.code
                 self.log(log, failed=True)
                 return model_error_response(error, request_id)
-            verdict = self._context_preflight(body, upstream_model, len(request.body), log)
+            verdict = self._context_preflight(body, sizing, counted, log)
             if verdict is not None and verdict.refusal is not None:
                 # the preflight refusal (the spec's PromptTooLong): nothing goes on the wire
                 too_long = verdict.refusal
@@ -434,24 +468,39 @@ class Gateway:
         signer = family_signer(self.settings.signer, upstream.family)
         return routed, model, {"profile": upstream.profile, "thinking_secret": signer}
 
+    def _context_sizing(
+        self, body: dict[str, Any], upstream_model: str | None, size: int
+    ) -> Sizing | None:
+        """What the preflight (TPX) counts against, ``None`` when nothing is counted: only a
+        body that may come near its window is (tpx.gateway.context.preflight)."""
+        alias = self.context.resolve(body["model"])
+        route = alias[1] if alias is not None else self.settings.route(body["model"])
+        return self.context.sizing(body, upstream_model, size, route)
+
     def _context_preflight(
-        self, body: dict[str, Any], upstream_model: str | None, size: int, log: dict[str, Any]
+        self,
+        body: dict[str, Any],
+        sizing: Sizing | None,
+        counted: Count | None,
+        log: dict[str, Any],
     ) -> Verdict | None:
         """The preflight (TPX): its verdict (``refusal``: ``prompt is too long: N tokens > M
         maximum`` when the request cannot fit its model's context window; else its
         ``max_tokens`` lowered to what the window leaves when needed), ``None`` when it was
-        not counted: only a body that may come near its window is
-        (tpx.gateway.context.preflight)."""
-        alias = self.context.resolve(body["model"])
-        route = alias[1] if alias is not None else self.settings.route(body["model"])
-        verdict = self.context.check(body, upstream_model, size, route)
-        if verdict is None:
+        not counted. *counted*: the tokenizer endpoint's count (``None``: the estimate)."""
+        if sizing is None:
             return None
+        tokens = counted.tokens if counted is not None else self.context.estimate(sizing)
+        verdict = self.context.decide(body, sizing, tokens)
         log["context"] = {
             "input_tokens": verdict.input_tokens,
             "window": verdict.window,
             "clamped": verdict.clamped,
+            # who counted: an estimate leans to overcount (a refusal on it may be early)
+            "counted": "tokenizer" if counted is not None and counted.exact else "estimate",
         }
+        if counted is not None and counted.fallback is not None:  # the endpoint gave none
+            log["context"]["fallback"] = counted.fallback
         return verdict
 
     def _observer(self, actions: list[str], trace: list[dict[str, Any]] | None) -> Any:
@@ -470,7 +519,7 @@ class Gateway:
 
     # -- count_tokens / models -------------------------------------------------------------
 
-    def _count(self, request: Request, request_id: str) -> Response | Forward:
+    def _count(self, request: Request, request_id: str) -> Response | Forward | Asked:
         body: dict[str, Any] = self._decode(request, count_tokens=True).value
         body.pop("stream", None)
         upstream_model = self._route(body)
@@ -494,17 +543,15 @@ class Gateway:
             ).body
         except (ProtocolError, UnsupportedError) as error:
             raise Refusal(error.message) from None
+
+        def answer(count: Count) -> Response:
+            return json_response(200, orjson.dumps({"input_tokens": count.tokens}), request_id)
+
         if self.context.tokenizer is not None:  # exact: the upstream's tokenizer endpoint
-            return Tokenized(
-                self,
-                request_id,
-                self.context.tokenizer,
-                translated,
-                upstream_model,
-                lambda: self.context.count(translated),
-            )
-        count = self.context.count(translated)
-        return json_response(200, orjson.dumps({"input_tokens": count}), request_id)
+            label = endpoint_label(request.path)
+            return self.context.asked(self, label, translated, upstream_model, answer, None)
+        # counting stops past the largest window: a count above it is the count so far
+        return answer(Count(self.context.count(translated, self.context.ceiling()), exact=False))
 
     def _models(self, request: Request, request_id: str) -> Response | Forward:
         if self.settings.provider is Provider.ANTHROPIC:

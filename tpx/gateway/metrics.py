@@ -39,6 +39,13 @@ class Metrics:
             registry=self.registry,
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
         )
+        self.tokenizer_fallbacks = Counter(
+            "tpx_gateway_tokenizer_fallbacks",
+            "Counts the upstream's tokenizer endpoint did not give (the estimate counted), "
+            "by reason (timeout, too_large, error, status, unreadable, implausible)",
+            ["reason"],
+            registry=self.registry,
+        )
         self.open_streams = Gauge(
             "tpx_gateway_open_streams", "SSE streams open to clients", registry=self.registry
         )

@@ -34,6 +34,7 @@ from concurrent.futures.process import BrokenProcessPool, ProcessPoolExecutor
 
 import attrs
 
+from tpx.gateway.context.asked import Asked, Outcome
 from tpx.gateway.core import Forward, Gateway, Request, Response, Turn
 from tpx.gateway.wire import COUNT, endpoint_label
 from tpx.transport.exchange import Provider
@@ -106,7 +107,7 @@ class Offload:
                 return
             self._counts = pool
 
-    async def handle(self, request: Request) -> Response | Turn | Forward:
+    async def handle(self, request: Request) -> Response | Turn | Forward | Asked:
         loop = asyncio.get_running_loop()
         counts = self._counts
         if counts is not None and request.path.rstrip("/") == COUNT:
@@ -123,6 +124,15 @@ class Offload:
                 self.gateway.metrics.errors.labels(f"GATEWAY_{response.status}").inc()
             return response
         return await loop.run_in_executor(self._thread_pool(), self.gateway.handle, request)
+
+    async def resume(self, asked: Asked, outcome: Outcome) -> Response | Turn:
+        """:meth:`Asked.resume` of a large request (its preflight, its translation for the
+        wire) on the thread pool."""
+        loop = asyncio.get_running_loop()
+        result: Response | Turn = await loop.run_in_executor(
+            self._thread_pool(), asked.resume, outcome
+        )
+        return result
 
     @property
     def processes(self) -> bool:

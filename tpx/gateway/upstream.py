@@ -101,10 +101,16 @@ class _Base(Generic[_Client, _Transport]):
         URL parsed once per path, the client's default headers copied once: ~0.1 ms less per
         request than ``build_request``); an injected client's ``build_request`` applies its
         own defaults."""
+        timeouts = self._timeouts
+        if call.timeout is not None:  # a call of its own bound (the tokenizer endpoint's)
+            timeouts = httpx2.Timeout(call.timeout).as_dict()
         if not self._owns:
-            return self.client.build_request(
+            request = self.client.build_request(
                 call.method, self._url(call), headers=headers, content=call.body or None
             )
+            if call.timeout is not None:
+                request.extensions["timeout"] = timeouts
+            return request
         url = self._urls.get(call.path)
         if url is None:
             url = httpx2.URL(self._url(call))
@@ -115,7 +121,7 @@ class _Base(Generic[_Client, _Transport]):
                 call.method,
                 url,
                 headers={**self._defaults, **headers},
-                extensions={"timeout": self._timeouts},
+                extensions={"timeout": timeouts},
             )
         # the headers httpx2 would make (Host first, the client's defaults, the call's,
         # Content-Length last), normalized once per set of headers: ~20 us less a request
@@ -133,7 +139,7 @@ class _Base(Generic[_Client, _Transport]):
             url,
             headers=prepared,  # copied by the request
             stream=httpx2.ByteStream(call.body),
-            extensions={"timeout": self._timeouts},
+            extensions={"timeout": timeouts},
         )
         request.headers["Content-Length"] = str(len(call.body))
         request.read()  # as content= would have it (no copy: one bytes object)

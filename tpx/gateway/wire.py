@@ -70,6 +70,8 @@ class UpstreamCall:
     headers: tuple[tuple[str, str], ...]
     body: bytes
     stream: bool = False
+    #: seconds each phase (connect, write, read) may take; ``None``: the upstream's limits
+    timeout: float | None = None
 
 
 def new_request_id() -> str:

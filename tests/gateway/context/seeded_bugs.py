@@ -13,18 +13,94 @@ from __future__ import annotations
 import subprocess
 import sys
 
+PREFLIGHT = "tests/gateway/context/test_tokenizer_preflight.py"
+
 BUGS = [
     (
-        "tpx/gateway/context/counted.py",
-        "        super().__init__(gateway, request_id, endpoint.call(body, model))\n",
-        "        super().__init__(gateway, request_id, endpoint.call(body, model))\n"
-        "        estimate()\n",
+        "tpx/gateway/context/asked.py",
+        "        self._resumed = False\n",
+        "        self._resumed = False\n        estimate()\n",
         "tests/gateway/context/test_tokenizer.py",
     ),
     (
         "tpx/gateway/context/gate.py",
-        "            self.count(translated, stop_above), wanted,",
-        "            self.count(translated, None), wanted,",
+        "        return self.count(sizing.translated, sizing.maximum)",
+        "        return self.count(sizing.translated, None)",
+        "tests/gateway/context/test_bounded_count.py",
+    ),
+    # the tokenizer endpoint asked twice a request (the sync shell, the ASGI shell)
+    (
+        "tpx/sdk.py",
+        "            result = result.resume(ask_sync(result, self.upstream))",
+        "            ask_sync(result, self.upstream)\n"
+        "            result = result.resume(ask_sync(result, self.upstream))",
+        PREFLIGHT,
+    ),
+    (
+        "tpx/gateway/asgi.py",
+        "                outcome = await ask(result, self.upstream)",
+        "                await ask(result, self.upstream)\n"
+        "                outcome = await ask(result, self.upstream)",
+        PREFLIGHT,
+    ),
+    (
+        "tpx/sdk.py",
+        "            result = result.resume(await ask(result, self.upstream))",
+        "            await ask(result, self.upstream)\n"
+        "            result = result.resume(await ask(result, self.upstream))",
+        PREFLIGHT,
+    ),
+    # the preflight ignoring the tokenizer endpoint (the estimate counts)
+    (
+        "tpx/gateway/core.py",
+        "return self.context.asked(self, label, sizing.translated, upstream_model, go, maximum)",
+        "return go(None)",
+        PREFLIGHT,
+    ),
+    # no fallback: on a transport error (sync, async), on a timeout, on a count no request
+    # of that size has, on a reply past the size bound
+    (
+        "tpx/gateway/context/asked.py",
+        "    except Exception as error:  # the endpoint never fails the request\n",
+        "    except errors.TimeoutError as error:\n",
+        PREFLIGHT,
+    ),
+    (
+        "tpx/gateway/context/asked.py",
+        "    except Exception as error:  # the endpoint never fails the request (a timeout",
+        "    except TimeoutError as error:  # (",
+        PREFLIGHT,
+    ),
+    (
+        "tpx/gateway/context/asked.py",
+        "        async with asyncio.timeout(asked.timeout):",
+        "        async with asyncio.timeout(None):",
+        f"{PREFLIGHT} tests/gateway/context/test_tokenizer_loopback.py",
+    ),
+    (
+        "tpx/gateway/context/asked.py",
+        "if tokens is not None and not 0 <= tokens <= len(self.call.body) + SLACK:",
+        "if tokens is not None and tokens < 0:",
+        PREFLIGHT,
+    ),
+    (
+        "tpx/gateway/context/asked.py",
+        "Decoder.of(response, asked.limit,",
+        "Decoder.of(response, 1 << 30,",
+        PREFLIGHT,
+    ),
+    # a refusal on the estimate said to be the endpoint's count
+    (
+        "tpx/gateway/core.py",
+        '"counted": "tokenizer" if counted is not None and counted.exact else "estimate",',
+        '"counted": "tokenizer",',
+        PREFLIGHT,
+    ),
+    # count_tokens counting a huge request in full
+    (
+        "tpx/gateway/core.py",
+        "answer(Count(self.context.count(translated, self.context.ceiling()), exact=False))",
+        "answer(Count(self.context.count(translated), exact=False))",
         "tests/gateway/context/test_bounded_count.py",
     ),
     (

@@ -83,3 +83,15 @@ def test_the_gateway_refuses_a_huge_text_after_counting_its_start(spy: _Spy) -> 
     assert int(found[1]) > int(found[2]) == maximum_input(200_000, 32_000)
     assert upstream.bodies == []
     assert spy.characters < len(huge) // 4  # about 180K tokens of the 800K counted
+
+
+def test_count_tokens_stops_past_the_largest_window(spy: _Spy) -> None:
+    huge = ("word " * 800_000)[:4_000_000]  # about 800K tokens
+    with client(settings(window=32_768), Upstream()) as http:
+        counted = http.post("/v1/messages/count_tokens", json=body(huge)).json()["input_tokens"]
+    assert counted > 200_000  # past the largest window (the 200K default): the count so far
+    assert spy.characters < len(huge) // 4
+    small = "word " * 1000
+    with client(settings(window=32_768), Upstream()) as http:
+        exact = http.post("/v1/messages/count_tokens", json=body(small)).json()["input_tokens"]
+    assert exact == estimate_tokens({"messages": [{"role": "user", "content": small}]})

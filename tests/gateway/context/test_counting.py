@@ -1,9 +1,10 @@
 """The token estimate against a real model tokenizer on the recorded client bodies: never
-under it, and at most the stated 20% over (docs/context.md; benchmarks/context_counts.py)."""
+under it, and at most the stated 20% over; against the fake upstream's tokenizer endpoints,
+through count_tokens, within the stated bound (docs/context.md; benchmarks/context_counts.py)."""
 
 from __future__ import annotations
 
-from benchmarks.context_counts import ratios
+from benchmarks.context_counts import ENDPOINT_PROFILES, endpoint_ratios, ratios
 from tpx.gateway.context.counting import MARGIN, estimate_tokens
 from tpx.gateway.tokens import count_openai_request
 
@@ -17,6 +18,18 @@ def test_the_estimate_leans_to_overcount_within_the_stated_bound() -> None:
     for name, raw, estimate, real in rows:
         assert LOW <= estimate / real <= HIGH, name
         assert estimate >= raw
+
+
+def test_the_estimate_is_within_the_stated_bound_of_the_endpoints_count() -> None:
+    rows = endpoint_ratios()
+    assert len(rows) >= 30 * len(ENDPOINT_PROFILES)
+    assert {profile for profile, *_ in rows} == set(ENDPOINT_PROFILES)
+    for profile, name, images, estimate, endpoint in rows:
+        if images:  # an image counts a flat 765 tokens: over what a server counts for these
+            assert estimate >= endpoint, (profile, name)
+        else:  # text only: from 20% under to 30% over (0.80 .. 1.30)
+            assert 5 * estimate >= 4 * endpoint, (profile, name)
+            assert 10 * estimate <= 13 * endpoint, (profile, name)
 
 
 def test_the_estimate_is_the_cl100k_count_with_its_margin() -> None:

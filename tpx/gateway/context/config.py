@@ -11,8 +11,10 @@
     min_output = 1024       # tokens a turn that fits must keep for the reply
     rewrite_errors = true   # upstream context errors in the Messages wording
     aliases = true          # GET /v1/models lists claude-... aliases of the models
-    tokenizer = false       # count_tokens asks the upstream's tokenizer endpoint (vLLM,
-                            # SGLang, llama.cpp: tpx.gateway.context.tokenizer)
+    tokenizer = false       # count_tokens and the preflight ask the upstream's tokenizer
+                            # endpoint (vLLM, SGLang, llama.cpp: tpx.gateway.context.tokenizer)
+    tokenizer_timeout = 2.0 # seconds it may take (then the estimate counts)
+    tokenizer_bytes = 4194304  # the largest reply read from it (then the estimate counts)
 
 ``[[models]]`` entries take ``context_window`` too (the window of that entry's model).
 """
@@ -41,6 +43,8 @@ class ContextConfig:
     rewrite_errors: bool = True
     aliases: bool = True
     tokenizer: bool = False
+    tokenizer_timeout: float = 2.0
+    tokenizer_bytes: int = 4 << 20
 
 
 _KINDS: Mapping[str, type | tuple[type, ...]] = {
@@ -53,6 +57,8 @@ _KINDS: Mapping[str, type | tuple[type, ...]] = {
     "rewrite_errors": bool,
     "aliases": bool,
     "tokenizer": bool,
+    "tokenizer_timeout": (int, float),
+    "tokenizer_bytes": int,
 }
 
 
@@ -71,5 +77,5 @@ def context_config(data: Mapping[str, Any]) -> ContextConfig:
         value: Any = raw
         if kind is not bool and value <= 0:
             raise ConfigurationError(f"config file: context.{key} must be > 0")
-        values[key] = float(value) if key == "refresh" else value
+        values[key] = float(value) if key in ("refresh", "tokenizer_timeout") else value
     return ContextConfig(**values)

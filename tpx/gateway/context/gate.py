@@ -9,11 +9,14 @@ discovery writes the windows from the I/O shell (:mod:`.discover`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
+
+import attrs
 
 from tpx.errors import ProtocolError, UnsupportedError
 from tpx.gateway.context.aliases import aliases
+from tpx.gateway.context.asked import Asked, Count, Host
 from tpx.gateway.context.preflight import Verdict, maximum_input, may_overflow, preflight
 from tpx.gateway.context.tokenizer import TOKENIZERS, TokenizerEndpoint
 from tpx.gateway.context.window import Window, Windows
@@ -22,7 +25,18 @@ from tpx.transport.exchange import Provider
 from tpx.transport.translate import request_to_openai
 from tpx.transport.translate.overflow import overflow_in, too_long
 
-__all__ = ["ContextGate"]
+__all__ = ["ContextGate", "Sizing"]
+
+
+@attrs.frozen
+class Sizing:
+    """What a request's preflight counts against (:meth:`ContextGate.sizing`)."""
+
+    window: int
+    wanted: int | None
+    #: the most input tokens the window takes (a refusal's M; counting may stop past it)
+    maximum: int
+    translated: Mapping[str, Any]
 
 
 class ContextGate:
@@ -45,9 +59,12 @@ class ContextGate:
                 known = configured.get(model)
                 configured[model] = min(known or upstream.context_window, upstream.context_window)
         self.windows = Windows(configured, self.config.default)
-        #: count_tokens' tokenizer endpoint (``[context] tokenizer``; None: the estimate)
+        #: the tokenizer endpoint count_tokens and the preflight ask (``[context] tokenizer``
+        #: and one upstream; None: the estimate counts)
         self.tokenizer: TokenizerEndpoint | None = (
-            TOKENIZERS.get(settings.profile.name) if self.active and self.config.tokenizer else None
+            TOKENIZERS.get(settings.profile.name)
+            if self.active and self.config.tokenizer and settings.routing is None
+            else None
         )
         self.aliases: Mapping[str, str] = (
             aliases(self.models()) if self.active and self.config.aliases else {}
@@ -74,16 +91,17 @@ class ContextGate:
     def window(self, upstream_model: str | None, route: ModelRoute | None = None) -> Window:
         return self.windows.of(upstream_model, route.context_window if route else None)
 
-    def check(
+    def sizing(
         self,
         body: dict[str, Any],
         upstream_model: str | None,
         body_bytes: int,
         route: ModelRoute | None = None,
-    ) -> Verdict | None:
-        """The preflight of a ``/v1/messages`` body (ids already unsigned): ``None`` when it
-        cannot come near its window (nothing counted) or the preflight is off; else the
-        verdict, with ``body["max_tokens"]`` lowered when it was clamped."""
+    ) -> Sizing | None:
+        """What the preflight of a ``/v1/messages`` body (ids already unsigned) counts against:
+        ``None`` when it cannot come near its window (nothing to count) or the preflight is
+        off; else its window, its ``max_tokens``, the most input the window takes (``M``) and
+        the request translated (what is counted)."""
         if not self.active or not self.config.preflight:
             return None
         window = self.window(upstream_model, route)
@@ -100,19 +118,72 @@ class ContextGate:
             ).body
         except (ProtocolError, UnsupportedError):
             return None  # the exchange refuses it with its own words
-        min_output = self.config.min_output
-        stop_above = maximum_input(window.tokens, wanted, min_output)
+        maximum = maximum_input(window.tokens, wanted, self.config.min_output)
+        return Sizing(window.tokens, wanted, maximum, translated)
+
+    def estimate(self, sizing: Sizing) -> int:
+        """The preflight's estimate: counting stops once the count passes ``M``."""
+        return self.count(sizing.translated, sizing.maximum)
+
+    def decide(self, body: dict[str, Any], sizing: Sizing, input_tokens: int) -> Verdict:
+        """The preflight's verdict on *input_tokens*, with ``body["max_tokens"]`` lowered
+        when it was clamped."""
         verdict = preflight(
-            self.count(translated, stop_above), wanted, window.tokens, min_output=min_output
+            input_tokens, sizing.wanted, sizing.window, min_output=self.config.min_output
         )
         if verdict.clamped:
             body["max_tokens"] = verdict.max_tokens
         return verdict
 
+    def check(
+        self,
+        body: dict[str, Any],
+        upstream_model: str | None,
+        body_bytes: int,
+        route: ModelRoute | None = None,
+    ) -> Verdict | None:
+        """The preflight counted with the estimate (:meth:`sizing`, then :meth:`decide`)."""
+        sizing = self.sizing(body, upstream_model, body_bytes, route)
+        if sizing is None:
+            return None
+        return self.decide(body, sizing, self.estimate(sizing))
+
+    def ceiling(self) -> int:
+        """Where count_tokens stops counting: the largest window any model has (a count
+        past it is the count so far, already above every window)."""
+        routes = [r.context_window for r in self.settings.routes if r.context_window]
+        return max([self.windows.largest(), *routes])
+
+    def asked(
+        self,
+        gateway: Host,
+        label: str,
+        translated: Mapping[str, Any],
+        model: str | None,
+        proceed: Callable[[Count], Any],
+        maximum: int | None,
+    ) -> Asked:
+        """A request waiting for the tokenizer endpoint's count (:mod:`.asked`). Its estimate,
+        when the endpoint gives none, stops past *maximum* (the preflight's ``M``; ``None``:
+        count_tokens, past every window: :meth:`ceiling`)."""
+        assert self.tokenizer is not None
+        stop = self.ceiling() if maximum is None else maximum
+        return Asked(
+            gateway,
+            label,
+            self.tokenizer,
+            translated,
+            model,
+            lambda: self.count(translated, stop),
+            proceed,
+            timeout=self.config.tokenizer_timeout,
+            limit=self.config.tokenizer_bytes,
+        )
+
     @staticmethod
     def count(translated: Mapping[str, Any], stop_above: int | None = None) -> int:
         """The input tokens of a translated request (count_tokens and the preflight). With
-        *stop_above* (the preflight), counting stops once the count passes it."""
+        *stop_above*, counting stops once the count passes it."""
         from tpx.gateway.context.counting import estimate_tokens
 
         return estimate_tokens(translated, stop_above)

@@ -1,8 +1,9 @@
 """Exact counts for ``count_tokens`` from the upstream's own tokenizer endpoint, per profile.
 
-With ``[context] tokenizer = true`` and a profile whose server exposes its tokenizer,
-``POST /v1/messages/count_tokens`` asks the upstream (through the gateway's upstream client,
-like an ANTHROPIC pass-through: :class:`tpx.gateway.context.counted.Tokenized`):
+With ``[context] tokenizer = true``, one upstream and a profile whose server exposes its
+tokenizer, ``POST /v1/messages/count_tokens`` and the preflight of a turn that may come near
+its window ask the upstream (through the gateway's upstream client, once a request, bounded
+in time and size: :mod:`tpx.gateway.context.asked`):
 
 * vLLM: ``POST /tokenize`` ``{"model", "messages", "tools", "add_generation_prompt": true}``:
   the chat template applied, ``count`` is exact;
@@ -11,8 +12,7 @@ like an ANTHROPIC pass-through: :class:`tpx.gateway.context.counted.Tokenized`):
   counts) tokenized exactly, plus tpx's framing (3 tokens a message, 3 for the reply).
 
 When the endpoint fails or answers something else, the count is the estimate
-(:mod:`tpx.gateway.context.counting`): count_tokens never fails because of it. The preflight
-counts with the estimate (it runs before the wire, without I/O).
+(:mod:`tpx.gateway.context.counting`): no request fails because of it.
 """
 
 from __future__ import annotations

@@ -66,5 +66,9 @@ class Windows:
         if tokens > 0:
             self._discovered[model] = tokens
 
+    def largest(self) -> int:
+        """The largest window any model has (configured, discovered or the default)."""
+        return max([self._default, *self._configured.values(), *self._discovered.values()])
+
     def configured(self, model: str) -> bool:
         return model in self._configured
