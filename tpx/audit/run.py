@@ -32,7 +32,7 @@ import httpx2
 import orjson
 
 from tpx.audit import checks
-from tpx.audit.abstraction import Observer, foreign_call
+from tpx.audit.abstraction import Observer, foreign_call, foreign_ids, reply_view
 from tpx.audit.behaviours import (
     RETRY,
     SHIPPED,
@@ -48,13 +48,15 @@ from tpx.audit.findings import Failure, Result, check_named
 from tpx.audit.harness import GATEWAY_KEY, Gateway, Harness
 from tpx.audit.replay import HttpConformanceError, HttpReplayer
 from tpx.audit.sse import is_stream
-from tpx.audit.traces import conversation_trace, judge
+from tpx.audit.traces import conversation_trace, gateway_trace, judge
 from tpx.audit.upstream import Channel, Plan
 from tpx.oracle.model.gateway import Config
 from tpx.oracle.values import ModelValue, Record
 
 __all__ = [
     "FULL_CFGS",
+    "MODE_OF",
+    "PROVIDER_OF",
     "SMALL_CFGS",
     "AuditReplayer",
     "Target",
@@ -88,12 +90,25 @@ AGAIN_S = 0.5
 COVER = " (edge cover)"
 #: ``--profile full``: the small cfgs and the edge cover of spec/TpxGateway.cfg
 FULL_CFGS = (*SMALL_CFGS, ("SHIPPED" + COVER, SHIPPED))
+#: the conversations of earlier behaviours kept for a NoCrossPairing counterexample (a
+#: leak from one behaviour's conversation into a later behaviour's)
+EARLIER = 16
 #: a step's hang guard (a failure to answer is a finding, not a wait)
 GUARD_S = 20.0
 
 
 class _Recorded(Exception):
     """The behaviour failed on a check already recorded: it ends there."""
+
+
+#: the upstream API the scripted upstream speaks -> the spec's provider of an endpoint
+#: configured to it (an OpenAI-compatible upstream: TPX, translated; a Messages upstream:
+#: ANTHROPIC, passed through)
+PROVIDER_OF = {"openai": "TPX", "messages": "ANTHROPIC"}
+#: the spec's provider -> the credentials (hasKey, hasToken) an endpoint of it boots with
+CREDENTIALS = {"TPX": (False, True), "ANTHROPIC": (True, False)}
+#: the audit's mode, as the report names it, by upstream API
+MODE_OF = {"openai": "gateway", "messages": "pass-through"}
 
 
 @attrs.frozen
@@ -105,15 +120,19 @@ class Target:
     bug: str | None = None
 
 
-def gateway_behaviours(configs: Sequence[tuple[str, Config]]) -> list[tuple[str, Any]]:
+def gateway_behaviours(
+    configs: Sequence[tuple[str, Config]], provider: str = "TPX"
+) -> list[tuple[str, Any]]:
     """``(label, behaviour)`` of every behaviour of *configs* (a name ending in
-    :data:`COVER`: a minimum edge cover) that starts with an OpenAI-compatible upstream
-    only (what an endpoint configured to the fake has)."""
+    :data:`COVER`: a minimum edge cover) whose gateway boots with *provider*'s credential
+    only (what an endpoint configured to the fake has: TPX, an OpenAI-compatible upstream;
+    ANTHROPIC, a Messages upstream)."""
+    creds = CREDENTIALS[provider]
     out = []
     for name, config in configs:
         pick = cover_behaviours if name.endswith(COVER) else all_behaviours
         for k, b in enumerate(pick(mirror_graph(config))):
-            if b.init["hasToken"] and not b.init["hasKey"]:
+            if (b.init["hasKey"], b.init["hasToken"]) == creds:
                 out.append((f"{name.removesuffix(COVER)} #{k}", b))
     return out
 
@@ -171,6 +190,8 @@ class AuditReplayer(HttpReplayer):
         self._obs: Observer | None = None
         self._where = ""
         self._timed_out: set[str] = set()
+        #: the conversations of the latest behaviours, by key: their states and name there
+        self._earlier: dict[str, tuple[list[tuple[str, Record]], ModelValue]] = {}
         #: the scenario step under way (``Action(c1)``)
         self.taking = ""
 
@@ -192,6 +213,11 @@ class AuditReplayer(HttpReplayer):
                 self._states.append((exc.action, self._obs.state()))
             self._record_replay(exc)
         self.result.behaviours += 1
+        if self._obs is not None:  # its conversations, for a later NoCrossPairing trace
+            for c, cl in self._obs.clients.items():
+                self._earlier[cl.key] = (self._states, c)
+                while len(self._earlier) > EARLIER:
+                    del self._earlier[next(iter(self._earlier))]
 
     async def _guard(self, aw: Any, what: str) -> Any:
         """The replay's hang guard, short for a wait that has timed out before: an endpoint
@@ -271,8 +297,10 @@ class AuditReplayer(HttpReplayer):
             text = message if message.startswith(first) else f"{first} {prop}: {message}"
             if check == "Refusal" and prop != "Refusal":
                 text = f"a turn whose tool_results do not answer its calls went on: {text}"
-            # a refusal answered the wrong way: the answer's shape; forwarded: the pairing
-            self._record(check, text, conv, "ShapeInv" if prop == "Refusal" else None)
+            # a refusal answered the wrong way: the answer's shape; forwarded: the pairing;
+            # another conversation's ids: across the conversations
+            spec_property = {"Refusal": "ShapeInv", "NoCrossPairing": "NoCrossPairing"}
+            self._record(check, text, conv, spec_property.get(prop))
 
     def _record(
         self, check: str, message: str, conv: ModelValue | None, prop: str | None = None
@@ -288,8 +316,18 @@ class AuditReplayer(HttpReplayer):
         spec_property = check_named(check).property if prop is None else prop
         failure.property = spec_property
         if spec_property and conv is not None and self._states:
-            trace = conversation_trace(self._states, conv)
-            doc, report = judge(trace, spec_property, f"tpx audit {check}: {message[:200]}")
+            foreign: frozenset[Any] = frozenset()
+            if spec_property == "NoCrossPairing" and obs is not None:
+                # across conversations: every conversation's steps, interleaved, after those
+                # of the earlier behaviours' conversations whose ids the bytes name
+                foreign = foreign_ids(obs, conv)
+                keys = sorted({c.name[1:] for c, _ in foreign if c.name.startswith("?")})
+                earlier = [(*self._earlier[k], k) for k in keys if k in self._earlier]
+                trace = gateway_trace(self._states, earlier)
+            else:
+                trace = conversation_trace(self._states, conv)
+            description = f"tpx audit {check}: {message[:200]}"
+            doc, report = judge(trace, spec_property, description, foreign)
             failure.trace, failure.verdict = doc, str(report)
             failure.rejected_for = report.failed_property or ""
         self.result.add(failure)
@@ -395,8 +433,17 @@ def answer_problems(cl: ConvClient, answer: Settled) -> list[checks.Problem]:
 
 
 def _upstream_usage(data: bytes | None) -> tuple[int, int] | None:
-    """``(prompt_tokens, completion_tokens)`` the fake reported (plain or streamed)."""
+    """``(prompt_tokens, completion_tokens)`` the fake reported (plain or streamed; a
+    Messages reply: its input and output tokens)."""
     if data is None:
+        return None
+    view = reply_view(data)
+    if view is not None and view[0] == "messages":
+        message = checks.stream_problems(data)[1] if is_stream(data) else orjson.loads(data)
+        counts = checks.usage_of(message) if isinstance(message, dict) else (None, None)
+        prompt, completion = counts
+        if isinstance(prompt, int) and isinstance(completion, int):
+            return prompt, completion
         return None
     for chunk in reversed(data.split(b"\n")):
         text = chunk[6:] if chunk.startswith(b"data: ") else chunk
@@ -424,7 +471,8 @@ async def _scenario(
         c, key, rp._client(cast(Gateway, rp.target), c), stream=stream, session=f"audit-{key}"
     )
     ch: Channel = rp.harness.upstreams.channel(key)
-    obs = Observer(False, True, "TPX", {c: cl}, {c: ch})
+    provider = cast(Gateway, rp.target).provider
+    obs = Observer(*CREDENTIALS[provider], provider, {c: cl}, {c: ch})
     obs.reader = foreign_call
     rp._obs = obs
     rp._states = [("Init", obs.state())]
@@ -547,14 +595,17 @@ def audit_gateway(
     limit: int | None = None,
     scenarios: bool = True,
     stop_on: str | None = None,
+    upstream: str = "openai",
 ) -> Result:
-    """Audit the endpoint at *url* (configured to use *harness*'s scripted upstream):
-    the scenarios, then the behaviours of *configs* (the first *limit*; *stop_on*: stop
-    as soon as that check fails)."""
+    """Audit the endpoint at *url* (configured to use *harness*'s scripted upstream, which
+    speaks *upstream*: ``openai``, Chat Completions, or ``messages``, the Messages API):
+    the scenarios, then the behaviours of *configs* whose gateway has that upstream (the
+    first *limit*; *stop_on*: stop as soon as that check fails)."""
     start = time.monotonic()
-    result = Result(url, "gateway")
-    rp = AuditReplayer(harness, Target(url.rstrip("/")), key, result)
-    behaviours = gateway_behaviours(configs)
+    result = Result(url, MODE_OF[upstream])
+    provider = PROVIDER_OF[upstream]
+    rp = AuditReplayer(harness, Target(url.rstrip("/"), provider), key, result)
+    behaviours = gateway_behaviours(configs, provider)
     if limit is not None:
         behaviours = behaviours[:limit]
     cfg_of = {name.removesuffix(COVER): config for name, config in configs}
