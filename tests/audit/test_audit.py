@@ -12,9 +12,10 @@ import pytest
 from conformance.audit_bugs import AUDIT_BUGS
 from conformance.gateway_bugs import GATEWAY_BUGS
 from tpx.audit import report
+from tpx.audit.behaviours import CREDENTIALS
 from tpx.audit.findings import CHECKS, check_named
 from tpx.audit.harness import GATEWAY_KEY, Gateway, Harness
-from tpx.audit.run import CREDENTIALS, MODE_OF, PROVIDER_OF, audit_gateway
+from tpx.audit.run import MODE_OF, PROVIDER_OF, audit_gateway
 from tpx.cli import main
 
 SPEC = str(Path(__file__).parents[2] / "spec" / "TpxGateway.tla")

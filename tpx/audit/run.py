@@ -14,15 +14,16 @@ the ``msg_`` id, usage, error shapes, ``retry-after``). A few scenarios add what
 spec's behaviours do not: a context overflow upstream (the prompt-too-long wording), a
 529 then the same body again (retry safety), ``count_tokens`` and ``/v1/models``.
 
+Pass-through mode (``upstream="messages"``, ``tpx audit --messages-upstream``): the scripted
+upstream speaks the Messages API; the behaviours are those whose gateway has an Anthropic
+key only (the spec's provider ANTHROPIC), the checks the same.
+
 Live mode (:func:`tpx.audit.endpoints.audit_live`): a real model behind the URL; the
 checks that need no scripted upstream.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import itertools
 import time
 from collections.abc import Sequence
 from typing import Any, cast
@@ -34,6 +35,7 @@ import orjson
 from tpx.audit import checks
 from tpx.audit.abstraction import Observer, foreign_call, foreign_ids, reply_view
 from tpx.audit.behaviours import (
+    CREDENTIALS,
     RETRY,
     SHIPPED,
     SMALL,
@@ -43,13 +45,13 @@ from tpx.audit.behaviours import (
     mirror_graph,
 )
 from tpx.audit.client import ConvClient, Settled
-from tpx.audit.endpoints import JSON_HEADERS, endpoint_failures, kept_headers, text_of
-from tpx.audit.findings import Failure, Result, check_named
+from tpx.audit.endpoints import kept_headers, text_of
+from tpx.audit.findings import CHECK_OF, Failure, Result, check_named
 from tpx.audit.harness import GATEWAY_KEY, Gateway, Harness
 from tpx.audit.replay import HttpConformanceError, HttpReplayer
+from tpx.audit.scenarios import run_scenarios
 from tpx.audit.sse import is_stream
 from tpx.audit.traces import conversation_trace, gateway_trace, judge
-from tpx.audit.upstream import Channel, Plan
 from tpx.oracle.model.gateway import Config
 from tpx.oracle.values import ModelValue, Record
 
@@ -64,19 +66,6 @@ __all__ = [
     "gateway_behaviours",
 ]
 
-#: the replay's property -> the audit's check
-CHECK_OF = {
-    "TypeOK": "PairingInv",  # an id, call or result that names no call of the upstream
-    "ShapeInv": "ShapeInv",
-    "PairingInv": "PairingInv",
-    "Binding": "PairingInv",
-    "NoCrossPairing": "PairingInv",
-    "RetryInv": "PairingInv",
-    "OneRequest": "OneRequest",
-    "Refusal": "Refusal",
-    "ErrorShape": "ErrorShape",
-    "Credential": "Credential",
-}
 #: the small cfgs: every behaviour of each (two conversations; three turns with retries;
 #: two parallel calls over two rounds)
 SMALL_CFGS: tuple[tuple[str, Config], ...] = (
@@ -105,8 +94,6 @@ class _Recorded(Exception):
 #: configured to it (an OpenAI-compatible upstream: TPX, translated; a Messages upstream:
 #: ANTHROPIC, passed through)
 PROVIDER_OF = {"openai": "TPX", "messages": "ANTHROPIC"}
-#: the spec's provider -> the credentials (hasKey, hasToken) an endpoint of it boots with
-CREDENTIALS = {"TPX": (False, True), "ANTHROPIC": (True, False)}
 #: the audit's mode, as the report names it, by upstream API
 MODE_OF = {"openai": "gateway", "messages": "pass-through"}
 
@@ -457,135 +444,6 @@ def _upstream_usage(data: bytes | None) -> tuple[int, int] | None:
     return None
 
 
-# -- scenarios beyond the spec's behaviours ----------------------------------------------------
-
-
-async def _scenario(
-    rp: AuditReplayer, name: str, steps: Sequence[tuple[str, Any]], stream: bool
-) -> tuple[ConvClient, Observer]:
-    """Run *steps* (``(action, plan)``: ``CallerSend``, ``Retry``, ``Reply`` (tools),
-    ``Fail`` (kind), ``Deliver``) for one fresh conversation, recording observed states."""
-    c = ModelValue("c1")
-    key = "a" + "".join(ch for ch in name if ch.isalnum()) + str(next(_SCENARIOS))
-    cl = ConvClient(
-        c, key, rp._client(cast(Gateway, rp.target), c), stream=stream, session=f"audit-{key}"
-    )
-    ch: Channel = rp.harness.upstreams.channel(key)
-    provider = cast(Gateway, rp.target).provider
-    obs = Observer(*CREDENTIALS[provider], provider, {c: cl}, {c: ch})
-    obs.reader = foreign_call
-    rp._obs = obs
-    rp._states = [("Init", obs.state())]
-    rp._seen = {}
-    try:
-        for action, arg in steps:
-            rp.taking = f"{action}(c1)"
-            if action == "CallerSend":
-                cl.send(cl.fresh_body())
-                await rp._sent(cl, ch)
-            elif action == "Retry":
-                assert cl.last_body is not None
-                cl.send(cl.last_body)
-                await rp._sent(cl, ch)
-            elif action == "ProviderReply":
-                ex = rp._held(cl)
-                ex.plan.set_result(Plan("reply", tuple(arg)))
-                await rp._guard(ex.done.wait(), "the fake's reply going out")
-            elif action == "ProviderFail":
-                ex = rp._held(cl)
-                ex.plan.set_result(Plan("fail", fail=str(arg)))
-                await rp._settle(cl, ch)
-            elif action == "Deliver":
-                await rp._settle(cl, ch)
-            rp._states.append((f"{action}(c1)", obs.state()))
-    finally:
-        if cl.outstanding is not None:
-            cl.outstanding.cancel()
-            with contextlib.suppress(asyncio.CancelledError, httpx2.HTTPError):
-                await cl.outstanding
-            cl.outstanding = None
-        for ex in ch.exchanges:
-            if not ex.plan.done():
-                ex.plan.set_result(Plan("fail", fail="500"))
-    return cl, obs
-
-
-def _run_scenario(
-    rp: AuditReplayer, name: str, steps: Sequence[tuple[str, Any]], stream: bool = False
-) -> ConvClient | None:
-    rp._where = f"scenario {name}, {'streamed' if stream else 'plain'}"
-    try:
-        cl, _ = rp.harness.run(_scenario(rp, name, steps, stream))
-    except HttpConformanceError as exc:
-        if rp._obs is not None:  # the step that failed, as observed
-            rp._states.append((rp.taking, rp._obs.state()))
-        check = CHECK_OF.get(exc.violated[0] if exc.violated else "", "Refinement")
-        if check == "Refinement" and name == "retry-after-529":
-            check = "RetrySafety"
-        rp._record(check, f"{exc}", ModelValue("c1"))
-        return None
-    return cl
-
-
-def _prompt_too_long(rp: AuditReplayer) -> None:
-    steps = [("CallerSend", None), ("ProviderFail", "context")]
-    cl = _run_scenario(rp, "context-overflow", steps)
-    if cl is None or not cl.received:
-        return
-    answer = cl.received[-1]
-    problem = ""
-    try:
-        error = orjson.loads(answer.body)["error"]
-        kind, text = error["type"], error["message"]
-    except (orjson.JSONDecodeError, KeyError, TypeError):
-        problem = f"answered {answer.status} {text_of(answer.body, 200)}"
-    else:
-        if answer.status != 400 or kind != "invalid_request_error":
-            problem = f"answered {answer.status} {kind}, not 400 invalid_request_error"
-        elif not checks.PROMPT_TOO_LONG.search(text):
-            problem = f"the message {text!r} does not say 'prompt is too long'"
-    if problem:
-        rp._record("PromptTooLong", f"an upstream context overflow: {problem}", ModelValue("c1"))
-
-
-def _retry_safety(rp: AuditReplayer) -> None:
-    steps = [
-        ("CallerSend", None),
-        ("ProviderFail", "529"),
-        ("Retry", None),
-        ("ProviderReply", ("t1",)),
-        ("Deliver", None),
-    ]
-    cl = _run_scenario(rp, "retry-after-529", steps)
-    if cl is None:
-        return
-    last = cl.received[-1] if cl.received else None
-    if last is None or last.status != 200:
-        got = "nothing" if last is None else f"{last.status} {text_of(last.body, 200)}"
-        rp._record("RetrySafety", f"the same body after a 529 answered {got}", ModelValue("c1"))
-
-
-def _endpoints(rp: AuditReplayer) -> None:
-    async def both() -> tuple[httpx2.Response, httpx2.Response]:
-        http = rp._client(cast(Gateway, rp.target), ModelValue("endpoints"))
-        body = {"model": "claude-audit", "messages": [{"role": "user", "content": "count me"}]}
-        counted = await http.post(
-            "/v1/messages/count_tokens", content=orjson.dumps(body), headers=JSON_HEADERS
-        )
-        models = await http.get("/v1/models")
-        return counted, models
-
-    try:
-        counted, models = rp.harness.run(both())
-    except httpx2.HTTPError as exc:
-        rp.result.notes.append(f"count_tokens / models: {type(exc).__name__}: {exc}")
-        return
-    endpoint_failures(rp.result, counted, models)
-
-
-_SCENARIOS = itertools.count(1)
-
-
 def audit_gateway(
     harness: Harness,
     url: str,
@@ -611,9 +469,7 @@ def audit_gateway(
     cfg_of = {name.removesuffix(COVER): config for name, config in configs}
     try:
         if scenarios:
-            _prompt_too_long(rp)
-            _retry_safety(rp)
-            _endpoints(rp)
+            run_scenarios(rp)
         for index, (label, b) in enumerate(behaviours):
             if stop_on in result.failures:
                 break

@@ -4,15 +4,21 @@ variables) and rejects.
 
 The observed states come from the abstraction (:class:`tpx.audit.abstraction.Observer`),
 one after every step; :func:`conversation_trace` keeps the steps of one conversation
-(the others' are stutters of it) and its variables, ids written ``c.t``. The audit's
-abstraction is stricter than the replay's in two places, both read from the same bytes:
+(the others' are stutters of it) and its variables, ids written ``c.t``.
+:func:`gateway_trace` keeps every conversation's, interleaved, each step named with its
+conversation (``CallerSend(c1)``), after those of conversations of earlier behaviours (named
+by their keys): the trace of a NoCrossPairing failure, where check-trace must see which
+conversation an id came from. The audit's abstraction is stricter than the replay's in three
+places, all read from the same bytes:
 
 * a body handed to the client that breaks the Messages grammar (or an error answer that is
   not Messages-shaped) is not of the shape ``"messages"``: the step's ``gotShape`` is
   ``"openai"``, the shape of what it is not (so ShapeInv fails at that step);
 * an id that travels bound to another call, or a result answering another call than its id
   names, is not the id it spells: it is written ``c.t~`` (so PairingInv fails: the ids
-  handed over, or carried upstream, are not the obligations).
+  handed over, or carried upstream, are not the obligations);
+* another conversation's id that the conversation's bytes name (a pairing refusal listing
+  it as an obligation) is among the step's obligations (so NoCrossPairing fails).
 
 :func:`judge` gives the trace as observed when check-trace rejects it for the failing
 check's property, else the trace with the failing step read the stricter way (when that is
