@@ -43,7 +43,7 @@ __all__ = ["ABORT_STYLES", "ConvClient", "Settled"]
 #: how a CallerAbort's tool_results fail to answer the history's obligations: an id never
 #: issued, one left out, one twice; ``issued`` is the spec's ``unknown`` too, with an id the
 #: endpoint did issue, for a call of an earlier round (a check that asks "is this id one
-#: of mine" instead of "is it an obligation" lets it through)
+#: of mine", or drops a result it takes for a re-sent one, lets it through)
 ABORT_STYLES = ("unknown", "missing", "duplicate")
 
 #: a ``ping`` event, which a Messages stream may carry anywhere (the gateway sends them
