@@ -205,9 +205,9 @@ def _stale_result_dropped(mp: pytest.MonkeyPatch) -> None:
             if isinstance(block, dict) and block.get("type") == "tool_use"
         }
         last = messages[-1] if messages else None
-        content = last.get("content") if isinstance(last, dict) else None
-        if not earlier or not isinstance(content, list):
+        if not earlier or not isinstance(last, dict) or not isinstance(last.get("content"), list):
             return False
+        content = last["content"]
         kept = [
             b
             for b in content
