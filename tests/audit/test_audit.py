@@ -44,6 +44,9 @@ PROPERTY = {"ids_leak": "NoCrossPairing", "unissued_id": "PairingInv"}
 #: bugs of the Messages pass-through (the translator refuses ``unissued_id``'s id by itself):
 #: audited with the scripted upstream speaking the Messages API (``--messages-upstream``)
 PASS_THROUGH = {"unissued_id", "earlier_results_dropped"}
+#: bugs of the code both modes share, audited in pass-through mode too (the Messages
+#: upstream's usage, tool ids and errors read from its own bodies and event streams)
+BOTH_MODES = {"usage_zeroed", "ids_permuted", "retry_after_dropped", "ids_leak"}
 #: the bugs that make test runs (one per finding class, the pass-through's and the
 #: leak across conversations; all: make conformance-http)
 FAST = {
@@ -84,17 +87,32 @@ def test_tpx_serve_passes_every_check(harness: Harness, tmp_path: Path, upstream
 
 
 def _cases() -> list[object]:
-    return [
-        pytest.param(bug, check, marks=() if bug in FAST else pytest.mark.slow, id=bug)
+    cases = [
+        pytest.param(
+            bug,
+            check,
+            "messages" if bug in PASS_THROUGH else "openai",
+            marks=() if bug in FAST else pytest.mark.slow,
+            id=bug,
+        )
         for bug, check in CASES.items()
     ]
+    cases += [
+        pytest.param(bug, CASES[bug], "messages", marks=pytest.mark.slow, id=f"{bug}-pass-through")
+        for bug in sorted(BOTH_MODES)
+    ]
+    return cases
 
 
-@pytest.mark.parametrize(("bug", "check"), _cases())
+@pytest.mark.parametrize(("bug", "check", "upstream"), _cases())
 def test_a_seeded_bug_fails_its_check(
-    harness: Harness, tmp_path: Path, capsys: pytest.CaptureFixture[str], bug: str, check: str
+    harness: Harness,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    bug: str,
+    check: str,
+    upstream: str,
 ) -> None:
-    upstream = "messages" if bug in PASS_THROUGH else "openai"
     gw = _gateway(harness, upstream, bug)
     try:
         result = audit_gateway(harness, gw.url, GATEWAY_KEY, stop_on=check, upstream=upstream)
