@@ -87,7 +87,7 @@ def test_tpx_serve_passes_every_check(harness: Harness, tmp_path: Path, upstream
 
 
 def _cases() -> list[object]:
-    cases = [
+    cases: list[object] = [
         pytest.param(
             bug,
             check,
