@@ -16,6 +16,10 @@ fail (``tests/audit/test_audit_bugs.py``):
   would;
 * ``refusal_as_500`` -- a turn whose tool_results do not answer its calls refused with a
   500 ``api_error`` (the client's SDK retries it) instead of a 400;
+* ``stale_result_dropped`` -- a tool_result for a call of an earlier round (an id this
+  gateway did issue, which is no obligation now) is dropped from the turn, taken for a
+  re-sent result, and the turn goes on instead of being refused (an id never issued is
+  still refused: only a result for an issued id shows it);
 * ``count_tokens_renamed`` -- ``count_tokens`` answers ``{"tokens": N}``;
 * ``models_unpaged`` -- ``/v1/models`` answers a bare list of names.
 """
@@ -35,7 +39,7 @@ import tpx.gateway.core
 import tpx.gateway.history
 import tpx.gateway.turn
 import tpx.gateway.wire
-from conformance.gateway_bugs import GatewayBug
+from conformance.gateway_bugs import GatewayBug, _rewrite_messages
 from tpx.gateway.history import Refusal
 from tpx.gateway.wire import Response
 
@@ -191,6 +195,31 @@ def _refusal_as_500(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(tpx.gateway.core, "pairing_problem", problem)
 
 
+def _stale_result_dropped(mp: pytest.MonkeyPatch) -> None:
+    def drop(_: Any, messages: list[Any]) -> bool:
+        earlier = {
+            block.get("id")
+            for message in messages[:-2]
+            if isinstance(message, dict) and message.get("role") == "assistant"
+            for block in message.get("content") or ()
+            if isinstance(block, dict) and block.get("type") == "tool_use"
+        }
+        last = messages[-1] if messages else None
+        if not earlier or not isinstance(last, dict) or not isinstance(last.get("content"), list):
+            return False
+        content = last["content"]
+        kept = [
+            b
+            for b in content
+            if not (isinstance(b, dict) and b.get("type") == "tool_result")
+            or b.get("tool_use_id") not in earlier
+        ]
+        last["content"] = kept
+        return len(kept) < len(content)
+
+    _rewrite_messages(mp, drop)
+
+
 def _count_tokens_renamed(mp: pytest.MonkeyPatch) -> None:
     real = tpx.gateway.core.Gateway._count
 
@@ -226,6 +255,7 @@ AUDIT_BUGS: tuple[GatewayBug, ...] = (
     GatewayBug("context_unworded", "", _context_unworded, replay="PromptTooLong"),
     GatewayBug("retry_refused", "", _retry_refused, replay="RetrySafety"),
     GatewayBug("refusal_as_500", "", _refusal_as_500, replay="Refusal"),
+    GatewayBug("stale_result_dropped", "", _stale_result_dropped, replay="Refusal"),
     GatewayBug("count_tokens_renamed", "", _count_tokens_renamed, replay="CountTokens"),
     GatewayBug("models_unpaged", "", _models_unpaged, replay="Models"),
 )

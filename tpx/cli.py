@@ -403,7 +403,7 @@ def _cmd_check_trace(args: argparse.Namespace) -> int:
     cfg_path = _cfg_for(spec, args.config)
     from tpx.oracle import tracecheck_gateway as gateway_traces
 
-    if gateway_traces.is_gateway_spec(spec):  # per-conversation gateway traces (the mirror)
+    if gateway_traces.is_gateway_spec(spec):  # gateway traces, one conversation or several
         from tpx.oracle.model.gateway import Config as GatewayConfig
 
         if args.tlc:
@@ -600,8 +600,10 @@ def _add_check_trace(sub: Any) -> None:
         help="validate recorded traces (ITF or JSON lines) against the spec",
         description="Prints `FILE: ACCEPTED`, `FILE: REJECTED at step N (property): reason` or "
         "`FILE: ERROR: why` (not a trace) per file, in order. The mirror (default) refuses a "
-        "spec it does not mirror; --tlc checks any spec. Exit 0 if all are accepted, 1 if "
-        "any is rejected, 2 if any is no trace.",
+        "spec it does not mirror; --tlc checks any spec. A gateway trace whose steps name "
+        "their conversation (`CallerSend(c1)`) holds several conversations, interleaved, and "
+        "is also checked for ids crossing between them (NoCrossPairing). Exit 0 if all are "
+        "accepted, 1 if any is rejected, 2 if any is no trace.",
     )
     chk.add_argument("files", nargs="+", type=Path, metavar="FILE", help="trace files")
     chk.add_argument("--spec", type=Path, default=None, help=SPEC_HELP)

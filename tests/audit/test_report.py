@@ -19,6 +19,7 @@ import httpx2
 import pytest
 
 from tpx.audit import report
+from tpx.audit.cli import UPSTREAM_API_KEY, UPSTREAM_KEY
 from tpx.audit.findings import CHECKS, Failure, Result
 from tpx.cli import main
 
@@ -108,6 +109,11 @@ def test_an_endpoint_that_is_not_there_exits_2(capsys: pytest.CaptureFixture[str
     assert "ConnectError" in capsys.readouterr().err
 
 
+def test_a_scripted_messages_upstream_is_not_live(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["audit", "http://127.0.0.1:1", "--live", "--messages-upstream"]) == 2
+    assert "not with --live" in capsys.readouterr().err
+
+
 def test_a_report_of_another_kind_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["audit", "http://127.0.0.1:1", "--report", "r.txt"]) == 2
     assert ".html or .json" in capsys.readouterr().err
@@ -118,17 +124,20 @@ def serve_for_audit(
     upstream: int,
     tpx: Sequence[str] = (sys.executable, "-m", "tpx.cli"),
     cwd: Path = ROOT,
+    messages: bool = False,
     **extra: str,
 ) -> tuple[subprocess.Popen[bytes], str]:
     """``tpx serve`` (*tpx*: the command that runs tpx, in *cwd*) on a free port for the
-    OpenAI-compatible upstream on *upstream*, once ``/healthz`` answers 200."""
+    OpenAI-compatible upstream on *upstream* (*messages*: the Anthropic one, passed
+    through), once ``/healthz`` answers 200."""
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
-    env.update(
-        TPX_OAUTH_TOKEN="conformance-oauth-token",
-        TPX_BASE_URL=f"http://127.0.0.1:{upstream}/v1",
-        TPX_GATEWAY_KEY="audit-key",
-        **extra,
-    )
+    if messages:
+        env.update(
+            ANTHROPIC_API_KEY=UPSTREAM_API_KEY, ANTHROPIC_BASE_URL=f"http://127.0.0.1:{upstream}"
+        )
+    else:
+        env.update(TPX_OAUTH_TOKEN=UPSTREAM_KEY, TPX_BASE_URL=f"http://127.0.0.1:{upstream}/v1")
+    env.update(TPX_GATEWAY_KEY="audit-key", **extra)
     log = tmp_path / "serve.log"
     with log.open("wb") as out:  # a file: one log line per exchange never fills a pipe
         serve = subprocess.Popen(
@@ -151,15 +160,21 @@ def serve_for_audit(
     raise AssertionError(log.read_text())
 
 
-def test_tpx_audit_of_tpx_serve_exits_0_with_its_report(tmp_path: Path) -> None:
+@pytest.mark.parametrize("messages", [False, True], ids=["gateway", "pass-through"])
+def test_tpx_audit_of_tpx_serve_exits_0_with_its_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], messages: bool
+) -> None:
     upstream = free_port()
-    serve, url = serve_for_audit(tmp_path, upstream)
+    serve, url = serve_for_audit(tmp_path, upstream, messages=messages)
     try:
         html = tmp_path / "tpx.html"
         args = ["audit", url, "--key", "audit-key", "--report", str(html)]
+        args += ["--messages-upstream"] * messages
         code = main([*args, "--upstream-listen", f"127.0.0.1:{upstream}"])
         assert code == 0
         assert "every check passes" in html.read_text(encoding="utf-8")
+        mode = "pass-through" if messages else "gateway"
+        assert f"({mode} mode)" in capsys.readouterr().out
     finally:
         serve.terminate()
         serve.wait(30)

@@ -16,7 +16,9 @@ step from the clients and the bytes on both wires:
 * :mod:`~tpx.audit.abstraction` -- the abstraction function;
 * :mod:`~tpx.audit.replay`     -- the step driver and the judge;
 * :mod:`~tpx.audit.checks`     -- the Messages API's rules on the bytes a client receives;
-* :mod:`~tpx.audit.run`        -- ``tpx audit``: the replay aimed at a URL, the scenarios;
+* :mod:`~tpx.audit.run`        -- ``tpx audit``: the replay aimed at a URL (gateway and
+  pass-through modes);
+* :mod:`~tpx.audit.scenarios`  -- the scenarios beyond the spec's behaviours;
 * :mod:`~tpx.audit.traces`, :mod:`~tpx.audit.report`, :mod:`~tpx.audit.cli` -- the
   counterexamples' traces, the report, the command line.
 """

@@ -81,6 +81,7 @@ __all__ = [
     "credential_problem",
     "error_problem",
     "foreign_call",
+    "foreign_ids",
     "refusal_problem",
     "reply_ids",
     "reply_view",
@@ -354,6 +355,14 @@ def _scan(data: bytes, own: str) -> Iterable[str]:
     for m in WIRE_ID.finditer(data.decode("utf-8", "replace")):
         if m.group(1) != own:
             yield m.group(0)
+
+
+def foreign_ids(obs: Observer, c: ModelValue) -> frozenset[tuple[ModelValue, ModelValue]]:
+    """The other conversations' ids *c*'s bytes name: in the answers its client received and
+    on its upstream wire (NoCrossPairing's evidence)."""
+    cl, ch = obs.clients[c], obs.channels[c]
+    data = [a.body for a in cl.received] + [ex.body for ex in ch.exchanges]
+    return frozenset(obs.wire_id(raw) for body in data for raw in _scan(body, cl.key))
 
 
 def credential_problem(ex: UpstreamExchange) -> str | None:

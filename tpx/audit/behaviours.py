@@ -36,6 +36,7 @@ from tpx.oracle.tlc import StateGraph
 from tpx.oracle.values import ModelValue, Record
 
 __all__ = [
+    "CREDENTIALS",
     "RETRY",
     "SHIPPED",
     "SMALL",
@@ -48,6 +49,8 @@ __all__ = [
 ]
 
 SPEC = GATEWAY.spec_path
+#: the spec's provider -> the credentials (hasKey, hasToken) an endpoint of it boots with
+CREDENTIALS = {"TPX": (False, True), "ANTHROPIC": (True, False)}
 SMALL = Config.of(2, 1, 1, 2)
 RETRY = Config.of(1, 1, 3, 1)
 TWO_TOOLS = Config.of(1, 2, 2, 1)

@@ -3,10 +3,13 @@
 Gateway mode (the default) starts the scripted OpenAI-compatible upstream on
 ``--upstream-listen`` (``127.0.0.1:8999``): start the endpoint under test first, configured
 with ``http://HOST:PORT/v1`` as its OpenAI-compatible upstream and :data:`UPSTREAM_KEY` as
-that upstream's key, and any model name. ``--live`` audits a real model behind URL with the
-checks that need no scripted upstream. The table goes to stdout; ``--report FILE.html`` or
-``FILE.json`` writes the report (and each failure's trace in ``FILE.traces/``). Exit code:
-0 every check passes, 1 a check fails, 2 bad usage or an endpoint that cannot be reached.
+that upstream's key, and any model name. Pass-through mode (``--messages-upstream``): the
+scripted upstream speaks the Messages API instead; configure the endpoint with
+``http://HOST:PORT`` as its Anthropic base URL and :data:`UPSTREAM_API_KEY` as its API key.
+``--live`` audits a real model behind URL with the checks that need no scripted upstream.
+The table goes to stdout; ``--report FILE.html`` or ``FILE.json`` writes the report (and
+each failure's trace in ``FILE.traces/``). Exit code: 0 every check passes, 1 a check
+fails, 2 bad usage or an endpoint that cannot be reached.
 """
 
 from __future__ import annotations
@@ -19,10 +22,12 @@ from typing import Any
 
 from tpx.errors import ConfigurationError
 
-__all__ = ["PROFILES", "UPSTREAM_KEY", "add_audit_parser"]
+__all__ = ["PROFILES", "UPSTREAM_API_KEY", "UPSTREAM_KEY", "add_audit_parser"]
 
 #: the key the endpoint under test sends the scripted upstream (the upstream checks it)
 UPSTREAM_KEY = "conformance-oauth-token"
+#: ``--messages-upstream``: the API key it sends the scripted Messages upstream
+UPSTREAM_API_KEY = "sk-ant-conformance-key"
 #: ``--profile``: the cfgs whose behaviours the audit replays
 PROFILES = ("small", "full")
 
@@ -53,6 +58,13 @@ def add_audit_parser(sub: Any) -> None:
     )
     mode.add_argument("--live", action="store_true", help="a real model is behind URL")
     aud.add_argument(
+        "--messages-upstream",
+        action="store_true",
+        help="pass-through mode: the scripted upstream speaks the Messages API (configure "
+        f"the endpoint with http://HOST:PORT as its Anthropic base URL and the key "
+        f"{UPSTREAM_API_KEY}); the behaviours are those of a gateway with an Anthropic key",
+    )
+    aud.add_argument(
         "--profile",
         choices=PROFILES,
         default="small",
@@ -70,6 +82,8 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
     from tpx.audit import report
 
+    if args.live and args.messages_upstream:
+        raise ConfigurationError("--messages-upstream is a scripted upstream: not with --live")
     if args.report is not None and args.report.suffix not in (".html", ".json"):
         raise ConfigurationError(f"--report {args.report}: the file must end in .html or .json")
     try:
@@ -112,7 +126,13 @@ def _gateway(args: argparse.Namespace) -> Any:
             if harness.started():
                 break
             time.sleep(0.01)
-        print(f"scripted upstream: {harness.upstream_url}/v1 (key {UPSTREAM_KEY})", file=sys.stderr)
-        return audit_gateway(harness, args.url, args.key, configs=configs)
+        upstream = "messages" if args.messages_upstream else "openai"
+        where = (
+            f"{harness.upstream_url} (Messages API, key {UPSTREAM_API_KEY})"
+            if args.messages_upstream
+            else f"{harness.upstream_url}/v1 (key {UPSTREAM_KEY})"
+        )
+        print(f"scripted upstream: {where}", file=sys.stderr)
+        return audit_gateway(harness, args.url, args.key, configs=configs, upstream=upstream)
     finally:
         harness.close()

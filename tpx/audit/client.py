@@ -40,7 +40,10 @@ from tpx.oracle.values import ModelValue
 
 __all__ = ["ABORT_STYLES", "ConvClient", "Settled"]
 
-#: how a CallerAbort's tool_results fail to answer the history's obligations
+#: how a CallerAbort's tool_results fail to answer the history's obligations: an id never
+#: issued, one left out, one twice; ``issued`` is the spec's ``unknown`` too, with an id the
+#: endpoint did issue, for a call of an earlier round (a check that asks "is this id one
+#: of mine", or drops a result it takes for a re-sent one, lets it through)
 ABORT_STYLES = ("unknown", "missing", "duplicate")
 
 #: a ``ping`` event, which a Messages stream may carry anywhere (the gateway sends them
@@ -155,15 +158,24 @@ class ConvClient:
         user = {"role": "user", "content": [*self._results(ids), {"type": "text", "text": text}]}
         return self._body([*self.history, user])
 
+    def earlier(self) -> list[str]:
+        """The tool_use ids of the history's assistant turns before the last one: ids the
+        endpoint issued to this conversation that are no obligation now."""
+        turns = [m for m in self.history if m["role"] == "assistant"][:-1]
+        return [b["id"] for m in turns for b in m["content"] if b.get("type") == "tool_use"]
+
     def bad_body(self, style: str) -> bytes:
         """A turn whose tool_results do not answer the obligations (``style``: an id never
-        issued, one obligation left out, one answered twice)."""
+        issued, one obligation left out, one answered twice; ``issued``: an id of an earlier
+        round, when the history has one, else one never issued)."""
         self.sends += 1
         ids = self.pending()
         if style == "missing":
             ids = ids[1:]
         elif style == "duplicate":
             ids = [*ids, ids[0]]
+        elif style == "issued" and self.earlier():
+            ids = [*ids, self.earlier()[0]]
         else:
             ids = [*ids, f"toolu_forged{self.key}"]
         text = {"type": "text", "text": f"turn {self.turn} bad {self.sends}"}

@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-__all__ = ["CHECKS", "Check", "Failure", "Result", "check_named"]
+__all__ = ["CHECKS", "CHECK_OF", "Check", "Failure", "Result", "check_named"]
 
 
 @attrs.frozen
@@ -71,6 +71,21 @@ CHECKS: tuple[Check, ...] = (
     Check("CountTokens", "POST /v1/messages/count_tokens answers {input_tokens}", "", True),
     Check("Models", "GET /v1/models answers a page of models", "", True),
 )
+
+
+#: the replay's property -> the audit's check
+CHECK_OF = {
+    "TypeOK": "PairingInv",  # an id, call or result that names no call of the upstream
+    "ShapeInv": "ShapeInv",
+    "PairingInv": "PairingInv",
+    "Binding": "PairingInv",
+    "NoCrossPairing": "PairingInv",
+    "RetryInv": "PairingInv",
+    "OneRequest": "OneRequest",
+    "Refusal": "Refusal",
+    "ErrorShape": "ErrorShape",
+    "Credential": "Credential",
+}
 
 
 def check_named(name: str) -> Check:

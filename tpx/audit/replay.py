@@ -12,7 +12,8 @@ upstream, and takes each step as HTTP:
                    second one is Claude Code's fallback, the same body without
                    ``stream``); the same wait
 ``CallerAbort``    the client POSTs tool_results that do not answer its obligations (an id
-                   never issued, one left out, one twice); done at the gateway's answer
+                   of an earlier round when the history has one, else one never issued;
+                   one left out; one twice); done at the gateway's answer
                    (400 expected) or when anything reaches the upstream (a bug)
 ``NoProvider``     the client POSTs a turn to a gateway started without credentials
 ``ProviderReply``  the fake releases the held request with a reply emitting the spec's ids
@@ -298,6 +299,8 @@ class HttpReplayer:
         elif action == "CallerAbort":
             styles = [s for s in ABORT_STYLES if s == "unknown" or cl.pending()]
             style = styles[salt % len(styles)] if wrong is None else ABORT_STYLE_OF[wrong]
+            if style == "unknown" and cl.earlier():
+                style = "issued"  # an id of an earlier round, when the history has one
             cl.send(cl.bad_body(style))
             await self._sent(cl, ch)
         elif action == "ProviderReply":

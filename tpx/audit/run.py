@@ -14,15 +14,16 @@ the ``msg_`` id, usage, error shapes, ``retry-after``). A few scenarios add what
 spec's behaviours do not: a context overflow upstream (the prompt-too-long wording), a
 529 then the same body again (retry safety), ``count_tokens`` and ``/v1/models``.
 
+Pass-through mode (``upstream="messages"``, ``tpx audit --messages-upstream``): the scripted
+upstream speaks the Messages API; the behaviours are those whose gateway has an Anthropic
+key only (the spec's provider ANTHROPIC), the checks the same.
+
 Live mode (:func:`tpx.audit.endpoints.audit_live`): a real model behind the URL; the
 checks that need no scripted upstream.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import itertools
 import time
 from collections.abc import Sequence
 from typing import Any, cast
@@ -32,8 +33,9 @@ import httpx2
 import orjson
 
 from tpx.audit import checks
-from tpx.audit.abstraction import Observer, foreign_call
+from tpx.audit.abstraction import Observer, foreign_call, foreign_ids, reply_view
 from tpx.audit.behaviours import (
+    CREDENTIALS,
     RETRY,
     SHIPPED,
     SMALL,
@@ -43,18 +45,20 @@ from tpx.audit.behaviours import (
     mirror_graph,
 )
 from tpx.audit.client import ConvClient, Settled
-from tpx.audit.endpoints import JSON_HEADERS, endpoint_failures, kept_headers, text_of
-from tpx.audit.findings import Failure, Result, check_named
+from tpx.audit.endpoints import kept_headers, text_of
+from tpx.audit.findings import CHECK_OF, Failure, Result, check_named
 from tpx.audit.harness import GATEWAY_KEY, Gateway, Harness
 from tpx.audit.replay import HttpConformanceError, HttpReplayer
+from tpx.audit.scenarios import run_scenarios
 from tpx.audit.sse import is_stream
-from tpx.audit.traces import conversation_trace, judge
-from tpx.audit.upstream import Channel, Plan
+from tpx.audit.traces import conversation_trace, gateway_trace, judge
 from tpx.oracle.model.gateway import Config
 from tpx.oracle.values import ModelValue, Record
 
 __all__ = [
     "FULL_CFGS",
+    "MODE_OF",
+    "PROVIDER_OF",
     "SMALL_CFGS",
     "AuditReplayer",
     "Target",
@@ -62,19 +66,6 @@ __all__ = [
     "gateway_behaviours",
 ]
 
-#: the replay's property -> the audit's check
-CHECK_OF = {
-    "TypeOK": "PairingInv",  # an id, call or result that names no call of the upstream
-    "ShapeInv": "ShapeInv",
-    "PairingInv": "PairingInv",
-    "Binding": "PairingInv",
-    "NoCrossPairing": "PairingInv",
-    "RetryInv": "PairingInv",
-    "OneRequest": "OneRequest",
-    "Refusal": "Refusal",
-    "ErrorShape": "ErrorShape",
-    "Credential": "Credential",
-}
 #: the small cfgs: every behaviour of each (two conversations; three turns with retries;
 #: two parallel calls over two rounds)
 SMALL_CFGS: tuple[tuple[str, Config], ...] = (
@@ -88,12 +79,23 @@ AGAIN_S = 0.5
 COVER = " (edge cover)"
 #: ``--profile full``: the small cfgs and the edge cover of spec/TpxGateway.cfg
 FULL_CFGS = (*SMALL_CFGS, ("SHIPPED" + COVER, SHIPPED))
+#: the conversations of earlier behaviours kept for a NoCrossPairing counterexample (a
+#: leak from one behaviour's conversation into a later behaviour's)
+EARLIER = 16
 #: a step's hang guard (a failure to answer is a finding, not a wait)
 GUARD_S = 20.0
 
 
 class _Recorded(Exception):
     """The behaviour failed on a check already recorded: it ends there."""
+
+
+#: the upstream API the scripted upstream speaks -> the spec's provider of an endpoint
+#: configured to it (an OpenAI-compatible upstream: TPX, translated; a Messages upstream:
+#: ANTHROPIC, passed through)
+PROVIDER_OF = {"openai": "TPX", "messages": "ANTHROPIC"}
+#: the audit's mode, as the report names it, by upstream API
+MODE_OF = {"openai": "gateway", "messages": "pass-through"}
 
 
 @attrs.frozen
@@ -105,15 +107,19 @@ class Target:
     bug: str | None = None
 
 
-def gateway_behaviours(configs: Sequence[tuple[str, Config]]) -> list[tuple[str, Any]]:
+def gateway_behaviours(
+    configs: Sequence[tuple[str, Config]], provider: str = "TPX"
+) -> list[tuple[str, Any]]:
     """``(label, behaviour)`` of every behaviour of *configs* (a name ending in
-    :data:`COVER`: a minimum edge cover) that starts with an OpenAI-compatible upstream
-    only (what an endpoint configured to the fake has)."""
+    :data:`COVER`: a minimum edge cover) whose gateway boots with *provider*'s credential
+    only (what an endpoint configured to the fake has: TPX, an OpenAI-compatible upstream;
+    ANTHROPIC, a Messages upstream)."""
+    creds = CREDENTIALS[provider]
     out = []
     for name, config in configs:
         pick = cover_behaviours if name.endswith(COVER) else all_behaviours
         for k, b in enumerate(pick(mirror_graph(config))):
-            if b.init["hasToken"] and not b.init["hasKey"]:
+            if (b.init["hasKey"], b.init["hasToken"]) == creds:
                 out.append((f"{name.removesuffix(COVER)} #{k}", b))
     return out
 
@@ -171,6 +177,8 @@ class AuditReplayer(HttpReplayer):
         self._obs: Observer | None = None
         self._where = ""
         self._timed_out: set[str] = set()
+        #: the conversations of the latest behaviours, by key: their states and name there
+        self._earlier: dict[str, tuple[list[tuple[str, Record]], ModelValue]] = {}
         #: the scenario step under way (``Action(c1)``)
         self.taking = ""
 
@@ -192,6 +200,11 @@ class AuditReplayer(HttpReplayer):
                 self._states.append((exc.action, self._obs.state()))
             self._record_replay(exc)
         self.result.behaviours += 1
+        if self._obs is not None:  # its conversations, for a later NoCrossPairing trace
+            for c, cl in self._obs.clients.items():
+                self._earlier[cl.key] = (self._states, c)
+                while len(self._earlier) > EARLIER:
+                    del self._earlier[next(iter(self._earlier))]
 
     async def _guard(self, aw: Any, what: str) -> Any:
         """The replay's hang guard, short for a wait that has timed out before: an endpoint
@@ -271,8 +284,10 @@ class AuditReplayer(HttpReplayer):
             text = message if message.startswith(first) else f"{first} {prop}: {message}"
             if check == "Refusal" and prop != "Refusal":
                 text = f"a turn whose tool_results do not answer its calls went on: {text}"
-            # a refusal answered the wrong way: the answer's shape; forwarded: the pairing
-            self._record(check, text, conv, "ShapeInv" if prop == "Refusal" else None)
+            # a refusal answered the wrong way: the answer's shape; forwarded: the pairing;
+            # another conversation's ids: across the conversations
+            spec_property = {"Refusal": "ShapeInv", "NoCrossPairing": "NoCrossPairing"}
+            self._record(check, text, conv, spec_property.get(prop))
 
     def _record(
         self, check: str, message: str, conv: ModelValue | None, prop: str | None = None
@@ -288,8 +303,18 @@ class AuditReplayer(HttpReplayer):
         spec_property = check_named(check).property if prop is None else prop
         failure.property = spec_property
         if spec_property and conv is not None and self._states:
-            trace = conversation_trace(self._states, conv)
-            doc, report = judge(trace, spec_property, f"tpx audit {check}: {message[:200]}")
+            foreign: frozenset[Any] = frozenset()
+            if spec_property == "NoCrossPairing" and obs is not None:
+                # across conversations: every conversation's steps, interleaved, after those
+                # of the earlier behaviours' conversations whose ids the bytes name
+                foreign = foreign_ids(obs, conv)
+                keys = sorted({c.name[1:] for c, _ in foreign if c.name.startswith("?")})
+                earlier = [(*self._earlier[k], k) for k in keys if k in self._earlier]
+                trace = gateway_trace(self._states, earlier)
+            else:
+                trace = conversation_trace(self._states, conv)
+            description = f"tpx audit {check}: {message[:200]}"
+            doc, report = judge(trace, spec_property, description, foreign)
             failure.trace, failure.verdict = doc, str(report)
             failure.rejected_for = report.failed_property or ""
         self.result.add(failure)
@@ -395,8 +420,17 @@ def answer_problems(cl: ConvClient, answer: Settled) -> list[checks.Problem]:
 
 
 def _upstream_usage(data: bytes | None) -> tuple[int, int] | None:
-    """``(prompt_tokens, completion_tokens)`` the fake reported (plain or streamed)."""
+    """``(prompt_tokens, completion_tokens)`` the fake reported (plain or streamed; a
+    Messages reply: its input and output tokens)."""
     if data is None:
+        return None
+    view = reply_view(data)
+    if view is not None and view[0] == "messages":
+        message = checks.stream_problems(data)[1] if is_stream(data) else orjson.loads(data)
+        counts = checks.usage_of(message) if isinstance(message, dict) else (None, None)
+        prompt, completion = counts
+        if isinstance(prompt, int) and isinstance(completion, int):
+            return prompt, completion
         return None
     for chunk in reversed(data.split(b"\n")):
         text = chunk[6:] if chunk.startswith(b"data: ") else chunk
@@ -410,134 +444,6 @@ def _upstream_usage(data: bytes | None) -> tuple[int, int] | None:
     return None
 
 
-# -- scenarios beyond the spec's behaviours ----------------------------------------------------
-
-
-async def _scenario(
-    rp: AuditReplayer, name: str, steps: Sequence[tuple[str, Any]], stream: bool
-) -> tuple[ConvClient, Observer]:
-    """Run *steps* (``(action, plan)``: ``CallerSend``, ``Retry``, ``Reply`` (tools),
-    ``Fail`` (kind), ``Deliver``) for one fresh conversation, recording observed states."""
-    c = ModelValue("c1")
-    key = "a" + "".join(ch for ch in name if ch.isalnum()) + str(next(_SCENARIOS))
-    cl = ConvClient(
-        c, key, rp._client(cast(Gateway, rp.target), c), stream=stream, session=f"audit-{key}"
-    )
-    ch: Channel = rp.harness.upstreams.channel(key)
-    obs = Observer(False, True, "TPX", {c: cl}, {c: ch})
-    obs.reader = foreign_call
-    rp._obs = obs
-    rp._states = [("Init", obs.state())]
-    rp._seen = {}
-    try:
-        for action, arg in steps:
-            rp.taking = f"{action}(c1)"
-            if action == "CallerSend":
-                cl.send(cl.fresh_body())
-                await rp._sent(cl, ch)
-            elif action == "Retry":
-                assert cl.last_body is not None
-                cl.send(cl.last_body)
-                await rp._sent(cl, ch)
-            elif action == "ProviderReply":
-                ex = rp._held(cl)
-                ex.plan.set_result(Plan("reply", tuple(arg)))
-                await rp._guard(ex.done.wait(), "the fake's reply going out")
-            elif action == "ProviderFail":
-                ex = rp._held(cl)
-                ex.plan.set_result(Plan("fail", fail=str(arg)))
-                await rp._settle(cl, ch)
-            elif action == "Deliver":
-                await rp._settle(cl, ch)
-            rp._states.append((f"{action}(c1)", obs.state()))
-    finally:
-        if cl.outstanding is not None:
-            cl.outstanding.cancel()
-            with contextlib.suppress(asyncio.CancelledError, httpx2.HTTPError):
-                await cl.outstanding
-            cl.outstanding = None
-        for ex in ch.exchanges:
-            if not ex.plan.done():
-                ex.plan.set_result(Plan("fail", fail="500"))
-    return cl, obs
-
-
-def _run_scenario(
-    rp: AuditReplayer, name: str, steps: Sequence[tuple[str, Any]], stream: bool = False
-) -> ConvClient | None:
-    rp._where = f"scenario {name}, {'streamed' if stream else 'plain'}"
-    try:
-        cl, _ = rp.harness.run(_scenario(rp, name, steps, stream))
-    except HttpConformanceError as exc:
-        if rp._obs is not None:  # the step that failed, as observed
-            rp._states.append((rp.taking, rp._obs.state()))
-        check = CHECK_OF.get(exc.violated[0] if exc.violated else "", "Refinement")
-        if check == "Refinement" and name == "retry-after-529":
-            check = "RetrySafety"
-        rp._record(check, f"{exc}", ModelValue("c1"))
-        return None
-    return cl
-
-
-def _prompt_too_long(rp: AuditReplayer) -> None:
-    steps = [("CallerSend", None), ("ProviderFail", "context")]
-    cl = _run_scenario(rp, "context-overflow", steps)
-    if cl is None or not cl.received:
-        return
-    answer = cl.received[-1]
-    problem = ""
-    try:
-        error = orjson.loads(answer.body)["error"]
-        kind, text = error["type"], error["message"]
-    except (orjson.JSONDecodeError, KeyError, TypeError):
-        problem = f"answered {answer.status} {text_of(answer.body, 200)}"
-    else:
-        if answer.status != 400 or kind != "invalid_request_error":
-            problem = f"answered {answer.status} {kind}, not 400 invalid_request_error"
-        elif not checks.PROMPT_TOO_LONG.search(text):
-            problem = f"the message {text!r} does not say 'prompt is too long'"
-    if problem:
-        rp._record("PromptTooLong", f"an upstream context overflow: {problem}", ModelValue("c1"))
-
-
-def _retry_safety(rp: AuditReplayer) -> None:
-    steps = [
-        ("CallerSend", None),
-        ("ProviderFail", "529"),
-        ("Retry", None),
-        ("ProviderReply", ("t1",)),
-        ("Deliver", None),
-    ]
-    cl = _run_scenario(rp, "retry-after-529", steps)
-    if cl is None:
-        return
-    last = cl.received[-1] if cl.received else None
-    if last is None or last.status != 200:
-        got = "nothing" if last is None else f"{last.status} {text_of(last.body, 200)}"
-        rp._record("RetrySafety", f"the same body after a 529 answered {got}", ModelValue("c1"))
-
-
-def _endpoints(rp: AuditReplayer) -> None:
-    async def both() -> tuple[httpx2.Response, httpx2.Response]:
-        http = rp._client(cast(Gateway, rp.target), ModelValue("endpoints"))
-        body = {"model": "claude-audit", "messages": [{"role": "user", "content": "count me"}]}
-        counted = await http.post(
-            "/v1/messages/count_tokens", content=orjson.dumps(body), headers=JSON_HEADERS
-        )
-        models = await http.get("/v1/models")
-        return counted, models
-
-    try:
-        counted, models = rp.harness.run(both())
-    except httpx2.HTTPError as exc:
-        rp.result.notes.append(f"count_tokens / models: {type(exc).__name__}: {exc}")
-        return
-    endpoint_failures(rp.result, counted, models)
-
-
-_SCENARIOS = itertools.count(1)
-
-
 def audit_gateway(
     harness: Harness,
     url: str,
@@ -547,22 +453,23 @@ def audit_gateway(
     limit: int | None = None,
     scenarios: bool = True,
     stop_on: str | None = None,
+    upstream: str = "openai",
 ) -> Result:
-    """Audit the endpoint at *url* (configured to use *harness*'s scripted upstream):
-    the scenarios, then the behaviours of *configs* (the first *limit*; *stop_on*: stop
-    as soon as that check fails)."""
+    """Audit the endpoint at *url* (configured to use *harness*'s scripted upstream, which
+    speaks *upstream*: ``openai``, Chat Completions, or ``messages``, the Messages API):
+    the scenarios, then the behaviours of *configs* whose gateway has that upstream (the
+    first *limit*; *stop_on*: stop as soon as that check fails)."""
     start = time.monotonic()
-    result = Result(url, "gateway")
-    rp = AuditReplayer(harness, Target(url.rstrip("/")), key, result)
-    behaviours = gateway_behaviours(configs)
+    result = Result(url, MODE_OF[upstream])
+    provider = PROVIDER_OF[upstream]
+    rp = AuditReplayer(harness, Target(url.rstrip("/"), provider), key, result)
+    behaviours = gateway_behaviours(configs, provider)
     if limit is not None:
         behaviours = behaviours[:limit]
     cfg_of = {name.removesuffix(COVER): config for name, config in configs}
     try:
         if scenarios:
-            _prompt_too_long(rp)
-            _retry_safety(rp)
-            _endpoints(rp)
+            run_scenarios(rp)
         for index, (label, b) in enumerate(behaviours):
             if stop_on in result.failures:
                 break

@@ -3,7 +3,9 @@ per behaviour step, recording the exact bytes of both directions.
 
 ``POST .../chat/completions`` is the OpenAI-compatible upstream (TPX), ``POST
 .../messages`` the Anthropic one. A request belongs to the conversation whose tag
-``[conv:KEY]`` its first user text carries (the client puts it there). The fake never
+``[conv:KEY]`` its first user text carries (the client puts it there); a request of no
+conversation that names the Messages API (``anthropic-version``) is answered as that API
+answers ``GET /v1/models`` and ``POST /v1/messages/count_tokens``. The fake never
 decides a reply by itself: each request is queued on its conversation's
 :class:`Channel` and held until the replay resolves its :class:`Plan` (the behaviour's
 ``ProviderReply`` / ``ProviderFail``), or until the gateway closes it (``ClientGone``):
@@ -156,6 +158,10 @@ class FakeUpstreams:
         body = b"".join(parts)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         match = _TAG.search(body)
+        endpoint = _messages_endpoint(scope, headers)
+        if match is None and endpoint is not None:
+            await _respond(send, 200, endpoint)
+            return
         if match is None:
             self.strays.append(body)
             await _respond(send, 400, b'{"error": "no conversation tag"}')
@@ -296,6 +302,37 @@ class FakeUpstreams:
 def _planted(key: str, tool: str, n: int) -> dict[str, str]:
     """A call's input: the call it is, named."""
     return {"conv": key, "tool": tool, "call": f"{key}_{tool}_{n}"}
+
+
+#: the Messages API's answers to ``GET /v1/models`` and ``POST /v1/messages/count_tokens``
+#: (the requests of no conversation a pass-through endpoint hands on)
+MODELS_PAGE = {
+    "data": [
+        {
+            "type": "model",
+            "id": "claude-scripted",
+            "display_name": "Scripted",
+            "created_at": "2025-01-01T00:00:00Z",
+        }
+    ],
+    "has_more": False,
+    "first_id": "claude-scripted",
+    "last_id": "claude-scripted",
+}
+COUNTED = {"input_tokens": 10}
+
+
+def _messages_endpoint(scope: Scope, headers: dict[str, str]) -> bytes | None:
+    """The Messages API's answer to a request of no conversation (``anthropic-version``
+    names the API): the models page, a token count; ``None`` for anything else."""
+    if "anthropic-version" not in headers:
+        return None
+    path, method = scope["path"], scope.get("method")
+    if method == "GET" and path.endswith("/models"):
+        return orjson.dumps(MODELS_PAGE)
+    if method == "POST" and path.endswith("/messages/count_tokens"):
+        return orjson.dumps(COUNTED)
+    return None
 
 
 async def _respond(

@@ -12,12 +12,21 @@ JSON object per line, in order::
 Keys: ``#action`` (required: ``Init`` or ``Resume`` first, then the spec's
 per-conversation actions), the nine per-conversation variables and ``provider``
 (``hasKey``, ``hasToken``, ``retryable`` optional), tool ids as the caller sees them
-(strings); other ``#`` keys (``#conversation``, timestamps) are ignored. A trace is
-accepted when replaying it through a fresh monitor finds no violation: the same checks, in
-the same order, as the live ``tpx serve --monitor`` (see :mod:`tpx.oracle.model.gateway.monitor`).
-A per-conversation trace says nothing about other conversations, so the in-flight bound
-and NoCrossPairing across conversations are the live monitor's job; ``GatewayRetry`` is
+(strings); other ``#`` keys (timestamps) are ignored. A trace is accepted when replaying it
+through a fresh monitor finds no violation: the same checks, in the same order, as the live
+``tpx serve --monitor`` (see :mod:`tpx.oracle.model.gateway.monitor`). ``GatewayRetry`` is
 read from the cfg.
+
+Several conversations interleaved: an action written with its parameter, as the spec
+names it (``CallerSend(c1)``), is a step of that conversation, and the state holds that
+conversation's variables (the same keys); each conversation starts with its own
+``Init(c)`` or ``Resume(c)``, and the provider and credentials are the first state's. One
+monitor takes every conversation's steps, so NoCrossPairing across them is checked: an id
+one conversation took (its provider's reply, its history) that shows up in another's
+variables is rejected. A bare action name (``CallerSend``) is a step of the one unnamed
+conversation: a per-conversation trace, as ``tpx serve --monitor`` writes, says nothing
+about other conversations (the in-flight bound and NoCrossPairing across them are then the
+live monitor's job). ITF traces name their actions the same way (``#meta.action``).
 
 ``tpx check-trace --spec spec/TpxGateway.tla FILE...`` uses this module (the mirror only;
 ``--tlc`` is refused for the gateway spec); ``--exchange`` reads the per-request exchange
@@ -49,6 +58,7 @@ __all__ = [
     "EXCHANGE_TRACE",
     "check_gateway_trace",
     "is_gateway_spec",
+    "split_action",
     "trace_file_name",
     "trace_kind",
     "write_trace",
@@ -60,6 +70,8 @@ CONVERSATION_TRACE = "tpx serve conversation"
 EXCHANGE_TRACE = "tpx serve exchange"
 
 _FIRST_LINE_LIMIT = 1 << 20
+
+_PARAMETER = re.compile(r"(\w+)\((.+)\)").fullmatch
 
 _MODULE = re.compile(r"-{4,}\s*MODULE\s+(\w+)\s*-{4,}")
 
@@ -81,7 +93,8 @@ def check_gateway_trace(
     gateway_retry: bool = True,
     exchange: bool = False,
 ) -> TraceReport:
-    """Replay one conversation's trace through a fresh monitor.
+    """Replay a trace (one conversation's, or several interleaved: see the module's docs)
+    through a fresh monitor.
 
     ``exchange=True`` reads a trace of one gateway request's seed exchange as ``tpx serve
     --trace-dir`` records it: caller-side ids (``pending``, ``reqIds``) are compared with
@@ -103,21 +116,29 @@ def check_gateway_trace(
         to_wire=wire_id if exchange else None,
     )
     steps: list[str] = []
-    history: Any = ()
-    for i, (state, action) in enumerate(zip(states, actions, strict=True), 1):
-        if action is None:
+    history: dict[str, Any] = {}
+    for i, (state, label) in enumerate(zip(states, actions, strict=True), 1):
+        if label is None:
             return TraceReport(
                 False, steps, i, "Action", "a gateway trace names every step's #action"
             )
+        action, conversation = split_action(label)
         if exchange and action == "Resume":
-            history = state.get("pending", ())
+            history[conversation] = state.get("pending", ())
         if exchange and action in ("ProviderFail", "CallerAbort"):
-            state = {**state, "pending": history}
-        violation = monitor.observe("trace", action, state)
+            state = {**state, "pending": history.get(conversation, ())}
+        violation = monitor.observe(conversation, action, state)
         if violation is not None:
             return TraceReport(False, steps, i, violation.property, violation.message)
-        steps.append(action)
+        steps.append(label)
     return TraceReport(True, steps, message=f"{len(steps)} states")
+
+
+def split_action(label: str) -> tuple[str, str]:
+    """``(action, conversation)`` of a step's ``#action``: ``CallerSend(c1)`` is
+    ``("CallerSend", "c1")``; a bare name is a step of the unnamed conversation ``""``."""
+    m = _PARAMETER(label)
+    return (m.group(1), m.group(2)) if m else (label, "")
 
 
 def trace_kind(path: Path) -> str | None:
