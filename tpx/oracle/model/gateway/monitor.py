@@ -287,7 +287,7 @@ class GatewayMonitor:
         self._shared: dict[str, set[Hashable]] = {}
         #: the conversation each exchange key belongs to (:meth:`joins`; absent: its own)
         self._of: dict[Hashable, Hashable] = {}
-        #: the live exchange keys of each conversation with more than a key's own name
+        #: the exchange keys that joined each conversation (:meth:`joins`), until forgotten
         self._members: dict[Hashable, set[Hashable]] = {}
         self._contexts: dict[int, Context] = {}  # by the other conversations in flight
         #: the exchange's provider last seen and its name (an enum's ``name`` is a property)
@@ -488,12 +488,12 @@ class GatewayMonitor:
         conversation at once), but none may take it later (*start* False)."""
         owner, shared, others_of = self._owner, self._shared, self._others
         if (owner or shared) and fresh:
-            stolen = [
-                (i, owner[i] if i in owner else min(others_of(conversation, shared[i]), key=repr))
-                for i in fresh
-                if (i in owner and others_of(conversation, {owner[i]}))
-                or (not start and i in shared and others_of(conversation, shared[i]))
-            ]
+            stolen: list[tuple[str, Hashable]] = []
+            for i in fresh:
+                if i in owner and others_of(conversation, {owner[i]}):
+                    stolen.append((i, owner[i]))
+                elif not start and i in shared and (holders := others_of(conversation, shared[i])):
+                    stolen.append((i, min(holders, key=repr)))
             if stolen:
                 first = min(stolen, key=lambda x: x[0])
                 return Context(
