@@ -15,6 +15,7 @@ import attrs
 import pytest
 
 from tpx.cli import main
+from tpx.errors import SpecConfigError
 from tpx.oracle.model.common import subsets
 from tpx.oracle.model.gateway import actions as gw
 from tpx.oracle.model.gateway import overlap as O
@@ -88,7 +89,7 @@ def test_tpx_explore_runs_the_overlap_mirror(capsys: pytest.CaptureFixture[str])
 def test_a_cfg_without_max_forks_is_refused(tmp_path: Path) -> None:
     cfg = tmp_path / "TpxGatewayOverlap.cfg"
     cfg.write_text(CFG.read_text().replace("    MaxForks = 1\n", ""))
-    with pytest.raises(Exception, match="MaxForks"):
+    with pytest.raises(SpecConfigError, match="MaxForks"):
         OverlapConfig.from_cfg(cfg)
 
 
