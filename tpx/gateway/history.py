@@ -259,11 +259,11 @@ def opening(body: Mapping[str, Any]) -> str:
     since a client moves them between the requests of one conversation."""
     messages = body.get("messages")
     first = messages[0] if isinstance(messages, list) and messages else None
-    digest = hashlib.blake2b(digest_size=16)
+    digest = hashlib.sha256()
     for part in (body.get("system"), first.get("content") if isinstance(first, dict) else None):
         for text in _texts(part):
             data = text.encode("utf-8", "surrogatepass")
             digest.update(len(data).to_bytes(8, "little"))
             digest.update(data)
         digest.update(b"\xff" * 8)  # no text's length: the part ends
-    return digest.hexdigest()
+    return digest.hexdigest()[:32]
