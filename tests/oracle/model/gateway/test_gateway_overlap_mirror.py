@@ -86,6 +86,20 @@ def test_tpx_explore_runs_the_overlap_mirror(capsys: pytest.CaptureFixture[str])
     assert "tpx explore" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("name", ["MutGwForkCrossedReply", "MutGwForkForeignIds"])
+def test_explore_refuses_an_overlap_mutant(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The mirror explores only the spec it mirrors, a mutant not even under its name."""
+    mutant = OVERLAP_MUTANTS / f"{name}.tla"
+    renamed = tmp_path / "TpxGatewayOverlap.tla"
+    renamed.write_text(mutant.read_text().replace(f"MODULE {name} ", "MODULE TpxGatewayOverlap "))
+    (tmp_path / "TpxGatewayOverlap.cfg").write_text(CFG.read_text())
+    for spec in (mutant, renamed):
+        assert main(["explore", str(spec)]) == 2
+        assert f"tpx tlc {spec}" in capsys.readouterr().err
+
+
 def test_a_cfg_without_max_forks_is_refused(tmp_path: Path) -> None:
     cfg = tmp_path / "TpxGatewayOverlap.cfg"
     cfg.write_text(CFG.read_text().replace("    MaxForks = 1\n", ""))
