@@ -239,12 +239,13 @@ def _mirror_checks(spec: Path, cfg: Path) -> tuple[Any, Any]:
     from tpx.oracle.model import Config
     from tpx.oracle.model.gateway import GATEWAY
     from tpx.oracle.model.gateway import Config as GatewayConfig
+    from tpx.oracle.model.gateway.overlap import OVERLAP, OverlapConfig
     from tpx.oracle.model.registry import check_mirrored
 
     _require_file(spec, "spec")
     _require_file(cfg, "cfg")
     checked = check_mirrored(spec, cfg)
-    config_of: Any = GatewayConfig if checked.mirror is GATEWAY else Config
+    config_of: Any = {GATEWAY: GatewayConfig, OVERLAP: OverlapConfig}.get(checked.mirror, Config)
     try:
         config = config_of.from_constants(dict(checked.model.constants))
     except TpxError as exc:
@@ -320,8 +321,19 @@ def _cmd_explore(args: argparse.Namespace) -> int:
                 flush=True,
             )
 
-    if checked.mirror.module == "TpxGateway":
-        result = _explore_gateway(config, checked, check_deadlock, progress)
+    if checked.mirror.module in ("TpxGateway", "TpxGatewayOverlap"):
+        if checked.mirror.module == "TpxGateway":
+            result = _explore_gateway(config, checked, check_deadlock, progress)
+        else:
+            from tpx.oracle.model.gateway import overlap
+
+            result = overlap.explore(
+                config,
+                check_deadlock=check_deadlock,
+                invariants=checked.invariants,
+                checked=checked.properties,
+                on_progress=progress,
+            )
         summary(
             "explore",
             spec,
@@ -430,6 +442,11 @@ def _cmd_check_trace(args: argparse.Namespace) -> int:
         properties: tuple[str, ...] = ()
     else:
         config, checked = _mirror_checks(spec, cfg_path)
+        if checked.mirror.module == "TpxGatewayOverlap":
+            raise TpxError(
+                f"{spec}: check-trace reads traces of TpxTransport and TpxGateway; "
+                f"model-check TpxGatewayOverlap with `tpx explore {spec}` or `tpx tlc {spec}`"
+            )
         invariants, properties = checked.invariants, checked.properties
     _refuse_mismatched_traces(args, gateway=False)
     # one line per file, in the order given: a verdict, or why the file is no trace

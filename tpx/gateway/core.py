@@ -384,6 +384,7 @@ class Gateway:
                     exchange.snapshot(),
                     sent.obligations if sent else None,
                     sent.answers if sent else None,
+                    conversation=sent.opening if sent else None,
                 )
             if settings.provider is Provider.NONE:
                 error = exchange.no_provider()
@@ -640,6 +641,8 @@ class _Sent:
     obligations: frozenset[str]
     answers: tuple[str, ...] = ()
     """the tool_result ids of its last user turn, in order, repeats kept"""
+    opening: str | None = None
+    """its conversation, as the monitor names it (:func:`tpx.gateway.history.opening`)"""
 
     @classmethod
     def read(cls, body: bytes, reader: BodyReader) -> _Sent:
@@ -651,11 +654,13 @@ class _Sent:
         messages = value.get("messages") if isinstance(value, dict) else None
         obligations: frozenset[str] = frozenset()
         answers: tuple[str, ...] = ()
+        opening: str | None = None
         if isinstance(messages, list):
             with contextlib.suppress(KeyError, TypeError):  # ill-formed: the core refuses it
                 obligations = frozenset(history.pending_ids(messages))
                 answers = tuple(history.answer_ids(messages))
-        return cls(body, decoded, obligations, answers)
+            opening = history.opening(value)
+        return cls(body, decoded, obligations, answers, opening)
 
 
 #: The most characters a log field keeps (a client's model name, say): a longer one is cut,

@@ -16,12 +16,20 @@ ids in any other form (e.g. Anthropic's ``toolu_...``) pass through untouched.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
 from tpx.transport.translate.ids import CALLER_ID_PREFIX, decode_caller_id, verify_signed_id
 
-__all__ = ["Refusal", "last_turns", "pairing_problem", "unsign_ids", "validate_request"]
+__all__ = [
+    "Refusal",
+    "last_turns",
+    "opening",
+    "pairing_problem",
+    "unsign_ids",
+    "validate_request",
+]
 
 
 class Refusal(Exception):
@@ -227,3 +235,35 @@ def _looks_signed(value: str) -> bool:
     head, sep, _ = value.partition("_")
     parts = head.split("-")
     return bool(sep) and len(parts) == 3 and len(parts[1]) == 12 and len(parts[2]) == 20
+
+
+def _texts(content: Any) -> list[str]:
+    """The text of a ``system`` or message ``content``: the string, or each block's text
+    (a block without one: its type)."""
+    if isinstance(content, str):
+        return [content]
+    if not isinstance(content, list):
+        return []
+    return [
+        b["text"] if isinstance(b.get("text"), str) else str(b.get("type"))
+        for b in content
+        if isinstance(b, dict)
+    ]
+
+
+def opening(body: Mapping[str, Any]) -> str:
+    """What names a request's conversation (``tpx serve --monitor``): a digest of its
+    opening, the system prompt's text and the first message's. Every request of one
+    conversation starts so, the same history again or a fork of it (docs/gateway.md,
+    "Overlapping requests"); ``cache_control`` and the blocks' other fields are left out,
+    since a client moves them between the requests of one conversation."""
+    messages = body.get("messages")
+    first = messages[0] if isinstance(messages, list) and messages else None
+    digest = hashlib.sha256()
+    for part in (body.get("system"), first.get("content") if isinstance(first, dict) else None):
+        for text in _texts(part):
+            data = text.encode("utf-8", "surrogatepass")
+            digest.update(len(data).to_bytes(8, "little"))
+            digest.update(data)
+        digest.update(b"\xff" * 8)  # no text's length: the part ends
+    return digest.hexdigest()[:32]

@@ -2,8 +2,10 @@
 
 One :class:`LiveMonitor` per gateway process wraps a
 :class:`tpx.oracle.model.gateway.monitor.GatewayMonitor` (keyed by request id: one exchange,
-which the stateless gateway can always name; two requests of one conversation at once
-resume with the same history and are no cross-pairing). The core calls
+which the stateless gateway can always name; each request joins the conversation its
+opening names, :func:`tpx.gateway.history.opening`, so requests of one conversation at
+once, the same history again or a fork of it, share its ids: no cross-pairing,
+spec/TpxGatewayOverlap.tla). The core calls
 :meth:`LiveMonitor.start` (``Resume``: the history's obligations) before the exchange's
 first step, feeds every exchange action through :meth:`LiveMonitor.observer` (with the
 history's obligations, so a ProviderFail / ClientGone / CallerAbort keeps them as the
@@ -192,8 +194,15 @@ class LiveMonitor:
         snapshot: ExchangeSnapshot,
         obligations: frozenset[str] | None = None,
         answers: tuple[str, ...] | None = None,
+        *,
+        conversation: str | None = None,
     ) -> None:
         """``Resume``: the conversation starts idle with its history's obligations.
+
+        *conversation* names the conversation the request is an exchange of (its
+        opening's digest, :func:`tpx.gateway.history.opening`): the ids of its live
+        exchanges are all of theirs (overlapping requests, spec/TpxGatewayOverlap.tla;
+        ``None``: the request is a conversation of its own).
 
         *obligations* are those of the request as the client sent it, read at the
         gateway's boundary (``None``: take the exchange's ``pending``), *answers* the
@@ -204,6 +213,8 @@ class LiveMonitor:
         an exchange that lost some is stopped at its next step (a ``CallerSend`` without
         their tool_results)."""
         with self._lock:  # _check, inline
+            if conversation is not None:
+                self.monitor.joins(key, conversation)
             violation = self.monitor.observe_exchange(key, "Resume", snapshot)
         if violation is not None:
             self._stopped(key, violation)

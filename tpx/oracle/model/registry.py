@@ -12,7 +12,7 @@ named checks run. A mirror registers itself with one line::
 
     register(MirroredSpec("TpxGateway", invariants=(...), properties=(...)))
 
-in its package's ``__init__`` (the package is listed in :data:`MIRROR_PACKAGES`, so a
+in its package's ``__init__`` or its module (listed in :data:`MIRROR_PACKAGES`, so a
 lookup imports it), with ``spec/TpxGateway.tla`` / ``.cfg`` copied to ``tpx/oracle/specs/``.
 """
 
@@ -89,7 +89,11 @@ class MirroredSpec:
 _REGISTRY: dict[str, MirroredSpec] = {}
 
 #: Packages whose import registers their mirrors (each calls :func:`register` once).
-MIRROR_PACKAGES: list[str] = ["tpx.oracle.model", "tpx.oracle.model.gateway"]
+MIRROR_PACKAGES: list[str] = [
+    "tpx.oracle.model",
+    "tpx.oracle.model.gateway",
+    "tpx.oracle.model.gateway.overlap",
+]
 
 
 def register(spec: MirroredSpec) -> MirroredSpec:

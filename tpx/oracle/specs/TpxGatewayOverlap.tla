@@ -33,6 +33,26 @@
 (* instead of one): every invariant and property of TpxGateway.cfg, and   *)
 (* OwnReplies, ForkPairingInv, ForkNoCrossPairing, ForkTypeOK; deadlock    *)
 (* freedom.                                                                *)
+(*                                                                         *)
+(* Mirror: tpx/oracle/model/gateway/overlap.py (the lines are checked by   *)
+(* test_gateway_overlap_mirror.py)                                         *)
+(*   line  spec                  mirror                                    *)
+(*     59  CONSTANTS             overlap.py  OverlapConfig                 *)
+(*     62  VARIABLES             overlap.py  OverlapState                  *)
+(*     72  forkVars              overlap.py  FORK_VARS, OVERLAP_VARS       *)
+(*     76  RoundIds              overlap.py  RoundIds                      *)
+(*     79  Whose                 overlap.py  Whose                         *)
+(*     84  ForkRequests          overlap.py  ForkRequests                  *)
+(*     89  OverlapInit           overlap.py  OverlapInit                   *)
+(*    101  ForkSend              overlap.py  ForkSend                      *)
+(*    117  ForkReply             overlap.py  ForkReply                     *)
+(*    127  ForkFail              overlap.py  ForkFail                      *)
+(*    136  ForkDeliver           overlap.py  ForkDeliver                   *)
+(*    144  OverlapNext           overlap.py  OverlapNext, FORK_ACTIONS     *)
+(*    171  ForkTypeOK            overlap.py  ForkTypeOK                    *)
+(*    183  OwnReplies            overlap.py  OwnReplies                    *)
+(*    189  ForkPairingInv        overlap.py  ForkPairingInv                *)
+(*    197  ForkNoCrossPairing    overlap.py  ForkNoCrossPairing            *)
 (***************************************************************************)
 EXTENDS TpxGateway
 
@@ -76,7 +96,8 @@ OverlapInit ==
     /\ fgotFor = [c \in Convs |-> "none"]
     /\ forks = [c \in Convs |-> 0]
 
-\* A second request of c while c's main exchange is in flight.
+\* A second request of c while c's main exchange is in flight: a new
+\* exchange of the fork, nothing emitted for it or handed to its client yet.
 ForkSend(c) ==
     /\ phase[c] # "idle"
     /\ fphase[c] = "idle"
@@ -87,7 +108,9 @@ ForkSend(c) ==
           /\ fwire' = [fwire EXCEPT ![c] = r[2]]
     /\ fphase' = [fphase EXCEPT ![c] = "req"]
     /\ forks' = [forks EXCEPT ![c] = forks[c] + 1]
-    /\ UNCHANGED <<femitted, fgot, fgotFor>>
+    /\ femitted' = [femitted EXCEPT ![c] = {}]
+    /\ fgot' = [fgot EXCEPT ![c] = {}]
+    /\ fgotFor' = [fgotFor EXCEPT ![c] = "none"]
     /\ UNCHANGED vars
 
 \* The provider's reply to the fork's request: ids of c's own.

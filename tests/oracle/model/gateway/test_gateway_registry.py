@@ -23,7 +23,7 @@ TRACE = (
 def test_the_gateway_is_registered() -> None:
     assert "tpx.oracle.model.gateway" in MIRROR_PACKAGES
     assert lookup("TpxGateway") is GATEWAY
-    assert mirrored() == ("TpxGateway", "TpxTransport")
+    assert mirrored() == ("TpxGateway", "TpxGatewayOverlap", "TpxTransport")
     assert GATEWAY.invariants == tuple(n for n, _ in INVARIANTS)
     assert GATEWAY.properties == (
         *(n for n, _ in PROPERTIES),
@@ -37,7 +37,7 @@ def test_the_shipped_gateway_spec_is_the_repositorys() -> None:
     shipped = GATEWAY.spec_path.parent
     names = sorted(p.name for p in (ROOT / "spec").glob("TpxGateway*"))
     assert names == sorted(p.name for p in shipped.glob("TpxGateway*"))
-    assert len(names) == 9
+    assert len(names) == 9  # TpxGateway's and TpxGatewayOverlap's
     for name in names:
         assert (shipped / name).read_bytes() == (ROOT / "spec" / name).read_bytes(), name
     assert check_mirrored(SPEC).mirror is GATEWAY

@@ -13,7 +13,10 @@ Events
   safe key: several requests of one conversation at once (a client's retry while the
   first is in flight, a forked history) are several keys resuming with the same history,
   which is legal (see NoCrossPairing below); a longer-lived key works as long as its
-  requests do not overlap.
+  requests do not overlap. :meth:`GatewayMonitor.joins` names the conversation an
+  exchange key belongs to (spec/TpxGatewayOverlap.tla: overlapping exchanges of one
+  conversation); ids are then owned by conversations, not exchanges. Without it each key
+  is a conversation of its own.
 * ``action``: ``"Init"`` or ``"Resume"`` to start a conversation, then the spec's
   per-conversation actions (``CallerSend``, ``CallerAbort``, ``NoProvider``,
   ``ProviderReply``, ``ProviderFail``, ``Deliver``, ``ClientGone``, ``Retry``).
@@ -36,7 +39,8 @@ Checks, per event, in this order (the first failure is the violation; its ``prop
    per conversation (no id another live conversation's provider emitted appears in this
    conversation's variables, and no id another live conversation's history holds is taken
    by this one after it started; histories themselves may share ids: requests of one
-   conversation), ``RetryInv``;
+   conversation; exchanges :meth:`~GatewayMonitor.joins` put in one conversation share
+   every id: ForkNoCrossPairing), ``RetryInv``;
 2. ``SelectionStable``: the shared selection is the boot's;
 3. ``Next``: the step is the named action of the spec from the conversation's previous
    state (the action's successor, with the emitted ids as ProviderReply's witness);
@@ -281,6 +285,10 @@ class GatewayMonitor:
         #: requests of one conversation (a retry while the first is in flight, a forked
         #: history) hold the same history at once
         self._shared: dict[str, set[Hashable]] = {}
+        #: the conversation each exchange key belongs to (:meth:`joins`; absent: its own)
+        self._of: dict[Hashable, Hashable] = {}
+        #: the exchange keys that joined each conversation (:meth:`joins`), until forgotten
+        self._members: dict[Hashable, set[Hashable]] = {}
         self._contexts: dict[int, Context] = {}  # by the other conversations in flight
         #: the exchange's provider last seen and its name (an enum's ``name`` is a property)
         self._provider_seen: tuple[Any, str] = (None, "")
@@ -315,9 +323,40 @@ class GatewayMonitor:
         self.forget(conversation)
         return () if live is None else rendered(live.trace)
 
+    def joins(self, exchange: Hashable, conversation: Hashable) -> None:
+        """Exchange key *exchange* (its first event still to come) is an exchange of
+        *conversation*: the ids any of that conversation's exchanges hold are all of
+        theirs (the same history again, a fork of it, the same ids emitted again), and
+        still no other conversation's (spec/TpxGatewayOverlap.tla, ForkNoCrossPairing).
+        Forgotten with the exchange."""
+        self._of[exchange] = conversation
+        self._members.setdefault(conversation, set()).add(exchange)
+
+    def _conversation(self, exchange: Hashable) -> Hashable:
+        """The conversation of an exchange key (:meth:`joins`; else the key itself)."""
+        return self._of.get(exchange, exchange)
+
+    def _others(self, exchange: Hashable, holders: AbstractSet[Hashable]) -> list[Hashable]:
+        """The exchange keys among *holders* of conversations other than *exchange*'s."""
+        mine = self._of.get(exchange, exchange)
+        of = self._of
+        return [h for h in holders if of.get(h, h) != mine]
+
+    def _held_by(self, exchange: Hashable) -> AbstractSet[str]:
+        """The ids a live exchange holds as its own (none before its first event)."""
+        live = self._live.get(exchange)
+        return _NONE if live is None else live.owned
+
     def forget(self, conversation: Hashable) -> None:
         """:meth:`close` without building the trace."""
         live = self._live.pop(conversation, None)
+        siblings: set[Hashable] = set()
+        whole = self._of.pop(conversation, None)
+        if whole is not None:
+            siblings = self._members[whole]
+            siblings.discard(conversation)
+            if not siblings:
+                del self._members[whole]
         if live is None:
             return
         if live.state.phase != "idle":
@@ -325,7 +364,12 @@ class GatewayMonitor:
         owner = self._owner
         for name in live.owned:
             if owner.get(name) == conversation:
-                del owner[name]
+                # a sibling exchange holding it keeps it its conversation's
+                heir = next((k for k in siblings if name in self._held_by(k)), None)
+                if heir is None:
+                    del owner[name]
+                else:
+                    owner[name] = heir
         shared = self._shared
         for name in live.history:
             holders = shared.get(name)
@@ -442,14 +486,14 @@ class GatewayMonitor:
         started (its provider's) is no other's, at a start or later; an id a history brought
         may be in several live conversations' histories at their *start* (requests of one
         conversation at once), but none may take it later (*start* False)."""
-        owner, shared = self._owner, self._shared
+        owner, shared, others_of = self._owner, self._shared, self._others
         if (owner or shared) and fresh:
-            stolen = [
-                (i, owner[i] if i in owner else min(shared[i] - {conversation}, key=repr))
-                for i in fresh
-                if owner.get(i, conversation) != conversation
-                or (not start and shared.get(i, {conversation}) - {conversation})
-            ]
+            stolen: list[tuple[str, Hashable]] = []
+            for i in fresh:
+                if i in owner and others_of(conversation, {owner[i]}):
+                    stolen.append((i, owner[i]))
+                elif not start and i in shared and (holders := others_of(conversation, shared[i])):
+                    stolen.append((i, min(holders, key=repr)))
             if stolen:
                 first = min(stolen, key=lambda x: x[0])
                 return Context(
@@ -627,8 +671,10 @@ class GatewayMonitor:
         names = _names(t) if held is None else held
         owner = self._owner
         if names and owner:
+            mine = self._conversation(conversation)
             for i in names:
-                if i in owner:  # another's: a closed conversation's ids are forgotten
+                # another conversation's: a closed conversation's ids are forgotten
+                if i in owner and self._conversation(owner[i]) != mine:
                     return False
         self._live[conversation] = _Live(t, [(action, t)], set(names))
         if names:
@@ -711,12 +757,14 @@ class GatewayMonitor:
             names = p[1]
         if names and not names <= owned:  # NoCrossPairing: the ids it takes are no other's
             fresh = names - owned
-            owner, shared = self._owner, self._shared
+            owner, shared, others_of = self._owner, self._shared, self._others
             for i in fresh:
-                if owner.get(i, conversation) != conversation or i in shared:
+                if (i in owner and others_of(conversation, {owner[i]})) or (
+                    i in shared and others_of(conversation, shared[i])
+                ):
                     return False
             for i in fresh:
-                owner[i] = conversation
+                owner.setdefault(i, conversation)  # a sibling's stays its
             owned |= fresh
         live.state = expected
         live.trace.append((action, expected))
@@ -799,8 +847,11 @@ class GatewayMonitor:
             return self._violation(
                 conversation, trace, action, "Next", f"{action} while an exchange is in flight"
             )
-        if live is not None:
+        if live is not None:  # starts again: still an exchange of its conversation
+            whole = self._of.get(conversation)
             self.forget(conversation)
+            if whole is not None:
+                self.joins(conversation, whole)
         state, held, retryable = parse(self._init)
         owned = self._held(state, held)
         g = self._context(conversation, self._in_flight, owned, start=True)
@@ -837,7 +888,7 @@ class GatewayMonitor:
         self._in_flight += (observed.phase != "idle") - was_in_flight
         if fresh:
             for name in fresh:
-                self._owner[name] = conversation
+                self._owner.setdefault(name, conversation)  # a sibling's stays its
             live.owned |= fresh
         return None
 
