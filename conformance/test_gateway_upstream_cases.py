@@ -15,6 +15,8 @@ transport), nothing mocked in between.
 * A stream's first events reach the client while the upstream is still writing the rest.
 * A pass-through reply that spells a gateway secret in JSON escapes is withheld whole.
 * ``log_bodies``: the reply's body is in the exchange's log line.
+* ``[[upstreams]]``: a stream broken after its status and headers, before any event, is a
+  502 for its client (its reply began: it does not move), and its upstream cools down.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from conformance.test_gateway_upstream_live import (
     WIRINGS,
     Wiring,
     _gateway,
+    _pooled,
     _served,
     _turn,
     status,
@@ -396,3 +399,47 @@ def test_log_bodies_puts_the_reply_in_the_log_line() -> None:
     logged = orjson.loads(lines[0]["response_body"])
     assert logged == reply.json()
     assert logged["content"] == [{"type": "text", "text": "hello"}]
+
+
+# -- [[upstreams]]: a stream that breaks before its first event reached the client --------------
+
+
+def headers_then_drop(conn: socket.socket, head: bytes, request: bytes) -> bool:
+    """Answer a stream's status and headers, then close the connection before any event."""
+    conn.sendall(
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    )
+    return False
+
+
+def _in_flight(metrics: str) -> dict[str, float]:
+    found = re.findall(r'^tpx_gateway_upstream_in_flight\{upstream="(\w+)"\} (\S+)$', metrics, re.M)
+    return {name: float(value) for name, value in found}
+
+
+def test_a_stream_broken_before_its_first_byte_fails_and_cools_its_upstream() -> None:
+    """``[[upstreams]]``: the first upstream begins a stream (status and headers) and breaks
+    it before any event. Its reply began, so the request does not move (it may be
+    generating): the client gets a 502 ``api_error``, never an internal error. The upstream
+    cools down: the next request goes to the other one. No attempt stays in flight."""
+    with (
+        ScriptedUpstream(headers_then_drop) as first,
+        ScriptedUpstream(answer) as second,
+        _served(_pooled(first.url, second.url)) as url,
+        httpx2.Client(base_url=url, timeout=60) as client,
+    ):
+        broken = client.post("/v1/messages", json=_turn(True), headers=AUTH)
+        seen = (len(first.requests), len(second.requests))
+        after = client.post("/v1/messages", json=_turn(True), headers=AUTH)
+        metrics = client.get("/metrics").text
+        then = (len(first.requests), len(second.requests))
+    error = broken.json()
+    assert broken.status_code == 502, broken.text
+    assert error["error"]["type"] == "api_error"
+    assert seen == (1, 0)
+    assert after.status_code == 200, after.text
+    message = assemble_messages(after.content)
+    assert message is not None
+    assert message["content"] == [{"type": "text", "text": "hello"}]
+    assert then == (1, 1)
+    assert _in_flight(metrics) == {"u0": 0.0, "u1": 0.0}
