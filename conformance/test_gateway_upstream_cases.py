@@ -571,3 +571,77 @@ def test_a_refused_token_is_made_again_once_per_request(wiring: Wiring, tmp_path
         seen = len(upstream.requests)
     assert reply.status_code == 502, reply.text
     assert seen == 2
+
+
+def cut_short(conn: socket.socket, head: bytes, request: bytes) -> bool:
+    """A plain reply whose body stops halfway (the connection closed)."""
+    conn.sendall(
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 400\r\n\r\n"
+        b'{"id": "chatcmpl-1", "object": "chat.completion", '
+    )
+    return False
+
+
+@pytest.mark.parametrize("wiring", WIRINGS)
+def test_a_reply_cut_short_is_a_network_error(wiring: Wiring) -> None:
+    """The upstream's reply body stops before its length: a 502 naming the network failure
+    and its kind, the request sent once."""
+    with ScriptedUpstream(cut_short) as upstream:
+        with _gateway(wiring, _settings(upstream)) as client:
+            reply = client.post("/v1/messages", json=_turn(False), headers=AUTH)
+        seen = len(upstream.requests)
+    assert reply.status_code == 502, reply.text
+    error = reply.json()["error"]
+    assert error["type"] == "api_error"
+    assert error["message"].startswith("MODEL_NETWORK"), error
+    assert "RemoteProtocolError" in error["message"] or "ReadError" in error["message"], error
+    assert seen == 1
+
+
+def test_a_token_command_failing_after_a_401_leaves_the_connection_usable(tmp_path: Path) -> None:
+    """``tpx serve``: a 401, then the token command fails: the client gets the error; the
+    refused reply (its body a few bytes) is closed and its kept-alive connection given back,
+    so the next request (the old token, answered) goes on it."""
+    runs = tmp_path / "runs"
+    command = (
+        f"n=$(($(cat {runs} 2>/dev/null || echo 0) + 1)); echo $n > {runs}; "
+        '[ "$n" = 2 ] && exit 1; echo tok-$n-x'
+    )
+    with ScriptedUpstream(status(401), answer) as upstream:
+        settings = _settings(upstream, credential=Credential.from_command(command, ttl=600.0))
+        with _gateway("serve", settings) as client:
+            refused = client.post("/v1/messages", json=_turn(False), headers=AUTH)
+            after = client.post("/v1/messages", json=_turn(False), headers=AUTH)
+        seen = (len(upstream.requests), upstream.connections)
+    assert refused.status_code >= 400, refused.text
+    assert after.status_code == 200, after.text
+    assert seen == (2, 1)
+
+
+def stalled_body(release: threading.Event) -> Step:
+    """A plain reply whose body stops halfway and stays silent until *release*."""
+
+    def step(conn: socket.socket, head: bytes, request: bytes) -> bool:
+        cut_short(conn, head, request)
+        release.wait(GUARD_S)
+        return False
+
+    return step
+
+
+@pytest.mark.parametrize("wiring", WIRINGS)
+def test_a_reply_body_stalling_past_the_read_timeout_is_a_timeout(wiring: Wiring) -> None:
+    """``limits.read_timeout``: a reply whose body stops arriving halfway is a 504
+    ``timeout_error`` (not a network failure), the request sent once."""
+    release = threading.Event()
+    limits = attrs.evolve(Limits(), read_timeout=0.3)
+    with ScriptedUpstream(stalled_body(release)) as upstream:
+        try:
+            with _gateway(wiring, _settings(upstream, limits=limits)) as client:
+                reply = client.post("/v1/messages", json=_turn(False), headers=AUTH)
+        finally:
+            release.set()
+        seen = len(upstream.requests)
+    assert reply.status_code == 504, reply.text
+    assert reply.json()["error"]["type"] == "timeout_error"
+    assert seen == 1
