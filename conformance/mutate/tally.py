@@ -1,6 +1,6 @@
 """The kill rates of one or more campaign reports taken together.
 
-``python -m conformance.mutate.tally REPORT [REPORT ...]``
+``python -m conformance.mutate.tally [--file PATH ...] REPORT [REPORT ...]``
 
 Each report is the ``--report`` file (``.json``) a ``python -m conformance.mutate`` run wrote,
 or what that run printed (its ``[n/N] verdict id (seconds): why`` lines: a campaign stopped
@@ -9,14 +9,15 @@ judged in more than one report takes its verdict from the last report naming it 
 judged again, with ``--only-from``, after new conformance cases). Survivors listed in
 ``conformance/mutate/equivalent.txt`` (as it is now) are not counted. Prints the overall and
 per-file kill rates in the format a campaign prints, then every survivor: listed equivalent
-(with its reason) or not. Exit status 1 when a survivor is not listed.
+(with its reason) or not; ``--file`` (repeatable) keeps only the mutants of that file.
+Exit status 1 when a survivor is not listed.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
-import sys
 from pathlib import Path
 
 from conformance.mutate.__main__ import equivalents, per_file
@@ -51,11 +52,15 @@ def merged(paths: list[Path]) -> list[dict[str, object]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if not args:
-        print(__doc__.strip().splitlines()[2], file=sys.stderr)
-        return 2
-    results = merged([Path(a) for a in args])
+    parser = argparse.ArgumentParser(prog="python -m conformance.mutate.tally")
+    parser.add_argument("--file", action="append", default=None, help="only this mutated file")
+    parser.add_argument("reports", nargs="+", type=Path)
+    args = parser.parse_args(argv)
+    results = [
+        r
+        for r in merged(args.reports)
+        if not args.file or str(r["id"]).split("::", 1)[0] in args.file
+    ]
     equivalent = equivalents()
     killed = sum(1 for r in results if r["verdict"] == "killed")
     survivors = [str(r["id"]) for r in results if r["verdict"] == "survived"]
