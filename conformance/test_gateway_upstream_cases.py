@@ -365,9 +365,11 @@ def _escaped(text: str) -> str:
 @pytest.mark.parametrize("wiring", WIRINGS)
 def test_a_pass_through_reply_spelling_a_secret_in_escapes_is_withheld(wiring: Wiring) -> None:
     """ANTHROPIC ``count_tokens``: a reply that spells the gateway's upstream key in JSON
-    escapes (the client would decode it) is replaced whole by a 502; one without passes."""
+    escapes (the client would decode it) is replaced whole by a 502; one without passes, and
+    so does one that is no JSON (a backslash in it, nothing to decode)."""
     leak = b'{"input_tokens": 3, "echo": "%s"}' % _escaped(KEY).encode()
     clean = b'{"input_tokens": 3, "echo": "\\u0068i"}'
+    odd = b"upstream says: no \\ json"
 
     def replying(data: bytes) -> Step:
         def step(conn: socket.socket, head: bytes, request: bytes) -> bool:
@@ -380,16 +382,19 @@ def test_a_pass_through_reply_spelling_a_secret_in_escapes_is_withheld(wiring: W
         return step
 
     body = {"model": "claude-x", "messages": [{"role": "user", "content": "hi"}]}
-    with ScriptedUpstream(replying(leak), replying(clean)) as upstream:
+    with ScriptedUpstream(replying(leak), replying(clean), replying(odd)) as upstream:
         settings = settings_for(Provider.ANTHROPIC, base_url=upstream.url, monitor=False)
         with _gateway(wiring, settings) as client:
             withheld = client.post("/v1/messages/count_tokens", json=body, headers=AUTH)
             passed = client.post("/v1/messages/count_tokens", json=body, headers=AUTH)
+            unparsed = client.post("/v1/messages/count_tokens", json=body, headers=AUTH)
     assert withheld.status_code == 502, withheld.text
     assert withheld.json()["error"]["type"] == "api_error"
     assert KEY not in withheld.content.decode("unicode_escape")
     assert passed.status_code == 200
     assert passed.json() == {"input_tokens": 3, "echo": "hi"}
+    assert unparsed.status_code == 200
+    assert unparsed.content == odd
 
 
 def test_log_bodies_puts_the_reply_in_the_log_line() -> None:
