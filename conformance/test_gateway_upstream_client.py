@@ -10,10 +10,12 @@ stop, and token commands change for a caller.
 * A token command: the event loop serves other requests while the command runs; a token
   the upstream refused is made again once per request, however long the upstream took; a
   command failing after a 401 gives the refused reply's connection back.
+* A finished stream whose body never ends: the gateway stops waiting and closes it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -225,3 +227,46 @@ def test_a_reply_body_stalling_past_the_read_timeout_is_a_timeout(wiring: Wiring
     assert reply.status_code == 504, reply.text
     assert reply.json()["error"]["type"] == "timeout_error"
     assert seen == 1
+
+
+def done_but_open(closed: threading.Event) -> Step:
+    """A whole stream (``[DONE]`` included) whose chunked body never ends: the connection
+    stays open, silent; *closed* is set once the client closes it."""
+
+    def piece(data: bytes) -> bytes:
+        return b"%x\r\n%s\r\n" % (len(data), data)
+
+    def step(conn: socket.socket, head: bytes, request: bytes) -> bool:
+        data = (
+            _chunk({"role": "assistant", "content": "hello"})
+            + _chunk({}, "stop")
+            + b"data: [DONE]\n\n"
+        )
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n" + piece(data)
+        )
+        with contextlib.suppress(OSError):
+            while conn.recv(1024):
+                pass
+            closed.set()
+        return False
+
+    return step
+
+
+def test_a_finished_stream_whose_body_never_ends_is_closed() -> None:
+    """``tpx serve``: the client has its whole reply; the upstream's body, past ``[DONE]``,
+    never ends: the gateway stops waiting for it and closes that connection."""
+    closed = threading.Event()
+    with (
+        ScriptedUpstream(done_but_open(closed)) as upstream,
+        _gateway("serve", _settings(upstream)) as client,
+    ):
+        reply = client.post("/v1/messages", json=_turn(True), headers=AUTH)
+        stopped = closed.wait(GUARD_S)
+    assert reply.status_code == 200
+    message = assemble_messages(reply.content)
+    assert message is not None
+    assert message["content"] == [{"type": "text", "text": "hello"}]
+    assert stopped
