@@ -11,7 +11,8 @@ transport), nothing mocked in between.
   which already has the SSE headers and pings, gets the refusal as an ``error`` event.
 * The client leaving while the upstream still holds its streamed request: the gateway stops
   asking (the upstream sees its connection closed).
-* A redirect from the upstream is not followed (the request reaches the upstream once).
+* A redirect from the upstream is not followed (the request reaches the upstream once); a
+  refused stream's error quotes the upstream's own words.
 * A stream's first events reach the client while the upstream is still writing the rest.
 * A pass-through reply that spells a gateway secret in JSON escapes is withheld whole.
 * ``log_bodies``: the reply's body is in the exchange's log line.
@@ -452,3 +453,19 @@ def test_a_stream_broken_before_its_first_byte_fails_and_cools_its_upstream() ->
     assert message["content"] == [{"type": "text", "text": "hello"}]
     assert then == (1, 1)
     assert _in_flight(metrics) == {"u0": 0.0, "u1": 0.0}
+
+
+@pytest.mark.parametrize("code", [300, 418])
+@pytest.mark.parametrize("wiring", WIRINGS)
+def test_a_refused_stream_carries_the_upstreams_own_words(wiring: Wiring, code: int) -> None:
+    """A streamed request answered with a non-2xx status (a 3xx included) and an error body:
+    the client's error response quotes what the upstream said."""
+    with (
+        ScriptedUpstream(status(code)) as upstream,
+        _gateway(wiring, _settings(upstream)) as client,
+    ):
+        reply = client.post("/v1/messages", json=_turn(True), headers=AUTH)
+    assert reply.status_code >= 400, reply.text
+    message = reply.json()["error"]["message"]
+    assert f"returned HTTP {code}" in message
+    assert f"upstream says {code}" in message
