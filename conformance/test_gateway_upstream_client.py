@@ -115,7 +115,7 @@ def test_a_running_token_command_does_not_hold_other_requests(tmp_path: Path) ->
                 deadline = time.monotonic() + GUARD_S  # a hang guard only
                 while not running.exists() and time.monotonic() < deadline:
                     time.sleep(0.01)
-                metrics = client.get("/metrics", timeout=10)
+                metrics = client.get("/metrics", timeout=GUARD_S)
                 waiting = len(upstream.requests)
             finally:
                 go.touch()
