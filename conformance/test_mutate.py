@@ -119,3 +119,25 @@ def test_the_pristine_copy_collects_the_gateway_suite(tmp_path: Path) -> None:
         timeout=300,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def test_tally_takes_the_last_verdict_of_each_mutant(tmp_path: Path) -> None:
+    """``conformance.mutate.tally``: a campaign's printed verdicts or its ``.json``; a mutant
+    judged again takes its later verdict."""
+    import json
+
+    from conformance.mutate.tally import merged
+
+    ident = "tpx/gateway/drive.py::f::stmt::x = 1 => pass"
+    log = tmp_path / "first.log"
+    log.write_text(
+        "90 mutants in 3 files; judging 2\n"
+        f"[1/2] survived {ident} (50.2 s): the conformance cases pass\n"
+        "[2/2] killed   tpx/gateway/drive.py::g::cmp::a < b => a <= b (4.0 s): case: x (y)\n"
+    )
+    again = tmp_path / "again.json"
+    again.write_text(json.dumps({"rate": 100.0, "results": [{"id": ident, "verdict": "killed"}]}))
+    first = {str(r["id"]): r["verdict"] for r in merged([log])}
+    assert first == {ident: "survived", "tpx/gateway/drive.py::g::cmp::a < b => a <= b": "killed"}
+    both = {str(r["id"]): r["verdict"] for r in merged([log, again])}
+    assert both[ident] == "killed"

@@ -16,7 +16,13 @@ the working directory in two stages, stopping at the first that fails:
    loopback, then the upstream client over real loopback HTTP
    (``conformance/test_gateway_upstream_live.py``: the small cfgs replayed through ``tpx
    serve`` processes; the conformance conversations, every socket-level failure, and
-   ``[[upstreams]]`` failover through the real client). The seed edge cover never reaches
+   ``[[upstreams]]`` failover through the real client;
+   ``conformance/test_gateway_upstream_cases.py``: upstream context errors in the Messages
+   wording, a refusal after pings, a client leaving while the upstream holds its request,
+   redirects, a stream's first events before the upstream ends it, a withheld
+   pass-through reply, ``log_bodies``; ``conformance/test_gateway_upstream_client.py``: a
+   proxy in the environment, large bursts, bodies cut short or stalled, token commands).
+   The seed edge cover never reaches
    the gateway core; this stage does (and the id signing of
    :mod:`tpx.transport.translate.ids` only the gateway uses).
 
@@ -45,6 +51,8 @@ GATEWAY_SUITE = (
     "conformance/test_gateway_limits_cases.py",
     "conformance/test_gateway_bugs_live.py",
     "conformance/test_gateway_upstream_live.py",
+    "conformance/test_gateway_upstream_cases.py",
+    "conformance/test_gateway_upstream_client.py",
 )
 
 

@@ -196,17 +196,18 @@ class UpstreamPool:
     async def broken(
         self, turn: Turn, name: str
     ) -> tuple[httpx2.Response, AsyncUpstream, str] | None:
-        """The stream of *turn*'s attempt on *name* broke after its first byte reached the
-        client: a failure of that upstream (its cooldown), handed to THE failover point,
-        which never moves a request whose reply has begun (``None``). Were it to move it,
-        the next attempt's response, client and upstream (the caller streams it and
-        releases it)."""
+        """The stream of *turn*'s attempt on *name* broke after its status and headers were
+        read: a failure of that upstream (its cooldown), handed to THE failover point,
+        which never moves a request whose reply has begun (``None``): the exchange read this
+        reply's start, even when no byte of it reached the client yet, and cannot be framed
+        again for another upstream. Were it to move it, the next attempt's response, client
+        and upstream (the caller streams it and releases it)."""
         plan = turn.plan
         if plan is None:
             return None
         reports = self._reports(turn)
         now = self._clock()
-        step = retarget(self.dispatcher, plan, Failure("broken"), started=turn.started, now=now)
+        step = retarget(self.dispatcher, plan, Failure("broken"), started=True, now=now)
         if reports is not None:
             reports.cooled(plan)
         self.metrics.upstream_cooldowns.labels(name).inc()

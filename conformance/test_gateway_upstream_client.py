@@ -1,0 +1,272 @@
+"""The gateway's upstream client over real loopback HTTP (a scripted upstream on a socket,
+``tpx serve``'s app under uvicorn or the in-process sync SDK transport), beside
+``test_gateway_upstream_cases.py``: what the client's environment, large bursts, bodies that
+stop, and token commands change for a caller.
+
+* A proxy configured in the environment: an upstream ``NO_PROXY`` names is still reached.
+* A burst of stream bytes larger than the gateway's read-ahead piece reaches the client whole.
+* A reply body cut short is a network failure naming its kind; one stalling past
+  ``limits.read_timeout`` is a timeout (504).
+* A token command: the event loop serves other requests while the command runs; a token
+  the upstream refused is made again once per request, however long the upstream took; a
+  command failing after a 401 gives the refused reply's connection back.
+* A finished stream whose body never ends: the gateway stops waiting and closes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from pathlib import Path
+
+import attrs
+import httpx2
+import pytest
+
+from conformance.abstraction import assemble_messages
+from conformance.gateway_core import AUTH
+from conformance.test_gateway_upstream_cases import GUARD_S, _chunk, _settings, _sse
+from conformance.test_gateway_upstream_live import (
+    WIRINGS,
+    Wiring,
+    _gateway,
+    _served,
+    _turn,
+    status,
+)
+from tests.gateway.scripted import ScriptedUpstream, Step, answer
+from tpx.gateway.credential import BACKOFF_FIRST
+from tpx.gateway.settings import Credential, Limits
+
+
+def test_an_upstream_no_proxy_names_is_reached_with_a_proxy_configured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``HTTPS_PROXY`` / ``HTTP_PROXY`` set (here to a port nothing listens on) and the
+    upstream's host in ``NO_PROXY``: ``tpx serve`` reaches the upstream directly."""
+    with socket.socket() as dead:
+        dead.bind(("127.0.0.1", 0))
+        proxy = f"http://127.0.0.1:{dead.getsockname()[1]}"
+        for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+            monkeypatch.setenv(name, proxy)
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        monkeypatch.setenv("no_proxy", "127.0.0.1")
+        with ScriptedUpstream(answer) as upstream:
+            with _gateway("serve", _settings(upstream)) as client:
+                reply = client.post("/v1/messages", json=_turn(False), headers=AUTH)
+            seen = len(upstream.requests)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["content"] == [{"type": "text", "text": "hello"}]
+    assert seen == 1
+
+
+def one_burst(text: str) -> Step:
+    """A stream whose text delta is *text*, the whole body written at once."""
+
+    def step(conn: socket.socket, head: bytes, request: bytes) -> bool:
+        data = (
+            _chunk({"role": "assistant", "content": ""})
+            + _chunk({"content": text})
+            + _chunk({}, "stop")
+            + b"data: [DONE]\n\n"
+        )
+        _sse(conn, data)
+        return True
+
+    return step
+
+
+@pytest.mark.parametrize("wiring", WIRINGS)
+def test_a_burst_larger_than_a_read_ahead_piece_reaches_the_client_whole(wiring: Wiring) -> None:
+    """One text delta of 600 KiB (several of the gateway's 64 KiB read-ahead pieces, read
+    from the socket in large reads): the client assembles exactly that text."""
+    text = "".join(f"{i:07d} " for i in range(600 * 1024 // 8))
+    with ScriptedUpstream(one_burst(text)) as upstream:
+        limits = attrs.evolve(Limits(), max_upstream_stream=8 << 20)
+        with _gateway(wiring, _settings(upstream, limits=limits)) as client:
+            reply = client.post("/v1/messages", json=_turn(True), headers=AUTH)
+    assert reply.status_code == 200
+    message = assemble_messages(reply.content)
+    assert message is not None
+    assert message["content"] == [{"type": "text", "text": text}]
+
+
+def test_a_running_token_command_does_not_hold_other_requests(tmp_path: Path) -> None:
+    """``tpx serve`` with a token command not run yet (its token expired: ``ttl`` 0) whose
+    run waits (for a file): other requests (``/metrics``) are answered meanwhile; the turn goes
+    once the command ended."""
+    running, go = tmp_path / "running", tmp_path / "go"
+    wait = f"i=0; while [ ! -e {go} ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done"
+    command = f"touch {running}; {wait}; echo tok-1"
+    with ScriptedUpstream(answer) as upstream:
+        credential = Credential(None, command=command, ttl=0.0)
+        settings = _settings(upstream, credential=credential)
+        with _served(settings) as url, httpx2.Client(base_url=url, timeout=GUARD_S) as client:
+            turns: list[httpx2.Response] = []
+            worker = threading.Thread(
+                target=lambda: turns.append(
+                    client.post("/v1/messages", json=_turn(False), headers=AUTH)
+                )
+            )
+            worker.start()
+            try:
+                deadline = time.monotonic() + GUARD_S  # a hang guard only
+                while not running.exists() and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                metrics = client.get("/metrics", timeout=GUARD_S)
+                waiting = len(upstream.requests)
+            finally:
+                go.touch()
+                worker.join(GUARD_S)
+        tokens = [head for head, _ in upstream.requests]
+    assert metrics.status_code == 200
+    assert waiting == 0  # the command had not ended: nothing was sent yet
+    assert turns[0].status_code == 200, turns[0].text
+    assert len(tokens) == 1
+    assert b"Bearer tok-1" in tokens[0]
+
+
+def slow_status(code: int, seconds: float) -> Step:
+    """:func:`status` after *seconds*."""
+    then = status(code)
+
+    def step(conn: socket.socket, head: bytes, request: bytes) -> bool:
+        time.sleep(seconds)
+        return then(conn, head, request)
+
+    return step
+
+
+@pytest.mark.parametrize("wiring", WIRINGS)
+def test_a_refused_token_is_made_again_once_per_request(wiring: Wiring, tmp_path: Path) -> None:
+    """A 401, a new token, and a 401 again after longer than the command's first backoff
+    (1 s): the second refusal stands (a 502); the request was sent twice, not three times."""
+    runs = tmp_path / "runs"
+    command = f"n=$(($(cat {runs} 2>/dev/null || echo 0) + 1)); echo $n > {runs}; echo tok-$n-x"
+    later = BACKOFF_FIRST + 0.3
+    with ScriptedUpstream(status(401), slow_status(401, later), answer) as upstream:
+        settings = _settings(upstream, credential=Credential.from_command(command, ttl=600.0))
+        with _gateway(wiring, settings) as client:
+            reply = client.post("/v1/messages", json=_turn(False), headers=AUTH)
+        seen = len(upstream.requests)
+    assert reply.status_code == 502, reply.text
+    assert seen == 2
+
+
+def cut_short(conn: socket.socket, head: bytes, request: bytes) -> bool:
+    """A plain reply whose body stops halfway (the connection closed)."""
+    conn.sendall(
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 400\r\n\r\n"
+        b'{"id": "chatcmpl-1", "object": "chat.completion", '
+    )
+    return False
+
+
+@pytest.mark.parametrize("wiring", WIRINGS)
+def test_a_reply_cut_short_is_a_network_error(wiring: Wiring) -> None:
+    """The upstream's reply body stops before its length: a 502 naming the network failure
+    and its kind, the request sent once."""
+    with ScriptedUpstream(cut_short) as upstream:
+        with _gateway(wiring, _settings(upstream)) as client:
+            reply = client.post("/v1/messages", json=_turn(False), headers=AUTH)
+        seen = len(upstream.requests)
+    assert reply.status_code == 502, reply.text
+    error = reply.json()["error"]
+    assert error["type"] == "api_error"
+    assert error["message"].startswith("MODEL_NETWORK"), error
+    assert "RemoteProtocolError" in error["message"] or "ReadError" in error["message"], error
+    assert seen == 1
+
+
+def test_a_token_command_failing_after_a_401_leaves_the_connection_usable(tmp_path: Path) -> None:
+    """``tpx serve``: a 401, then the token command fails: the client gets the error; the
+    refused reply (its body a few bytes) is closed and its kept-alive connection given back,
+    so the next request (the old token, answered) goes on it."""
+    runs = tmp_path / "runs"
+    command = (
+        f"n=$(($(cat {runs} 2>/dev/null || echo 0) + 1)); echo $n > {runs}; "
+        '[ "$n" = 2 ] && exit 1; echo tok-$n-x'
+    )
+    with ScriptedUpstream(status(401), answer) as upstream:
+        settings = _settings(upstream, credential=Credential.from_command(command, ttl=600.0))
+        with _gateway("serve", settings) as client:
+            refused = client.post("/v1/messages", json=_turn(False), headers=AUTH)
+            after = client.post("/v1/messages", json=_turn(False), headers=AUTH)
+        seen = (len(upstream.requests), upstream.connections)
+    assert refused.status_code >= 400, refused.text
+    assert after.status_code == 200, after.text
+    assert seen == (2, 1)
+
+
+def stalled_body(release: threading.Event) -> Step:
+    """A plain reply whose body stops halfway and stays silent until *release*."""
+
+    def step(conn: socket.socket, head: bytes, request: bytes) -> bool:
+        cut_short(conn, head, request)
+        release.wait(GUARD_S)
+        return False
+
+    return step
+
+
+@pytest.mark.parametrize("wiring", WIRINGS)
+def test_a_reply_body_stalling_past_the_read_timeout_is_a_timeout(wiring: Wiring) -> None:
+    """``limits.read_timeout``: a reply whose body stops arriving halfway is a 504
+    ``timeout_error`` (not a network failure), the request sent once."""
+    release = threading.Event()
+    limits = attrs.evolve(Limits(), read_timeout=0.3)
+    with ScriptedUpstream(stalled_body(release)) as upstream:
+        try:
+            with _gateway(wiring, _settings(upstream, limits=limits)) as client:
+                reply = client.post("/v1/messages", json=_turn(False), headers=AUTH)
+        finally:
+            release.set()
+        seen = len(upstream.requests)
+    assert reply.status_code == 504, reply.text
+    assert reply.json()["error"]["type"] == "timeout_error"
+    assert seen == 1
+
+
+def done_but_open(closed: threading.Event) -> Step:
+    """A whole stream (``[DONE]`` included) whose chunked body never ends: the connection
+    stays open, silent; *closed* is set once the client closes it."""
+
+    def piece(data: bytes) -> bytes:
+        return b"%x\r\n%s\r\n" % (len(data), data)
+
+    def step(conn: socket.socket, head: bytes, request: bytes) -> bool:
+        data = (
+            _chunk({"role": "assistant", "content": "hello"})
+            + _chunk({}, "stop")
+            + b"data: [DONE]\n\n"
+        )
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n" + piece(data)
+        )
+        with contextlib.suppress(OSError):
+            while conn.recv(1024):
+                pass
+            closed.set()
+        return False
+
+    return step
+
+
+def test_a_finished_stream_whose_body_never_ends_is_closed() -> None:
+    """``tpx serve``: the client has its whole reply; the upstream's body, past ``[DONE]``,
+    never ends: the gateway stops waiting for it and closes that connection."""
+    closed = threading.Event()
+    with (
+        ScriptedUpstream(done_but_open(closed)) as upstream,
+        _gateway("serve", _settings(upstream)) as client,
+    ):
+        reply = client.post("/v1/messages", json=_turn(True), headers=AUTH)
+        stopped = closed.wait(GUARD_S)
+    assert reply.status_code == 200
+    message = assemble_messages(reply.content)
+    assert message is not None
+    assert message["content"] == [{"type": "text", "text": "hello"}]
+    assert stopped
