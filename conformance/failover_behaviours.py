@@ -149,7 +149,12 @@ class Plan:
                     live.add(a)
                     todo.append(a)
         self.kept_states = live
-        self.kept_edges = {(a, b, lb) for a, b, lb in kept if a in live and b in live}
+        edges = {(a, b, lb) for a, b, lb in kept if a in live and b in live}
+        # a Halted stutter where another step (a Recover) is still enabled ends no behaviour
+        # (a behaviour ends where Halted is the only step): not a step to replay
+        moving = {a for a, b, lb in edges if lb != "Halted"}
+        self.stutters = {(a, b, lb) for a, b, lb in edges if lb == "Halted" and a in moving}
+        self.kept_edges = edges - self.stutters
         # the projection
         ix: dict[Record, int] = {}
         for i in sorted(live):
@@ -172,6 +177,7 @@ class Plan:
             "mirror edges": len(self.full.edges),
             "TPX-boot realizable states": len(self.kept_states),
             "TPX-boot realizable edges": len(self.kept_edges),
+            "Halted stutters left out": len(self.stutters),
             "observed-view states": len(self.graph.states),
             "observed-view edges": len(self.graph.edges),
         }
