@@ -17,12 +17,17 @@ each a step ``spec/TpxGateway.tla`` does not allow among a request's upstream at
   is chosen for the next request at once, while its cooldown runs (``NewRequest`` to an
   upstream that is not healthy: ``Next``).
 
+And one the monitor cannot see (:data:`UNSEEN_POOL_BUGS`): ``hedged_attempt`` -- an attempt
+past ``first_byte_timeout`` is left running (not cancelled): the pool's reports say the
+attempt ended, so only its upstream, still holding the request, shows it.
+
 ``replay`` names the property the HTTP conformance replay of the failover cfg reports.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -32,7 +37,7 @@ import pytest
 from tpx.gateway import dispatch
 from tpx.gateway import pool as pool_module
 
-__all__ = ["POOL_BUGS", "PoolBug"]
+__all__ = ["POOL_BUGS", "UNSEEN_POOL_BUGS", "PoolBug"]
 
 Patch = Callable[[pytest.MonkeyPatch], None]
 
@@ -97,6 +102,17 @@ def _lost_cooldown(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(dispatch.Dispatcher, "failed", forgetting)
 
 
+def _hedged_attempt(mp: pytest.MonkeyPatch) -> None:
+    async def within(opening: Awaitable[Any], timeout: float | None) -> Any:
+        task = asyncio.ensure_future(opening)
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+        if not done:
+            raise TimeoutError
+        return task.result()
+
+    mp.setattr(pool_module, "_within", within)
+
+
 POOL_BUGS: tuple[PoolBug, ...] = (
     PoolBug("failover_after_the_first_byte", "Next", "Failover", _failover_after_the_first_byte),
     PoolBug("resent_after_sending", "OneGeneration", "Failover", _resent_after_sending),
@@ -104,3 +120,5 @@ POOL_BUGS: tuple[PoolBug, ...] = (
     PoolBug("resent_to_the_same", "Next", "Resend", _resent_to_the_same),
     PoolBug("lost_cooldown", "Next", "NewRequest", _lost_cooldown),
 )
+
+UNSEEN_POOL_BUGS: tuple[PoolBug, ...] = (PoolBug("hedged_attempt", "", "", _hedged_attempt),)

@@ -1,0 +1,178 @@
+"""A real ``tpx serve`` in front of the scripted upstreams of the failover replay
+(:mod:`conformance.pool_upstreams`): its config file, its process (``--monitor`` and a
+seeded bug of :mod:`conformance.serve` when asked) and its ``/metrics``.
+
+The config routes a request by the model it asks for (``to-u1``: ``u1`` first, ``to-u2``:
+``u2`` first), so the replay chooses the upstream a request starts on; cooldowns last an
+hour (they end only when a recovery probe passes, which the replay scripts), probes run
+every few milliseconds, and nothing waits on time unless ``first_byte_timeout`` is given.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import attrs
+import httpx2
+
+from tpx.audit.harness import GATEWAY_KEY, GATEWAY_SECRET, OAUTH_TOKEN
+
+__all__ = ["FailoverGateway", "config_text"]
+
+_LISTENING = re.compile(r"listening on (http://[0-9.]+:[0-9]+)")
+_SAMPLE = re.compile(r"^(\w+)\{([^}]*)\} (\S+)$")
+
+
+def config_text(urls: dict[str, str], *, first_byte_timeout: float = 600.0) -> str:
+    """The TOML of a gateway over *urls* (upstream name -> base URL)."""
+    names = sorted(urls)
+    out = [
+        "[routing]",
+        f"max_attempts = {len(names)}",
+        "retry_after_max = 2.0",
+        "cooldown = 3600.0",
+        "cooldown_max = 3600.0",
+        "probe_interval = 0.02",
+        f"first_byte_timeout = {first_byte_timeout!r}",
+        "",
+        "[limits]",
+        "ping_interval = 600.0",
+        "",
+        "[context]",
+        "default = 20000",
+        "",
+    ]
+    for n in names:
+        out += ["[[upstreams]]", f'name = "{n}"', f'base_url = "{urls[n]}"', 'models = ["m"]', ""]
+    for n in names:
+        order = ", ".join(f'"{x}"' for x in [n, *(x for x in names if x != n)])
+        out += [
+            "[[routes]]",
+            f'name = "{n}-first"',
+            f'model = ["to-{n}"]',
+            f"upstreams = [{order}]",
+            "",
+        ]
+    return "\n".join(out)
+
+
+@attrs.define(eq=False)
+class FailoverGateway:
+    """One running ``tpx serve`` over the scripted upstreams."""
+
+    url: str
+    bug: str | None
+    monitor: bool
+    popen: subprocess.Popen[str]
+    tail: collections.deque[str]
+    drain: threading.Thread
+    folder: tempfile.TemporaryDirectory[str]
+
+    @classmethod
+    def start(
+        cls,
+        urls: dict[str, str],
+        *,
+        bug: str | None = None,
+        monitor: bool = False,
+        first_byte_timeout: float = 600.0,
+    ) -> FailoverGateway:
+        folder = tempfile.TemporaryDirectory(prefix="tpx-failover-")
+        config = Path(folder.name) / "gateway.toml"
+        config.write_text(config_text(urls, first_byte_timeout=first_byte_timeout), "utf-8")
+        env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
+        env.update(
+            {
+                "TPX_GATEWAY_KEY": GATEWAY_KEY,
+                "TPX_GATEWAY_SECRET": GATEWAY_SECRET.decode(),
+                "TPX_THINKING_SECRET": "conformance-thinking-secret",
+                "TPX_OAUTH_TOKEN": OAUTH_TOKEN,
+                "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+            }
+        )
+        cmd = [sys.executable, "-m", "conformance.serve"]
+        if bug is not None:
+            cmd += ["--bug", bug]
+        cmd += ["--", "serve", "--host", "127.0.0.1", "--port", "0", "--config", str(config)]
+        if monitor:
+            cmd.append("--monitor")
+        popen = subprocess.Popen(
+            cmd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert popen.stderr is not None
+        tail: collections.deque[str] = collections.deque(maxlen=200)
+        match = None
+        for line in popen.stderr:
+            tail.append(line.rstrip("\n"))
+            match = _LISTENING.search(line)
+            if match:
+                break
+        if match is None:
+            popen.wait(30)
+            popen.stderr.close()
+            raise RuntimeError("tpx serve did not start:\n" + "\n".join(tail))
+        stream = popen.stderr
+
+        def drain() -> None:
+            for line in stream:
+                tail.append(line.rstrip("\n"))
+
+        drainer = threading.Thread(target=drain, daemon=True)
+        drainer.start()
+        gw = cls(match.group(1), bug, monitor, popen, tail, drainer, folder)
+        for _ in range(3000):
+            try:
+                if httpx2.get(gw.url + "/healthz", timeout=30).status_code == 200:
+                    return gw
+            except httpx2.TransportError:
+                pass
+            if popen.poll() is not None:
+                break
+            threading.Event().wait(0.02)  # start-up only
+        gw.stop()
+        raise RuntimeError("tpx serve never became healthy:\n" + gw.output())
+
+    def output(self) -> str:
+        return "\n".join(self.tail)
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(30)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(30)
+        self.drain.join(30)
+        if self.popen.stderr is not None:
+            self.popen.stderr.close()
+        self.folder.cleanup()
+
+
+async def metrics(http: httpx2.AsyncClient, gw: FailoverGateway) -> dict[tuple[str, str], float]:
+    """``/metrics`` as (name, labels) -> value (labels rendered, sorted)."""
+    text = (await http.get(gw.url + "/metrics")).text
+    out: dict[tuple[str, str], float] = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if m:
+            labels = ",".join(sorted(m.group(2).split(",")))
+            out[(m.group(1), labels)] = float(m.group(3))
+        elif " " in line:
+            name, _, value = line.rpartition(" ")
+            out[(name, "")] = float(value)
+    return out

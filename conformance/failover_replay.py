@@ -1,0 +1,581 @@
+"""The HTTP replay of ``spec/TpxGatewayFailover.cfg``: behaviours of
+:mod:`conformance.failover_behaviours` driven through a real ``tpx serve`` with
+``[[upstreams]]`` (:mod:`conformance.failover_gateway`) in front of scripted upstreams
+(:mod:`conformance.pool_upstreams`).
+
+Each step is HTTP, scripted from the step itself:
+
+=================  ========================================================================
+``CallerSend``     the client POSTs, asking for the model routed to the spec's upstream
+                   first (``to-u1`` / ``to-u2``); done when the request reaches an upstream.
+                   A conversation streams when its behaviour has a ``FirstByte``
+``CallerAbort``    the client POSTs a tool_result for an id never issued; done at the answer
+``PromptTooLong``  the client POSTs a prompt past the context window; done at the answer
+``Resend``         the upstream refuses with 429 / 529 and ``retry-after: 0``; done when the
+                   request reaches an upstream again
+``Failover``       the upstream refuses (503, 500, 502, or 529 / 429 with a long
+                   ``retry-after``, in rotation); done at the next arrival
+``UpstreamAccept`` the upstream takes it: ``200`` headers, the body held back (``drop`` mode:
+                   the connection closed once read, when the exchange then fails; ``timeout``
+                   mode: nothing, until the gateway's ``first_byte_timeout`` closes it)
+``FirstByte``      the upstream sends the stream's first event; done when the client has read
+                   a byte of the body
+``ProviderReply``  the upstream sends the rest of the reply
+``ProviderFail``   a request not taken: refused with a 400 (no cooldown, no failover; on an
+                   upstream cooling down, its last attempt: a 503); one
+                   taken: an error event ends the stream or the body is not JSON (``break``
+                   mode, after a first byte: the connection closes mid-stream); done at the
+                   client's answer
+``ClientGone``     the client drops its request; done when the upstream sees it closed
+``Deliver``        the client takes its answer
+``Recover``        the upstream answers its next recovery probe healthy; done when the
+                   gateway counted that probe (``/metrics``)
+=================  ========================================================================
+
+After each step the abstraction (:func:`observe`) computes the observed variables from what
+the clients and the upstreams saw -- never from the gateway -- and they must equal the
+behaviour's (:data:`~conformance.failover_behaviours.OBSERVED`); ``OneGeneration``
+(generations started per client request), ``NoDuplicateDelivery`` and
+``FailoverBeforeFirstByte`` are named when the observed values break them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import attrs
+import httpx2
+import orjson
+
+from conformance.failover_behaviours import OBSERVED, project
+from conformance.failover_gateway import FailoverGateway, metrics
+from conformance.pool_upstreams import Act, Arrival, PoolUpstreams
+from tpx.audit.behaviours import conversation_of
+from tpx.audit.harness import GATEWAY_KEY
+from tpx.oracle.behaviours import Behaviour
+from tpx.oracle.model.gateway import Config
+from tpx.oracle.values import Function, ModelValue, Record
+
+__all__ = ["FailoverError", "FailoverReplayer", "Modes"]
+
+_KEYS = itertools.count(1)
+GUARD_S = 60.0  # a hang guard only: every wait is for an event
+NONE = ModelValue("NONE")
+#: the refusals that move a request elsewhere, in rotation
+FAILOVER_REFUSALS: tuple[tuple[int, str | None], ...] = (
+    (503, None),
+    (529, "3000"),
+    (500, None),
+    (429, "3000"),
+    (502, None),
+)
+_PROBES_OK = re.compile(r'result="ok"')
+
+
+class FailoverError(AssertionError):
+    def __init__(self, message: str, *, violated: list[str], step: int, action: str) -> None:
+        super().__init__(message)
+        self.violated = tuple(dict.fromkeys(violated))
+        self.step = step
+        self.action = action
+
+
+@attrs.frozen
+class Modes:
+    """How the steps that can be taken several ways are taken (module doc)."""
+
+    accept: str = "take"  #: ``take``, ``drop`` or ``timeout`` (before a ProviderFail)
+    broken: str = "fail"  #: ``fail`` or ``break`` (a ProviderFail after a FirstByte)
+    #: every conversation streams (``first_byte_timeout`` applies to streams only)
+    stream_all: bool = False
+
+
+@attrs.define(eq=False)
+class Conv:
+    c: ModelValue
+    key: str
+    stream: bool
+    request: str = "none"
+    turn: int = 0
+    outcome: str = "none"
+    task: asyncio.Future[httpx2.Response] | None = None
+    response: httpx2.Response | None = None
+    chunks: AsyncIterator[bytes] | None = None
+    body: bytes = b""
+    first: bool = False
+    gone: bool = False
+
+
+class FailoverReplayer:
+    def __init__(
+        self,
+        upstreams: PoolUpstreams,
+        gateway: FailoverGateway,
+        config: Config,
+        modes: Modes = Modes(),
+    ) -> None:
+        self.upstreams = upstreams
+        self.gateway = gateway
+        self.config = config
+        self.modes = modes
+        self.http = httpx2.AsyncClient(
+            base_url=gateway.url,
+            headers={"x-api-key": GATEWAY_KEY, "anthropic-version": "2023-06-01"},
+            timeout=httpx2.Timeout(600.0),
+        )
+        self.steps = 0
+        #: how long an ended exchange's upstream request may take to close (a hang guard)
+        self.ended_s = GUARD_S
+        self.refusals = itertools.count()
+        #: upstream -> the arrival seq of its last healthy probe answer
+        self.probed_at: dict[str, int] = {}
+        #: upstreams the gateway cools down beyond the spec's failovers (a timeout, a stream
+        #: broken after its first byte): recovered after the behaviour
+        self.extra_cooled: set[str] = set()
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    # -- one behaviour ------------------------------------------------------------------
+
+    async def replay(self, behaviour: Behaviour) -> None:
+        streamed = {
+            c
+            for s, t, a in behaviour.edges()
+            if a == "FirstByte"
+            for c in self.config.Convs
+            if s["fwd"][c] != t["fwd"][c]
+        }
+        convs = {c: Conv(c, f"f{next(_KEYS)}{c.name}", c in streamed) for c in self.config.Convs}
+        try:
+            self._judge(convs, None, behaviour.init, 0, "Init")
+            before = behaviour.init
+            for n, (action, expected) in enumerate(behaviour.steps, start=1):
+                c = _actor(before, expected, action, self.config)
+                label = action if c is None else f"{action}({c})"
+                try:
+                    await self._step(action, convs, c, before, expected, behaviour, n)
+                except FailoverError as stuck:
+                    raise FailoverError(
+                        f"step {n} {label}: {stuck}",
+                        violated=list(stuck.violated),
+                        step=n,
+                        action=label,
+                    ) from None
+                self.steps += 1
+                self._judge(convs, before, expected, n, label)
+                before = expected
+        finally:
+            await self._cleanup(convs)
+
+    async def _step(
+        self,
+        action: str,
+        convs: dict[ModelValue, Conv],
+        c: ModelValue | None,
+        before: Record,
+        after: Record,
+        behaviour: Behaviour,
+        n: int,
+    ) -> None:
+        if action == "Halted":
+            return
+        if action == "Recover":
+            (u,) = [u for u, ok in after["health"].items() if ok and not before["health"][u]]
+            await self._recover(u.name)
+            return
+        assert c is not None
+        cv = convs[c]
+        if action == "CallerSend":
+            cv.request = "ok"
+            healthy = [u for u, ok in before["health"].items() if ok]
+            # with one upstream healthy, the route that lists the other first: the gateway
+            # must skip the one cooling down
+            first = after["up"][c]
+            if len(healthy) == 1:
+                (first,) = [u for u in self.config.Upstreams if u != first]
+            self._send(cv, self._body(cv, f"to-{first.name}"))
+            await self._arrival(cv)
+        elif action in ("CallerAbort", "PromptTooLong"):
+            cv.request = "unknown" if action == "CallerAbort" else "long"
+            self._send(cv, self._body(cv, "to-u1", wrong=action))
+            await self._settle(cv, convs)
+        elif action == "Resend":
+            status = 429 if next(self.refusals) % 2 else 529
+            await self._act(self._current(cv), Act("refuse", status, "0"))
+            await self._arrival(cv)
+        elif action == "Failover":
+            status, wait = FAILOVER_REFUSALS[next(self.refusals) % len(FAILOVER_REFUSALS)]
+            await self._act(self._current(cv), Act("refuse", status, wait))
+            await self._arrival(cv)
+        elif action == "UpstreamAccept":
+            ex = self._current(cv)
+            mode = (
+                self.modes.accept
+                if _next_of(behaviour, n, c, self.config) == "ProviderFail"
+                else "take"
+            )
+            if mode == "take":
+                await self._act(ex, Act("take"))
+            else:
+                if mode == "drop":
+                    await self._act(ex, Act("drop"))
+                else:  # the gateway's first_byte_timeout ends the attempt
+                    self.extra_cooled.add(ex.upstream)
+                    await self._over(cv, ex, "the gateway's first_byte_timeout")
+                # the gateway answers the client, or (wrongly) asks another upstream
+                queue = self.upstreams.queue(cv.key)
+                assert cv.task is not None
+                got = asyncio.ensure_future(queue.get())
+                await _first_of(got, cv.task)
+                got.cancel()
+        elif action == "FirstByte":
+            await self._act(self._current(cv), Act("first"))
+            await self._read_first(cv)
+        elif action == "ProviderReply":
+            await self._act(self._current(cv), Act("reply"))
+        elif action == "ProviderFail":
+            ex = self._current(cv)
+            if not ex.taken and ex.open:
+                cooling = not before["health"][before["up"][c]]
+                await self._act(ex, Act("refuse", 503 if cooling else 400))
+            elif ex.open and cv.first and self.modes.broken == "break":
+                self.extra_cooled.add(ex.upstream)
+                await self._act(ex, Act("drop"))
+            elif ex.open:
+                await self._act(ex, Act("fail"))
+            await self._settle(cv, convs)
+            await self._ended(cv)
+        elif action == "Deliver":
+            await self._settle(cv, convs)
+        elif action == "ClientGone":
+            ex = self._current(cv)
+            cv.gone = True
+            await self._drop(cv)
+            await self._guard(ex.done.wait(), "the gateway closing the upstream request")
+            cv.turn, cv.outcome = 1, "err"
+            await self._quiet(convs)
+        else:
+            raise ValueError(f"no HTTP step for {action}")
+
+    # -- the client side ------------------------------------------------------------------
+
+    def _body(self, cv: Conv, model: str, wrong: str | None = None) -> bytes:
+        text = f"[conv:{cv.key}] hello"
+        content: Any = text
+        if wrong == "PromptTooLong":
+            content = text + " lorem ipsum dolor sit amet" * 8000
+        elif wrong == "CallerAbort":
+            content = [
+                {"type": "text", "text": text},
+                {"type": "tool_result", "tool_use_id": f"toolu_forged{cv.key}", "content": "x"},
+            ]
+        body: dict[str, Any] = {
+            "model": model,
+            "max_tokens": 64,
+            "messages": [{"role": "user", "content": content}],
+        }
+        if cv.stream and wrong is None:
+            body["stream"] = True
+        return orjson.dumps(body)
+
+    def _send(self, cv: Conv, body: bytes) -> None:
+        request = self.http.build_request(
+            "POST", "/v1/messages", content=body, headers={"content-type": "application/json"}
+        )
+        cv.task = asyncio.ensure_future(self.http.send(request, stream=cv.stream))
+
+    async def _read_first(self, cv: Conv) -> None:
+        assert cv.task is not None
+        response = await self._guard(asyncio.shield(cv.task), "the stream's headers")
+        cv.response = response
+        cv.chunks = response.aiter_raw()
+        while not cv.body:
+            try:
+                cv.body += await self._guard(anext(cv.chunks), "the stream's first byte")
+            except StopAsyncIteration:
+                break
+        cv.first = bool(cv.body)
+
+    async def _settle(self, cv: Conv, convs: dict[ModelValue, Conv]) -> None:
+        """The client takes its answer (a request reaching an upstream meanwhile is one it
+        did not send: it shows as an attempt)."""
+        assert cv.task is not None
+        got = asyncio.ensure_future(self.upstreams.queue(cv.key).get())
+        await _first_of(got, cv.task)
+        if got.done():  # the gateway asked an upstream again: the state shows it
+            return
+        got.cancel()
+        try:
+            response = await self._guard(asyncio.shield(cv.task), "the gateway's answer")
+            if cv.stream:
+                if cv.chunks is None:
+                    cv.chunks = response.aiter_raw()
+                async for part in cv.chunks:
+                    cv.body += part
+                await response.aclose()
+            else:
+                cv.body = response.content
+        except httpx2.HTTPError as exc:
+            raise FailoverError(
+                f"{cv.c}: the client's request failed: {exc!r}",
+                violated=["Refinement"],
+                step=0,
+                action="",
+            ) from None
+        ok = response.status_code == 200 and (
+            b"message_stop" in cv.body and b"event: error" not in cv.body
+            if cv.stream
+            else b'"type":"message"' in cv.body.replace(b" ", b"")
+        )
+        cv.task = None
+        cv.turn, cv.outcome = 1, "ok" if ok else "err"
+        await self._quiet(convs)
+
+    async def _ended(self, cv: Conv) -> None:
+        """The exchange ended: no request of it may still run at an upstream (a
+        generation left running for an answer the client no longer waits for)."""
+        if cv.task is not None:
+            return
+        for ex in self.upstreams.arrivals.get(cv.key, []):
+            await self._over(cv, ex, "the exchange's end")
+
+    async def _over(self, cv: Conv, ex: Arrival, what: str) -> None:
+        """*ex* ends at its upstream (closed or answered) after *what*, else a generation
+        runs that nothing waits for (``ended_s``: a hang guard)."""
+        try:
+            await self._guard(ex.done.wait(), "the upstream request's end", self.ended_s)
+        except FailoverError:
+            raise FailoverError(
+                f"{cv.c}: its request #{ex.seq} still runs on {ex.upstream} after {what}",
+                violated=["OneGeneration"],
+                step=0,
+                action="",
+            ) from None
+
+    async def _drop(self, cv: Conv) -> None:
+        task = cv.task
+        cv.task = None
+        if task is None:
+            return
+        if not task.done():
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, httpx2.HTTPError):
+            response = await task
+            await response.aclose()
+
+    # -- the upstream side ----------------------------------------------------------------
+
+    def _current(self, cv: Conv) -> Arrival:
+        arrivals = self.upstreams.arrivals.get(cv.key)
+        if not arrivals:
+            raise FailoverError(
+                f"{cv.c}: no request of it reached an upstream",
+                violated=["Refinement"],
+                step=0,
+                action="",
+            )
+        return arrivals[-1]
+
+    async def _act(self, ex: Arrival, act: Act) -> None:
+        if not ex.open:
+            raise FailoverError(
+                f"{ex.key}: the request on {ex.upstream} is over already (closed: {ex.closed})",
+                violated=["Refinement"],
+                step=0,
+                action="",
+            )
+        ex.acted.clear()
+        ex.acts.put_nowait(act)
+        await self._guard(ex.acted.wait(), f"{ex.upstream} carrying out {act.kind}")
+
+    async def _arrival(self, cv: Conv) -> None:
+        """Wait for the conversation's next arrival on any upstream, or its answer."""
+        assert cv.task is not None
+        got = asyncio.ensure_future(self.upstreams.queue(cv.key).get())
+        await _first_of(got, cv.task)
+        if not got.done():
+            got.cancel()
+            if not cv.task.done():
+                raise FailoverError(
+                    "no progress: no arrival, no answer", violated=["Refinement"], step=0, action=""
+                )
+
+    async def _recover(self, name: str) -> None:
+        before = await self._probes_ok(name)
+        probed = self.upstreams.upstreams[name].allow_probe()
+        await self._guard(probed.wait(), f"a recovery probe of {name}")
+        self.probed_at[name] = next(self.upstreams.seq)
+        for _ in range(int(GUARD_S / 0.005)):
+            if await self._probes_ok(name) > before:
+                return
+            await asyncio.sleep(0.005)  # polls /metrics for the probe's count: an event
+        raise FailoverError(
+            f"the gateway never counted {name}'s probe", violated=["Refinement"], step=0, action=""
+        )
+
+    async def _probes_ok(self, name: str) -> float:
+        samples = await metrics(self.http, self.gateway)
+        return sum(
+            v
+            for (metric, labels), v in samples.items()
+            if metric == "tpx_gateway_upstream_probes_total"
+            and f'upstream="{name}"' in labels
+            and _PROBES_OK.search(labels)
+        )
+
+    async def _quiet(self, convs: dict[ModelValue, Conv]) -> None:
+        """Wait until the gateway released every attempt of an ended exchange (its
+        in-flight gauge), so balancing sees what the spec sees."""
+        busy: dict[str, int] = {}
+        for cv in convs.values():
+            arrivals = self.upstreams.arrivals.get(cv.key)
+            if cv.task is not None and arrivals:
+                busy[arrivals[-1].upstream] = busy.get(arrivals[-1].upstream, 0) + 1
+        for _ in range(int(GUARD_S / 0.005)):
+            samples = await metrics(self.http, self.gateway)
+            if all(
+                v <= busy.get(labels.split('"')[1], 0)
+                for (metric, labels), v in samples.items()
+                if metric == "tpx_gateway_upstream_in_flight"
+            ):
+                return
+            await asyncio.sleep(0.005)
+
+    async def _guard(self, aw: Any, what: str, guard_s: float = GUARD_S) -> Any:
+        try:
+            return await asyncio.wait_for(aw, guard_s)
+        except TimeoutError:
+            raise FailoverError(
+                f"no progress: waited for {what}", violated=["Refinement"], step=0, action=""
+            ) from None
+
+    async def _cleanup(self, convs: dict[ModelValue, Conv]) -> None:
+        for cv in convs.values():
+            await self._drop(cv)
+            for ex in self.upstreams.arrivals.get(cv.key, []):
+                if ex.open:
+                    ex.acts.put_nowait(Act("drop"))
+                    with contextlib.suppress(FailoverError):
+                        await self._guard(ex.done.wait(), "the upstream finishing")
+        unhealthy = {u.name for u, ok in self._health(convs).items() if not ok}
+        for name in sorted(unhealthy | self.extra_cooled):
+            await self._recover(name)
+        self.extra_cooled.clear()
+        for cv in convs.values():
+            self.upstreams.forget(cv.key)
+        await self._quiet({})
+
+    # -- the abstraction ------------------------------------------------------------------
+
+    def _health(self, convs: dict[ModelValue, Conv]) -> dict[ModelValue, bool]:
+        """An upstream is unhealthy once a request moved from it to another upstream, until
+        it answers a recovery probe healthy."""
+        moved: dict[str, int] = {}
+        for cv in convs.values():
+            arrivals = self.upstreams.arrivals.get(cv.key, [])
+            for a, b in itertools.pairwise(arrivals):
+                if a.upstream != b.upstream:
+                    moved[a.upstream] = max(moved.get(a.upstream, 0), b.seq)
+        return {
+            u: moved.get(u.name, 0) <= self.probed_at.get(u.name, -1) or u.name not in moved
+            for u in self.config.Upstreams
+        }
+
+    def observe(self, convs: dict[ModelValue, Conv]) -> Record:
+        per: dict[str, dict[ModelValue, Any]] = {
+            n: {} for n in OBSERVED if n not in ("provider", "health")
+        }
+        for c, cv in convs.items():
+            arrivals = self.upstreams.arrivals.get(cv.key, [])
+            last = arrivals[-1] if arrivals else None
+
+            def timed_out(a: Arrival, cv: Conv = cv, last: Arrival | None = last) -> bool:
+                return a.closed and a.status is None and not (cv.gone and a is last)
+
+            per["turn"][c] = cv.turn
+            per["request"][c] = cv.request
+            per["lastOutcome"][c] = cv.outcome
+            if cv.task is None:
+                per["phase"][c] = "idle"
+            elif last is not None and last.complete:
+                per["phase"][c] = "resp"
+            else:
+                per["phase"][c] = "req"
+            per["up"][c] = ModelValue(last.upstream) if last else NONE
+            per["attempts"][c] = len(arrivals)
+            per["reached"][c] = bool(last and (last.taken or timed_out(last)))
+            per["gens"][c] = sum(1 for a in arrivals if a.taken or timed_out(a))
+            per["fwd"][c] = 1 if cv.first else 0
+        record: dict[str, Any] = {
+            "provider": self.config.TPX,
+            "health": Function(self._health(convs)),
+        }
+        record.update({n: Function(v) for n, v in per.items()})
+        return Record({n: record[n] for n in OBSERVED})
+
+    def _judge(
+        self,
+        convs: dict[ModelValue, Conv],
+        before: Record | None,
+        expected: Record,
+        n: int,
+        label: str,
+    ) -> None:
+        observed = self.observe(convs)
+        spec = project(expected)
+        problems: list[tuple[str, str]] = []
+        if any(g > 1 for g in observed["gens"].values()):
+            problems.append(("OneGeneration", "two generations of one client request"))
+        if any(f > 1 for f in observed["fwd"].values()):
+            problems.append(("NoDuplicateDelivery", "a reply's first byte twice"))
+        if before is not None:
+            prior = project(before)
+            for c in self.config.Convs:
+                if prior["fwd"][c] and observed["up"][c] != prior["up"][c]:
+                    problems.append(("FailoverBeforeFirstByte", f"{c} moved after its first byte"))
+        for name in OBSERVED:
+            if observed[name] != spec[name]:
+                problems.append(
+                    ("Refinement", f"{name}: observed {observed[name]}, spec {spec[name]}")
+                )
+        if problems:
+            raise FailoverError(
+                f"step {n} {label} (bug {self.gateway.bug}):\n  "
+                + "\n  ".join(f"{p}: {m}" for p, m in problems),
+                violated=[p for p, _ in problems],
+                step=n,
+                action=label,
+            )
+
+
+async def _first_of(*futures: asyncio.Future[Any]) -> None:
+    waits: set[asyncio.Future[Any]] = set(futures)
+    await asyncio.wait(waits, timeout=GUARD_S, return_when=asyncio.FIRST_COMPLETED)
+
+
+def _actor(before: Record, after: Record, action: str, config: Config) -> ModelValue | None:
+    if action in ("Halted", "Recover"):
+        return None
+    c = conversation_of(before, after, config)
+    if c is not None:
+        return c
+    for d in config.Convs:
+        if any(before[v][d] != after[v][d] for v in ("up", "attempts", "reached", "fwd")):
+            return d
+    raise ValueError(f"{action}: no conversation moves")
+
+
+def _next_of(behaviour: Behaviour, n: int, c: ModelValue, config: Config) -> str | None:
+    """The action of *c*'s next step after step *n* (1-based)."""
+    states = behaviour.states()
+    for m in range(n, len(behaviour.steps)):
+        action, after = behaviour.steps[m]
+        if action not in ("Halted", "Recover") and _actor(states[m], after, action, config) == c:
+            return action
+    return None
