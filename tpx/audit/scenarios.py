@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import itertools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 import httpx2
 import orjson
@@ -19,19 +19,41 @@ from tpx.audit.abstraction import Observer, foreign_call
 from tpx.audit.behaviours import CREDENTIALS
 from tpx.audit.client import ConvClient
 from tpx.audit.endpoints import JSON_HEADERS, endpoint_failures, text_of
-from tpx.audit.findings import CHECK_OF
-from tpx.audit.harness import Gateway
+from tpx.audit.findings import CHECK_OF, Result
+from tpx.audit.harness import Gateway, Harness
 from tpx.audit.replay import HttpConformanceError
 from tpx.audit.upstream import Channel, Plan
-from tpx.oracle.values import ModelValue
+from tpx.oracle.values import ModelValue, Record
 
-if TYPE_CHECKING:
-    from tpx.audit.run import AuditReplayer
-
-__all__ = ["run_scenarios"]
+__all__ = ["Replaying", "run_scenarios"]
 
 
-def run_scenarios(rp: AuditReplayer) -> None:
+class Replaying(Protocol):
+    """What a scenario drives: the audit's replayer (:class:`tpx.audit.run.AuditReplayer`)."""
+
+    harness: Harness
+
+    @property
+    def target(self) -> object: ...
+
+    result: Result
+    taking: str
+    _obs: Observer | None
+    _seen: dict[tuple[ModelValue, int], bool]
+    _states: list[tuple[str, Record]]
+    _where: str
+
+    def _client(self, gw: Gateway, c: ModelValue) -> httpx2.AsyncClient: ...
+    async def _guard(self, aw: Any, what: str) -> Any: ...
+    def _held(self, cl: ConvClient) -> Any: ...
+    async def _sent(self, cl: ConvClient, ch: Channel) -> None: ...
+    async def _settle(self, cl: ConvClient, ch: Channel) -> None: ...
+    def _record(
+        self, check: str, message: str, conv: ModelValue | None, prop: str | None = None
+    ) -> None: ...
+
+
+def run_scenarios(rp: Replaying) -> None:
     """Every scenario, through *rp*."""
     _prompt_too_long(rp)
     _retry_safety(rp)
@@ -39,7 +61,7 @@ def run_scenarios(rp: AuditReplayer) -> None:
 
 
 async def _scenario(
-    rp: AuditReplayer, name: str, steps: Sequence[tuple[str, Any]], stream: bool
+    rp: Replaying, name: str, steps: Sequence[tuple[str, Any]], stream: bool
 ) -> tuple[ConvClient, Observer]:
     """Run *steps* (``(action, plan)``: ``CallerSend``, ``Retry``, ``Reply`` (tools),
     ``Fail`` (kind), ``Deliver``) for one fresh conversation, recording observed states."""
@@ -89,7 +111,7 @@ async def _scenario(
 
 
 def _run_scenario(
-    rp: AuditReplayer, name: str, steps: Sequence[tuple[str, Any]], stream: bool = False
+    rp: Replaying, name: str, steps: Sequence[tuple[str, Any]], stream: bool = False
 ) -> ConvClient | None:
     rp._where = f"scenario {name}, {'streamed' if stream else 'plain'}"
     try:
@@ -105,7 +127,7 @@ def _run_scenario(
     return cl
 
 
-def _prompt_too_long(rp: AuditReplayer) -> None:
+def _prompt_too_long(rp: Replaying) -> None:
     steps = [("CallerSend", None), ("ProviderFail", "context")]
     cl = _run_scenario(rp, "context-overflow", steps)
     if cl is None or not cl.received:
@@ -126,7 +148,7 @@ def _prompt_too_long(rp: AuditReplayer) -> None:
         rp._record("PromptTooLong", f"an upstream context overflow: {problem}", ModelValue("c1"))
 
 
-def _retry_safety(rp: AuditReplayer) -> None:
+def _retry_safety(rp: Replaying) -> None:
     steps = [
         ("CallerSend", None),
         ("ProviderFail", "529"),
@@ -143,7 +165,7 @@ def _retry_safety(rp: AuditReplayer) -> None:
         rp._record("RetrySafety", f"the same body after a 529 answered {got}", ModelValue("c1"))
 
 
-def _endpoints(rp: AuditReplayer) -> None:
+def _endpoints(rp: Replaying) -> None:
     async def both() -> tuple[httpx2.Response, httpx2.Response]:
         http = rp._client(cast(Gateway, rp.target), ModelValue("endpoints"))
         body = {"model": "claude-audit", "messages": [{"role": "user", "content": "count me"}]}
