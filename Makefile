@@ -124,12 +124,12 @@ e2e: $(STAMP) $(CLAUDE)
 
 ## Load: >= 1,000 concurrent conversations through one `tpx serve` (1 and 2 workers).
 load: $(STAMP)
-	$(PY) -m pytest tests/e2e/test_load.py -m e2e -p no:xdist -q -s --basetemp=.cache/load-tmp
+	mkdir -p .cache && $(PY) -m pytest tests/e2e/test_load.py -m e2e -p no:xdist -q -s --basetemp=.cache/load-tmp
 
 ## Three `tpx serve` replicas sharing their secrets behind HAProxy, the same 1,000
 ## conversations, one replica killed mid-run (docs/upstreams.md has the figures).
 load-cluster: $(STAMP) haproxy
-	$(PY) -m pytest tests/e2e/test_load_cluster.py -m e2e -p no:xdist -q -s --basetemp=.cache/load-cluster-tmp
+	mkdir -p .cache && $(PY) -m pytest tests/e2e/test_load_cluster.py -m e2e -p no:xdist -q -s --basetemp=.cache/load-cluster-tmp
 ## `tpx audit` of LiteLLM's proxy (1.108.7, .cache/litellm-venv), claude-code-router (npm, pinned,
 ## .cache/ccr) and `tpx serve`, each configured to the audit's scripted upstream; writes the
 ## comparison into docs/audit.md and the reports into .cache/audit-peers/ (conformance/audit_peers.py).
