@@ -35,6 +35,7 @@ import orjson
 __all__ = ["DeltaScrubber", "Scrubber"]
 
 _REDACTED = "[REDACTED]"
+_REDACTED_BYTES = _REDACTED.encode()
 #: Which field of a ``content_block_delta`` carries text the caller reads, by delta type.
 _DELTA_FIELDS = {
     "text_delta": "text",
@@ -51,7 +52,17 @@ _SIMPLE = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r":
 class Scrubber:
     """Removes the given secret forms from reply text and parsed values."""
 
-    __slots__ = ("_anchors", "_byte_anchors", "_bytes", "_forms", "_plain", "_tails", "_text")
+    __slots__ = (
+        "_anchors",
+        "_byte_anchors",
+        "_byte_pairs",
+        "_bytes",
+        "_forms",
+        "_pairs",
+        "_plain",
+        "_tails",
+        "_text",
+    )
 
     def __init__(self, forms: Iterable[str]) -> None:
         """*forms*: every form to remove (:func:`tpx.errors.secret_forms`); a stream's
@@ -68,6 +79,9 @@ class Scrubber:
         # for a few short anchors is much cheaper than for every (long) form.
         self._anchors = frozenset(t[:_ANCHOR] for t in ordered)
         self._byte_anchors = frozenset(t[:_ANCHOR] for t in self._bytes)
+        # (anchor, form), longest form first: the search order, each anchor cut once
+        self._pairs = tuple((t[:_ANCHOR], t) for t in ordered)
+        self._byte_pairs = tuple((t[:_ANCHOR], t) for t in self._bytes)
         # what a stream's deltas are held back for: every spelling matched within a delta
         self._plain = self._text
         self._tails: _Tails | None = None  # built when a stream first needs it
@@ -84,9 +98,9 @@ class Scrubber:
         (the text holds an escape, which may spell a form)."""
         present = {anchor for anchor in self._byte_anchors if anchor in data}
         if present:
-            for form in self._bytes:
-                if form[:_ANCHOR] in present and form in data:
-                    data = data.replace(form, _REDACTED.encode())
+            for anchor, form in self._byte_pairs:
+                if anchor in present and form in data:
+                    data = data.replace(form, _REDACTED_BYTES)
         return data, b"\\" in data
 
     def text(self, data: str) -> tuple[str, bool]:
@@ -97,8 +111,8 @@ class Scrubber:
         """*text* (a decoded string) without the forms (longest first)."""
         present = {anchor for anchor in self._anchors if anchor in text}
         if present:
-            for form in self._text:
-                if form[:_ANCHOR] in present and form in text:
+            for anchor, form in self._pairs:
+                if anchor in present and form in text:
                     text = text.replace(form, _REDACTED)
         return text
 
@@ -113,9 +127,11 @@ class Scrubber:
         except (TypeError, orjson.JSONEncodeError):  # not plain JSON: the slow walk decides
             return self._walk_finds(value)
         present = {anchor for anchor in self._byte_anchors if anchor in data}
-        return bool(present) and any(
-            form[:_ANCHOR] in present and form in data for form in self._bytes
-        )
+        if present:
+            for anchor, form in self._byte_pairs:
+                if anchor in present and form in data:
+                    return True
+        return False
 
     def _walk_finds(self, value: Any) -> bool:
         pending: list[Any] = [value]

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from tpx.errors import redact, secret_forms
 from tpx.gateway.core import LOG_FIELD_LIMIT, Gateway
-from tpx.gateway.redaction import Redactor, prepared
+from tpx.gateway.redaction import CLEAN_TEXTS, Redactor, prepared
 from tpx.gateway.settings import Credential
 from tpx.gateway.turn import Conversation
 from tpx.transport.exchange import Exchange, Provider
@@ -47,6 +47,49 @@ def texts(draw: st.DrawFn) -> str:
 @given(texts())
 def test_redactor_equals_redact(text: str) -> None:
     assert Redactor(FORMS)(text) == redact(text, FORMS)
+
+
+_SHARED = Redactor(FORMS)
+
+
+def _agrees_twice(redactor: Redactor, text: str) -> bool:
+    """A redactor met by many texts (as the gateway's is) gives redact's result every time."""
+    return redactor(text) == redactor(text) == redact(text, FORMS)
+
+
+@settings(max_examples=600, deadline=None)
+@given(texts())
+def test_a_shared_redactor_equals_redact_every_time(text: str) -> None:
+    assert _agrees_twice(_SHARED, text)
+    assert _agrees_twice(_SHARED, "x" + text)
+
+
+class _RemembersEverything(Redactor):
+    """A seeded bug: every text it was given is taken as clean the next time."""
+
+    def __init__(self, forms: tuple[str, ...]) -> None:
+        super().__init__(forms)
+        self.seen: set[str] = set()
+
+    def __call__(self, text: str) -> str:
+        if text in self.seen:
+            return text
+        self.seen.add(text)
+        return super().__call__(text)
+
+
+def test_a_redactor_that_remembers_dirty_texts_is_caught() -> None:
+    assert not _agrees_twice(_RemembersEverything(FORMS), f"key {SECRETS[0]} here")
+
+
+def test_the_clean_texts_remembered_are_bounded() -> None:
+    redactor = Redactor(FORMS)
+    for i in range(3 * CLEAN_TEXTS):
+        assert redactor(f"req_{i:08d}") == f"req_{i:08d}"
+    assert 0 < len(redactor._clean) <= CLEAN_TEXTS
+    long = "y" * 300
+    redactor(long)
+    assert long not in redactor._clean
 
 
 _WINDOWS = {f[i : i + 8] for f in FORMS if len(f) >= 8 for i in range(len(f) - 7)}

@@ -10,6 +10,7 @@ spelling split at points inside it, what the client decodes searched for the spe
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import urllib.parse
 from collections.abc import Callable
@@ -19,6 +20,7 @@ import orjson
 import pytest
 
 import tpx._scrub
+import tpx.transport.exchange
 from tests.security.test_scrubber import (
     TOKEN,
     anthropic_stream,
@@ -122,9 +124,27 @@ def test_a_hold_back_for_the_token_alone_is_caught(monkeypatch: pytest.MonkeyPat
         self._plain = tuple(f for f in self._plain if f in (TOKEN, json.dumps(TOKEN)[1:-1]))
 
     monkeypatch.setattr(tpx._scrub.Scrubber, "__init__", token_only)
+    # the exchanges' scrubbers are built once per tuple of secrets: a cache of their own here
+    fresh = functools.lru_cache(maxsize=16)(tpx.transport.exchange._prepared.__wrapped__)
+    monkeypatch.setattr(tpx.transport.exchange, "_prepared", fresh)
     for spelling in SPELLINGS:
         bodies = _text_bodies("TPX", spelling)
         assert any(
             SPELLINGS[spelling] in library_sees("TPX", body, stream=True, asynchronous=False)
             for body in bodies
         ), spelling
+
+
+def test_exchanges_share_the_scrubber_of_their_secrets_and_a_new_one_gets_its_own() -> None:
+    """The forms and the scrubber are built once per tuple of secrets: two exchanges
+    holding the token share them; a fresh credential has its own, which removes it."""
+    from tpx.transport.exchange import Exchange, Provider
+
+    one, two = (Exchange(Provider.TPX, secrets=[TOKEN]) for _ in range(2))
+    other = Exchange(Provider.TPX, secrets=[TOKEN + "-rotated"])
+    assert one._scrub is two._scrub
+    assert one._secrets == secret_forms([TOKEN])
+    assert other._scrub is not one._scrub
+    assert other._secrets == secret_forms([TOKEN + "-rotated"])
+    echo = f'{{"text": "{TOKEN}-rotated"}}'.encode()
+    assert TOKEN.encode() not in other._scrub.reply(echo)[0]

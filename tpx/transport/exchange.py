@@ -107,6 +107,7 @@ the set of enabled actions state by state.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
@@ -181,6 +182,15 @@ class OutboundRequest:
 
     def header_dict(self) -> dict[str, str]:
         return dict(self.headers)
+
+
+@functools.lru_cache(maxsize=16)
+def _prepared(values: tuple[str, ...]) -> tuple[tuple[str, ...], Scrubber]:
+    """Every rendered form of *values* (:func:`tpx.errors.secret_forms`) and the scrubber
+    of them: the same for every exchange holding these values (a few entries: a token
+    command's new credential gets its own)."""
+    forms = secret_forms(values)
+    return forms, Scrubber(forms)
 
 
 @attrs.frozen
@@ -286,9 +296,9 @@ class Exchange:
         values = tuple(v for v in secrets if v)
         if isinstance(thinking_secret, str) and thinking_secret:
             values = (*values, thinking_secret)
-        # Every rendered form of each secret (repr / bytes repr / JSON escapes too).
-        self._secrets: tuple[str, ...] = secret_forms(values)
-        self._scrub = Scrubber(self._secrets)  # echoes in delivered replies
+        # Every rendered form of each secret (repr / bytes repr / JSON escapes too), and the
+        # scrubber of echoes in delivered replies: built once per tuple of values.
+        self._secrets, self._scrub = _prepared(values)
         self._turn = 0
         self._phase: Phase = "idle"
         self._pending: frozenset[str] = frozenset()
