@@ -305,20 +305,36 @@ async def _disconnected(receive: Receive) -> None:
 
 
 async def _unless_gone(work: Awaitable[_T], receive: Receive) -> _T | None:
-    """*work*'s result, or ``None`` when the client goes away first (*work* is then
-    cancelled, as a turn is)."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_disconnected(receive))
+    """*work*'s result, or ``None`` when the client goes away first: as a turn is, *work* runs
+    in the request's own task, which a watcher cancels then."""
+    this = asyncio.current_task()
+    assert this is not None
+    running = True  # until *work* ends: a cancel then reaches *work* (this task's only await)
+    left = False
+
+    async def gone() -> None:
+        nonlocal left
+        await _disconnected(receive)
+        if running:
+            left = True
+            this.cancel()
+
+    watcher = asyncio.ensure_future(gone())
+    result: _T | None = None
     try:
-        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+        result = await work
+    except asyncio.CancelledError:
+        if not left:  # cancelled from outside (the server stopping): passed on
+            raise
     finally:
-        for pending in (task, watcher):
-            pending.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await pending
-    if watcher.done() and not watcher.cancelled():
+        running = False
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+    if left:
+        this.uncancel()
         return None
-    return task.result()
+    return result
 
 
 def _raw(headers: tuple[tuple[str, str], ...]) -> list[tuple[bytes, bytes]]:

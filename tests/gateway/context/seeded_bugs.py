@@ -74,8 +74,8 @@ BUGS = [
     ),
     (
         "tpx/gateway/context/asked.py",
-        "        async with asyncio.timeout(asked.timeout):",
-        "        async with asyncio.timeout(None):",
+        "        async with asyncio.timeout_at(deadline):\n            response = await",
+        "        async with asyncio.timeout_at(None):\n            response = await",
         f"{PREFLIGHT} tests/gateway/context/test_tokenizer_loopback.py",
     ),
     (
