@@ -6,6 +6,8 @@ all of it), hands the request to the core (off the event loop when the body is l
 :mod:`tpx.gateway.offload`), sends what comes back. A turn runs in the request's own task
 while a second task watches for the client going away: then the turn is cancelled (the
 upstream response is closed) and the exchange fails as the spec says (``ProviderFail``).
+A call to the upstream's tokenizer endpoint first (``[context] tokenizer``) is watched the
+same way: the client leaving cancels it, and the request ends with nothing sent upstream.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import Any, TypeVar
 
 from tpx.gateway.context.asked import Asked, ask
 from tpx.gateway.context.discover import start_discovery
@@ -34,6 +36,7 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+_T = TypeVar("_T")
 
 
 class _BodyError(Exception):
@@ -117,7 +120,10 @@ class GatewayApp:
                 result = self.gateway.handle(request)
             if isinstance(result, Asked):  # the upstream's tokenizer counts first (bounded)
                 assert isinstance(self.upstream, AsyncUpstream)
-                outcome = await ask(result, self.upstream)
+                outcome = await _unless_gone(ask(result, self.upstream), receive)
+                if outcome is None:  # the client left meanwhile: nothing goes upstream
+                    result.abandon()
+                    return
                 result = (
                     await self.offload.resume(result, outcome) if large else result.resume(outcome)
                 )
@@ -261,8 +267,7 @@ class GatewayApp:
 
         async def gone() -> None:
             nonlocal left
-            while (await receive())["type"] != "http.disconnect":
-                pass
+            await _disconnected(receive)
             # uvicorn reports a disconnect once the response is complete too: the driver
             # is only closing (or draining, bounded) the upstream response then, which lets
             # the connection go back to the pool; stopping it would close the connection
@@ -291,6 +296,45 @@ class GatewayApp:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await watcher
             turn.close()
+
+
+async def _disconnected(receive: Receive) -> None:
+    """Returns when the client has gone away (the request body was read already)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _unless_gone(work: Awaitable[_T], receive: Receive) -> _T | None:
+    """*work*'s result, or ``None`` when the client goes away first: as a turn is, *work* runs
+    in the request's own task, which a watcher cancels then."""
+    this = asyncio.current_task()
+    assert this is not None
+    running = True  # until *work* ends: a cancel then reaches *work* (this task's only await)
+    left = False
+
+    async def gone() -> None:
+        nonlocal left
+        await _disconnected(receive)
+        if running:
+            left = True
+            this.cancel()
+
+    watcher = asyncio.ensure_future(gone())
+    result: _T | None = None
+    try:
+        result = await work
+    except asyncio.CancelledError:
+        if not left:  # cancelled from outside (the server stopping): passed on
+            raise
+    finally:
+        running = False
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+    if left:
+        this.uncancel()
+        return None
+    return result
 
 
 def _raw(headers: tuple[tuple[str, str], ...]) -> list[tuple[bytes, bytes]]:

@@ -327,7 +327,8 @@ class Gateway:
         if sizing is not None and self.context.tokenizer is not None:  # the upstream's counts
             label = endpoint_label(request.path)
             maximum = sizing.maximum
-            return self.context.asked(self, label, sizing.translated, upstream_model, go, maximum)
+            translated = sizing.translated
+            return self.context.asked(self, label, translated, upstream_model, go, maximum, log)
         return go(None)
 
     def _exchange(

@@ -42,9 +42,16 @@ class Metrics:
         self.tokenizer_fallbacks = Counter(
             "tpx_gateway_tokenizer_fallbacks",
             "Counts the upstream's tokenizer endpoint did not give (the estimate counted), "
-            "by reason (timeout, too_large, error, status, unreadable, implausible)",
+            "by reason (busy, timeout, too_large, error, status, unreadable, implausible)",
             ["reason"],
             registry=self.registry,
+        )
+        self.tokenizer_latency = Histogram(
+            "tpx_gateway_tokenizer_latency_seconds",
+            "Seconds a call to the upstream's tokenizer endpoint took (waiting for an upstream "
+            "slot not included), its reply read",
+            registry=self.registry,
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
         self.open_streams = Gauge(
             "tpx_gateway_open_streams", "SSE streams open to clients", registry=self.registry

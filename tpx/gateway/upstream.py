@@ -145,11 +145,13 @@ class _Base(Generic[_Client, _Transport]):
         request.read()  # as content= would have it (no copy: one bytes object)
         return request
 
-    def _plan(self) -> Generator[bool, httpx2.Response | httpx2.HTTPError, None]:
+    def _plan(
+        self, observed: bool = True
+    ) -> Generator[bool, httpx2.Response | httpx2.HTTPError, None]:
         """The retry policy of ``open``, without I/O: yields whether the next attempt takes a
         fresh token and is sent that attempt's outcome (the response, or the httpx2 error);
         stops when the response is the one to use, raises the :class:`ModelError` when
-        there is none.
+        there is none. The response's latency is observed when *observed*.
 
         An attempt is sent again only once with a fresh token after a 401 when the token
         comes from a command (the upstream refused it: nothing was generated), unless the
@@ -179,7 +181,7 @@ class _Base(Generic[_Client, _Transport]):
             credential = self.settings.credential
             if credential is not None and status != 401:
                 credential.worked()
-            if self._observe is not None:
+            if self._observe is not None and observed:
                 self._observe(time.perf_counter() - began)
             return
 
@@ -289,7 +291,7 @@ class AsyncUpstream(_Base[httpx2.AsyncClient, httpx2.AsyncBaseTransport]):
         """Send *call*; the response with its body unread (read it with :meth:`read`, or
         through :meth:`body_decoder`). Raises a ModelError (the retry policy:
         :meth:`_Base._plan`). A token command runs in a thread."""
-        plan = self._plan()
+        plan = self._plan(call.latency)
         next(plan)
         credential = self.settings.credential
         if credential is not None and credential.stale():
@@ -353,7 +355,7 @@ class SyncUpstream(_Base[httpx2.Client, httpx2.BaseTransport]):
 
     def open(self, call: UpstreamCall) -> httpx2.Response:
         """:meth:`AsyncUpstream.open` over the sync client."""
-        plan = self._plan()
+        plan = self._plan(call.latency)
         next(plan)
         token = self._token()
         while True:

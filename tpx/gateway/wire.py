@@ -72,6 +72,9 @@ class UpstreamCall:
     stream: bool = False
     #: seconds each phase (connect, write, read) may take; ``None``: the upstream's limits
     timeout: float | None = None
+    #: its latency goes to ``tpx_gateway_upstream_latency_seconds`` (the tokenizer
+    #: endpoint's does not: :mod:`tpx.gateway.context.asked`)
+    latency: bool = True
 
 
 def new_request_id() -> str:

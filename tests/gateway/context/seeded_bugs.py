@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 PREFLIGHT = "tests/gateway/context/test_tokenizer_preflight.py"
+BOUNDS = "tests/gateway/context/test_tokenizer_bounds.py"
 
 BUGS = [
     (
@@ -38,9 +39,9 @@ BUGS = [
     ),
     (
         "tpx/gateway/asgi.py",
-        "                outcome = await ask(result, self.upstream)",
+        "                outcome = await _unless_gone(ask(result, self.upstream), receive)",
         "                await ask(result, self.upstream)\n"
-        "                outcome = await ask(result, self.upstream)",
+        "                outcome = await _unless_gone(ask(result, self.upstream), receive)",
         PREFLIGHT,
     ),
     (
@@ -53,7 +54,7 @@ BUGS = [
     # the preflight ignoring the tokenizer endpoint (the estimate counts)
     (
         "tpx/gateway/core.py",
-        "return self.context.asked(self, label, sizing.translated, upstream_model, go, maximum)",
+        "return self.context.asked(self, label, translated, upstream_model, go, maximum, log)",
         "return go(None)",
         PREFLIGHT,
     ),
@@ -73,8 +74,8 @@ BUGS = [
     ),
     (
         "tpx/gateway/context/asked.py",
-        "        async with asyncio.timeout(asked.timeout):",
-        "        async with asyncio.timeout(None):",
+        "        async with asyncio.timeout_at(deadline):\n            response = await",
+        "        async with asyncio.timeout_at(None):\n            response = await",
         f"{PREFLIGHT} tests/gateway/context/test_tokenizer_loopback.py",
     ),
     (
@@ -188,6 +189,63 @@ BUGS = [
         "    return _count(text)\n\n\ndef _count",
         "    return _count(text) + 1\n\n\ndef _count",
         "tests/gateway/context/test_counting.py",
+    ),
+    # the tokenizer endpoint's calls: held to the upstream slots, their latency their own,
+    # cancelled when the client leaves
+    (
+        "tpx/gateway/context/asked.py",
+        "            await slots.acquire()\n",
+        "            pass\n",
+        BOUNDS,
+    ),
+    (
+        "tpx/gateway/context/asked.py",
+        "        slots.release()\n",
+        "        pass\n",
+        BOUNDS,
+    ),
+    (
+        "tpx/gateway/context/asked.py",
+        'return "busy"',
+        'return "timeout"',
+        BOUNDS,
+    ),
+    (
+        "tpx/gateway/context/asked.py",
+        "attrs.evolve(call, timeout=timeout, latency=False)",
+        "attrs.evolve(call, timeout=timeout)",
+        BOUNDS,
+    ),
+    (
+        "tpx/gateway/upstream.py",
+        "if self._observe is not None and observed:",
+        "if self._observe is not None:",
+        BOUNDS,
+    ),
+    (
+        "tpx/gateway/context/asked.py",
+        "        asked.gateway.metrics.tokenizer_latency.observe(time.perf_counter() - began)\n"
+        "    return response.status_code, body\n",
+        "    return response.status_code, body\n",
+        BOUNDS,
+    ),
+    (
+        "tpx/gateway/asgi.py",
+        "outcome = await _unless_gone(ask(result, self.upstream), receive)",
+        "outcome = await ask(result, self.upstream)",
+        BOUNDS,
+    ),
+    (
+        "tpx/gateway/context/asked.py",
+        "            self.gateway.log(self.log, failed=True)\n",
+        "            pass\n",
+        BOUNDS,
+    ),
+    (
+        "tpx/gateway/core.py",
+        "upstream_model, go, maximum, log)",
+        "upstream_model, go, maximum)",
+        BOUNDS,
     ),
 ]
 

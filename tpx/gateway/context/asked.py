@@ -15,6 +15,14 @@ above the bytes sent plus :data:`~tpx.gateway.context.preflight.SLACK`) gives no
 Then the estimate counts (:mod:`.counting`), a warning is logged and
 ``tpx_gateway_tokenizer_fallbacks{reason}`` goes up: the exchange never waits longer or
 fails because of the endpoint.
+
+A call to the endpoint is an upstream request like a turn's: :func:`ask` takes one of the
+upstream client's slots (``limits.max_upstream``) for it, and waits for one within the same
+``tokenizer_timeout`` (none free by then: reason ``busy``), so a flood of requests never
+makes more concurrent upstream calls than turns can. Its latency goes to
+``tpx_gateway_tokenizer_latency_seconds``, not ``tpx_gateway_upstream_latency_seconds``.
+A client that leaves while the endpoint is asked ends the request there
+(:meth:`Asked.abandon`: logged with ``client_gone``; nothing goes upstream).
 """
 
 from __future__ import annotations
@@ -62,6 +70,8 @@ class Host(Protocol):
 
     def count(self, endpoint: str, status: int) -> None: ...
 
+    def log(self, record: dict[str, Any], *, failed: bool) -> None: ...
+
 
 class Asked:
     """A request that needs the tokenizer's count first (see the module docstring).
@@ -81,6 +91,7 @@ class Asked:
         *,
         timeout: float,
         limit: int,
+        log: dict[str, Any] | None = None,
     ) -> None:
         self.gateway = gateway
         self.endpoint_label = endpoint_label
@@ -90,8 +101,9 @@ class Asked:
         self.proceed = proceed
         self.timeout = timeout
         self.limit = limit
+        self.log = log
         call = tokenizer.call(translated, model)
-        self.call = attrs.evolve(call, timeout=timeout)
+        self.call = attrs.evolve(call, timeout=timeout, latency=False)
         self._resumed = False
 
     def resume(self, outcome: Outcome) -> Any:
@@ -103,6 +115,16 @@ class Asked:
         if isinstance(result, Response):
             self.gateway.count(self.endpoint_label, result.status)
         return result
+
+    def abandon(self) -> None:
+        """The client left while the endpoint was asked: the request ends (nothing goes
+        upstream); a turn's line is logged with ``client_gone``."""
+        if self._resumed:
+            raise RuntimeError("a request's count is asked for once")
+        self._resumed = True
+        if self.log is not None:
+            self.log["client_gone"] = True
+            self.gateway.log(self.log, failed=True)
 
     def count(self, outcome: Outcome) -> Count:
         """The count *outcome* gives, else the estimate (logged, counted in the metrics)."""
@@ -125,6 +147,9 @@ class Asked:
 
 
 class _Upstream(Protocol):
+    @property
+    def slots(self) -> asyncio.Semaphore: ...
+
     async def open(self, call: UpstreamCall) -> httpx2.Response: ...
 
 
@@ -143,9 +168,18 @@ def _failure(error: BaseException) -> str:
 async def ask(asked: Asked, upstream: _Upstream) -> Outcome:
     """Ask the endpoint (*upstream*: the gateway's upstream client): its status and body,
     or why there are none. Never raises but for cancellation; never takes longer than
-    ``asked.timeout`` seconds, never reads more than ``asked.limit`` bytes."""
+    ``asked.timeout`` seconds (waiting for an upstream slot included), never reads more
+    than ``asked.limit`` bytes."""
+    deadline = asyncio.get_running_loop().time() + asked.timeout
+    slots = upstream.slots
     try:
-        async with asyncio.timeout(asked.timeout):
+        async with asyncio.timeout_at(deadline):
+            await slots.acquire()
+    except TimeoutError:  # every upstream slot taken the whole time
+        return "busy"
+    began = time.perf_counter()
+    try:
+        async with asyncio.timeout_at(deadline):
             response = await upstream.open(asked.call)
             try:
                 body = await read_body(
@@ -155,6 +189,9 @@ async def ask(asked: Asked, upstream: _Upstream) -> Outcome:
                 await response.aclose()
     except Exception as error:  # the endpoint never fails the request (a timeout included)
         return _failure(error)
+    finally:
+        slots.release()
+        asked.gateway.metrics.tokenizer_latency.observe(time.perf_counter() - began)
     return response.status_code, body
 
 
@@ -162,6 +199,7 @@ def ask_sync(asked: Asked, upstream: _SyncUpstream) -> Outcome:
     """:func:`ask` over the sync client: each read waits at most ``asked.timeout`` seconds
     (the call's timeout), and no read starts past that deadline."""
     deadline = time.monotonic() + asked.timeout
+    began = time.perf_counter()
     try:
         response = upstream.open(asked.call)
         try:
@@ -179,4 +217,6 @@ def ask_sync(asked: Asked, upstream: _SyncUpstream) -> Outcome:
             response.close()
     except Exception as error:  # the endpoint never fails the request
         return _failure(error)
+    finally:
+        asked.gateway.metrics.tokenizer_latency.observe(time.perf_counter() - began)
     return response.status_code, b"".join(parts)

@@ -162,10 +162,12 @@ class ContextGate:
         model: str | None,
         proceed: Callable[[Count], Any],
         maximum: int | None,
+        log: dict[str, Any] | None = None,
     ) -> Asked:
         """A request waiting for the tokenizer endpoint's count (:mod:`.asked`). Its estimate,
         when the endpoint gives none, stops past *maximum* (the preflight's ``M``; ``None``:
-        count_tokens, past every window: :meth:`ceiling`)."""
+        count_tokens, past every window: :meth:`ceiling`). *log*: a turn's line, logged
+        should the client leave while the endpoint is asked."""
         assert self.tokenizer is not None
         stop = self.ceiling() if maximum is None else maximum
         return Asked(
@@ -178,6 +180,7 @@ class ContextGate:
             proceed,
             timeout=self.config.tokenizer_timeout,
             limit=self.config.tokenizer_bytes,
+            log=log,
         )
 
     @staticmethod
