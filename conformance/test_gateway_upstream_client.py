@@ -12,6 +12,8 @@ stop, and token commands change for a caller.
   command failing after a 401 gives the refused reply's connection back.
 * ``[[upstreams]]``: an upstream whose token command fails was sent nothing: the request goes
   to the next upstream, and the failed one cools down.
+* A client of the in-process async transport that leaves while its stream is still pinging
+  and the upstream's answer has just come: that answer's connection is closed.
 * A finished stream whose body never ends: the gateway stops waiting and closes it.
 * A client that stops reading a long stream and then leaves: the stream's read-ahead ends
   with it (nothing the upstream sent stays held once the client is gone).
@@ -48,9 +50,12 @@ from conformance.test_gateway_upstream_live import (
 )
 from tests.gateway.scripted import ScriptedUpstream, Step, answer
 from tpx.gateway import drive
+from tpx.gateway.core import Gateway
 from tpx.gateway.credential import BACKOFF_FIRST
 from tpx.gateway.routing import parse_routing
-from tpx.gateway.settings import Credential, Limits
+from tpx.gateway.settings import Credential, Limits, Settings
+from tpx.gateway.upstream import AsyncUpstream
+from tpx.sdk import AsyncGatewayTransport
 from tpx.transport.exchange import Provider
 
 
@@ -401,3 +406,64 @@ def test_an_upstream_whose_token_command_fails_fails_over(stream: bool, tmp_path
     assert runs.read_text().strip() == "2"  # the command failed at the request
     assert 'tpx_gateway_upstream_cooldowns_total{upstream="u0"} 1.0' in metrics
     assert 'tpx_gateway_upstream_failovers_total{upstream="u0"} 1.0' in metrics
+
+
+def answered_late(release: threading.Event, closed: threading.Event) -> Step:
+    """A stream's status, headers and first event once *release* is set; then silence until
+    the client closes the connection (*closed* set then)."""
+
+    def step(conn: socket.socket, head: bytes, request: bytes) -> bool:
+        release.wait(GUARD_S)
+        data = _chunk({"role": "assistant", "content": "hello"})
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n%x\r\n%s\r\n" % (len(data), data)
+        )
+        conn.settimeout(GUARD_S)  # a hang guard only
+        with contextlib.suppress(OSError):
+            while conn.recv(1024):
+                pass
+            closed.set()
+        return False
+
+    return step
+
+
+def _opening() -> bool:
+    """A streamed turn is still waiting for its upstream's answer (:func:`drive._open`)."""
+    code = drive._open.__code__
+    return any(getattr(task.get_coro(), "cr_code", None) is code for task in asyncio.all_tasks())
+
+
+def test_a_client_leaving_as_the_upstream_answers_closes_that_answer() -> None:
+    """The in-process async transport (``AsyncGatewayTransport``): a streamed turn has sent
+    its client a ``ping`` (the upstream silent); the upstream's answer then comes, and the
+    client closes its response before reading further: the gateway closes the upstream's
+    answer (its connection), which no one will read."""
+    release, closed = threading.Event(), threading.Event()
+    limits = attrs.evolve(Limits(), ping_interval=0.05)
+
+    async def scenario(settings: Settings) -> tuple[bytes, bool]:
+        transport = AsyncGatewayTransport(Gateway(settings), AsyncUpstream(settings))
+        async with (
+            httpx2.AsyncClient(transport=transport, base_url="http://gateway.test") as c,
+            c.stream("POST", "/v1/messages", json=_turn(True), headers=AUTH) as reply,
+        ):
+            raw = reply.aiter_raw()  # kept: the client reads no further, nor closes it
+            first = await raw.__anext__()  # the first ping
+            release.set()
+            deadline = time.monotonic() + GUARD_S  # a hang guard only
+            while _opening() and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            answered = not _opening()
+        return first, answered
+
+    with ScriptedUpstream(answered_late(release, closed)) as upstream:
+        try:
+            first, answered = asyncio.run(scenario(_settings(upstream, limits=limits)))
+        finally:
+            release.set()
+        stopped = closed.wait(GUARD_S)
+    assert first.startswith(b"event: ping")
+    assert answered  # the upstream's answer came before the client left
+    assert stopped  # and its connection was closed
