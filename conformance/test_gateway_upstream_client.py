@@ -10,12 +10,20 @@ stop, and token commands change for a caller.
 * A token command: the event loop serves other requests while the command runs; a token
   the upstream refused is made again once per request, however long the upstream took; a
   command failing after a 401 gives the refused reply's connection back.
+* ``[[upstreams]]``: an upstream whose token command fails was sent nothing: the request goes
+  to the next upstream, and the failed one cools down.
+* A client of the in-process async transport that leaves while its stream is still pinging
+  and the upstream's answer has just come: that answer's connection is closed.
 * A finished stream whose body never ends: the gateway stops waiting and closes it.
+* A client that stops reading a long stream and then leaves: the stream's read-ahead ends
+  with it (nothing the upstream sent stays held once the client is gone).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import gc
 import socket
 import threading
 import time
@@ -23,22 +31,32 @@ from pathlib import Path
 
 import attrs
 import httpx2
+import orjson
 import pytest
 
 from conformance.abstraction import assemble_messages
-from conformance.gateway_core import AUTH
+from conformance.fakes import TOKEN
+from conformance.gateway_core import AUTH, settings_for
 from conformance.test_gateway_upstream_cases import GUARD_S, _chunk, _settings, _sse
 from conformance.test_gateway_upstream_live import (
+    POOL_TOKEN_ENV,
     WIRINGS,
     Wiring,
     _gateway,
+    _said_hello,
     _served,
     _turn,
     status,
 )
 from tests.gateway.scripted import ScriptedUpstream, Step, answer
+from tpx.gateway import drive
+from tpx.gateway.core import Gateway
 from tpx.gateway.credential import BACKOFF_FIRST
-from tpx.gateway.settings import Credential, Limits
+from tpx.gateway.routing import parse_routing
+from tpx.gateway.settings import Credential, Limits, Settings
+from tpx.gateway.upstream import AsyncUpstream
+from tpx.sdk import AsyncGatewayTransport
+from tpx.transport.exchange import Provider
 
 
 def test_an_upstream_no_proxy_names_is_reached_with_a_proxy_configured(
@@ -270,3 +288,182 @@ def test_a_finished_stream_whose_body_never_ends_is_closed() -> None:
     assert message is not None
     assert message["content"] == [{"type": "text", "text": "hello"}]
     assert stopped
+
+
+def endless_text(closed: threading.Event) -> Step:
+    """A chunked stream of text deltas (16 KiB each) written as fast as the gateway reads
+    them, until the gateway closes the connection (*closed* set then) or 64 MiB went."""
+    delta = _chunk({"content": "x" * (16 * 1024)})
+    piece = b"%x\r\n%s\r\n" % (len(delta), delta)
+
+    def step(conn: socket.socket, head: bytes, request: bytes) -> bool:
+        conn.settimeout(GUARD_S)  # a hang guard only
+        try:
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                b"transfer-encoding: chunked\r\n\r\n"
+            )
+            for _ in range(4096):
+                conn.sendall(piece)
+        except OSError:
+            closed.set()
+        return False
+
+    return step
+
+
+def _readers() -> list[asyncio.Task[None]]:
+    """The read-ahead tasks of streams (:func:`tpx.gateway.drive._read`) not ended yet."""
+    code = drive._read.__code__
+    return [
+        task
+        for task in gc.get_objects()
+        if isinstance(task, asyncio.Task)
+        and not task.done()
+        and getattr(task.get_coro(), "cr_code", None) is code
+    ]
+
+
+def _full(task: asyncio.Task[None]) -> bool:
+    frame = getattr(task.get_coro(), "cr_frame", None)
+    queue = None if frame is None else frame.f_locals.get("queue")
+    return isinstance(queue, asyncio.Queue) and queue.full()
+
+
+def test_a_slow_client_leaving_ends_its_streams_read_ahead() -> None:
+    """``tpx serve``: a client that stops reading a long stream (the gateway's read-ahead
+    fills to ``limits.stream_buffer_bytes`` and waits) and then closes its connection: by
+    the time the upstream's connection is closed, the stream's read-ahead task has ended
+    (it no longer holds what it read, nor waits for a reader that is gone)."""
+    closed = threading.Event()
+    before = {id(task) for task in _readers()}
+    limits = attrs.evolve(Limits(), stream_buffer_bytes=64 * 1024)
+    body = orjson.dumps(_turn(True))
+    gc.disable()  # a task left waiting is then still there to be seen, not collected
+    try:
+        with (
+            ScriptedUpstream(endless_text(closed)) as upstream,
+            _served(_settings(upstream, limits=limits)) as url,
+        ):
+            host, port = url.removeprefix("http://").split(":")
+            with socket.socket() as slow:
+                slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                slow.settimeout(GUARD_S)
+                slow.connect((host, int(port)))
+                head = "".join(f"{k}: {v}\r\n" for k, v in AUTH.items())
+                slow.sendall(
+                    b"POST /v1/messages HTTP/1.1\r\nhost: gateway\r\n"
+                    b"content-type: application/json\r\ncontent-length: %d\r\n%s\r\n%s"
+                    % (len(body), head.encode(), body)
+                )
+                deadline = time.monotonic() + GUARD_S  # a hang guard only
+                waiting: list[asyncio.Task[None]] = []
+                while not waiting and time.monotonic() < deadline:
+                    waiting = [t for t in _readers() if id(t) not in before and _full(t)]
+                    time.sleep(0.02)
+            # the client is gone (its connection closed, unread bytes in it)
+            gone = closed.wait(GUARD_S)
+            left = [t for t in _readers() if id(t) not in before]
+    finally:
+        gc.enable()
+    assert len(waiting) == 1  # the read-ahead was full, waiting for the slow client
+    assert gone  # the gateway closed the upstream's connection
+    assert left == []
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_an_upstream_whose_token_command_fails_fails_over(stream: bool, tmp_path: Path) -> None:
+    """``[[upstreams]]``: the first upstream's token expired and its ``token_command`` now
+    fails, so nothing was sent to it: the second upstream answers the request, and the first
+    one cools down."""
+    runs = tmp_path / "runs"
+    command = (
+        f"n=$(($(cat {runs} 2>/dev/null || echo 0) + 1)); echo $n > {runs}; "
+        '[ "$n" -gt 1 ] && exit 3; echo tok-1'
+    )
+    with ScriptedUpstream(answer) as first, ScriptedUpstream(answer) as second:
+        data = {
+            "routing": {"probe_interval": 0},
+            "upstreams": [
+                {
+                    "name": "u0",
+                    "base_url": f"{first.url}/v1",
+                    "token_command": command,
+                    "token_ttl": 0.001,
+                },
+                {"name": "u1", "base_url": f"{second.url}/v1", "token_env": POOL_TOKEN_ENV},
+            ],
+            "routes": [{"name": "main", "upstreams": ["u0", "u1"]}],
+        }
+        routing = parse_routing(data, {POOL_TOKEN_ENV: TOKEN})
+        settings = settings_for(Provider.TPX, routing=routing, monitor=False)
+        with _served(settings) as url, httpx2.Client(base_url=url, timeout=GUARD_S) as client:
+            reply = client.post("/v1/messages", json=_turn(stream), headers=AUTH)
+            metrics = client.get("/metrics").text
+        seen = (len(first.requests), len(second.requests))
+    _said_hello(reply, stream)
+    assert seen == (0, 1)
+    assert runs.read_text().strip() == "2"  # the command failed at the request
+    assert 'tpx_gateway_upstream_cooldowns_total{upstream="u0"} 1.0' in metrics
+    assert 'tpx_gateway_upstream_failovers_total{upstream="u0"} 1.0' in metrics
+
+
+def answered_late(release: threading.Event, closed: threading.Event) -> Step:
+    """A stream's status, headers and first event once *release* is set; then silence until
+    the client closes the connection (*closed* set then)."""
+
+    def step(conn: socket.socket, head: bytes, request: bytes) -> bool:
+        release.wait(GUARD_S)
+        data = _chunk({"role": "assistant", "content": "hello"})
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n%x\r\n%s\r\n" % (len(data), data)
+        )
+        conn.settimeout(GUARD_S)  # a hang guard only
+        with contextlib.suppress(OSError):
+            while conn.recv(1024):
+                pass
+            closed.set()
+        return False
+
+    return step
+
+
+def _opening() -> bool:
+    """A streamed turn is still waiting for its upstream's answer (:func:`drive._open`)."""
+    code = drive._open.__code__
+    return any(getattr(task.get_coro(), "cr_code", None) is code for task in asyncio.all_tasks())
+
+
+def test_a_client_leaving_as_the_upstream_answers_closes_that_answer() -> None:
+    """The in-process async transport (``AsyncGatewayTransport``): a streamed turn has sent
+    its client a ``ping`` (the upstream silent); the upstream's answer then comes, and the
+    client closes its response before reading further: the gateway closes the upstream's
+    answer (its connection), which no one will read."""
+    release, closed = threading.Event(), threading.Event()
+    limits = attrs.evolve(Limits(), ping_interval=0.05)
+
+    async def scenario(settings: Settings) -> tuple[bytes, bool]:
+        transport = AsyncGatewayTransport(Gateway(settings), AsyncUpstream(settings))
+        async with (
+            httpx2.AsyncClient(transport=transport, base_url="http://gateway.test") as c,
+            c.stream("POST", "/v1/messages", json=_turn(True), headers=AUTH) as reply,
+        ):
+            raw = reply.aiter_raw()  # kept: the client reads no further, nor closes it
+            first = await raw.__anext__()  # the first ping
+            release.set()
+            deadline = time.monotonic() + GUARD_S  # a hang guard only
+            while _opening() and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            answered = not _opening()
+        return first, answered
+
+    with ScriptedUpstream(answered_late(release, closed)) as upstream:
+        try:
+            first, answered = asyncio.run(scenario(_settings(upstream, limits=limits)))
+        finally:
+            release.set()
+        stopped = closed.wait(GUARD_S)
+    assert first.startswith(b"event: ping")
+    assert answered  # the upstream's answer came before the client left
+    assert stopped  # and its connection was closed

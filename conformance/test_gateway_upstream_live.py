@@ -47,7 +47,7 @@ from conformance.fakes import (
     FakeProvider,
     LoopbackServer,
 )
-from conformance.gateway_core import AUTH, GATEWAY_KEY, GatewayRig, settings_for
+from conformance.gateway_core import AUTH, GATEWAY_KEY, GatewayRig, log_records, settings_for
 from tests.gateway.conftest import serving
 from tests.gateway.scripted import ScriptedUpstream, Step, answer, answer_then_close, drop_after
 from tpx.audit.behaviours import RETRY, SMALL, cover_behaviours, mirror_graph
@@ -380,14 +380,15 @@ def test_an_upstream_refusing_connections_fails_over() -> None:
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
 def test_max_in_flight_refuses_a_request_past_it(stream: bool) -> None:
     """``limits.max_in_flight = 1``: while one exchange is held upstream, another request is
-    answered 529 before anything reaches the upstream; once it ended, the next one goes."""
+    answered 529 before anything reaches the upstream (its log line says so); once it ended,
+    the next one goes."""
     release = threading.Event()
     limits = attrs.evolve(Limits(), max_in_flight=1)
     with ScriptedUpstream(held(release), answer) as upstream:
         settings = settings_for(
             Provider.TPX, base_url=upstream.url + "/v1", limits=limits, monitor=False
         )
-        with _served(settings) as url:
+        with log_records() as lines, _served(settings) as url:
             replies: list[httpx2.Response] = []
             first = threading.Thread(target=lambda: replies.append(_post(url, stream)))
             first.start()
@@ -397,6 +398,7 @@ def test_max_in_flight_refuses_a_request_past_it(stream: bool) -> None:
                     time.sleep(0.01)
                 refused = _post(url, stream)
                 seen = len(upstream.requests)
+                logged = [line.get("error") for line in lines]
             finally:
                 release.set()
                 first.join(60)
@@ -404,6 +406,7 @@ def test_max_in_flight_refuses_a_request_past_it(stream: bool) -> None:
     error = _error(refused, 529, "overloaded_error")
     assert "1 requests in flight" in error["error"]["message"]
     assert seen == 1
+    assert logged == ["GATEWAY_529"]  # the refused request's line (the held one has none yet)
     _said_hello(replies[0], stream)
     _said_hello(after, stream)
     assert len(upstream.requests) == 2

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from typing import Any
 
 import httpx2
@@ -106,8 +106,13 @@ async def run_turn(
                     yield turn.reply(response.status_code, response.headers, body)
                 return
             pool = upstream if isinstance(upstream, UpstreamPool) else None
-            async for item in _stream(turn, client, response, ping, pool, name):
-                yield item
+            # closed here, before the response: its read-ahead task ends before the upstream
+            # connection does, also when the client left while a chunk was being sent
+            async with contextlib.aclosing(
+                _stream(turn, client, response, ping, pool, name)
+            ) as items:
+                async for item in items:
+                    yield item
         finally:
             try:
                 await response.aclose()
@@ -161,7 +166,7 @@ async def _stream(
     ping: float,
     pool: UpstreamPool | None = None,
     name: str | None = None,
-) -> AsyncIterator[Response | bytes]:
+) -> AsyncGenerator[Response | bytes, None]:
     """The client's bytes of a streamed turn. With a *pool*, a stream that breaks is a
     failure of its upstream *name*, handed to the pool (:meth:`UpstreamPool.broken`: it
     cools down; a reply that began never moves to another upstream)."""
@@ -185,7 +190,6 @@ async def _stream(
         upstream.settings.limits.stream_buffer_bytes
     )
     reader = asyncio.ensure_future(_read(response, upstream.body_decoder, queue))
-    moved: tuple[httpx2.Response, AsyncUpstream, str] | None = None
     try:
         while True:
             try:
@@ -198,15 +202,11 @@ async def _stream(
                     turn.started = True
                     yield PING
                     continue
-            if pool and name and moved is None and isinstance(item, httpx2.HTTPError):
+            if pool and name and isinstance(item, httpx2.HTTPError):
                 try:
-                    moved = await pool.broken(turn, name)
+                    pool.broken(turn, name)
                 except ModelError as stop:  # tpx serve --monitor stopped the step
                     item = stop
-                if moved is not None:  # read on from the attempt the pool moved it to
-                    upstream, name = moved[1], moved[2]
-                    reader = asyncio.ensure_future(_read(moved[0], upstream.body_decoder, queue))
-                    continue
             out, over = _step(turn, upstream, item)
             if out is not None:
                 yield out
@@ -225,8 +225,6 @@ async def _stream(
             reader.cancel()
             with contextlib.suppress(BaseException):
                 await reader
-        if moved is not None and pool is not None:
-            await pool.end_attempt(moved[0], moved[2])
 
 
 def _step(

@@ -193,39 +193,21 @@ class UpstreamPool:
         finally:
             self.release(name)
 
-    async def broken(
-        self, turn: Turn, name: str
-    ) -> tuple[httpx2.Response, AsyncUpstream, str] | None:
+    def broken(self, turn: Turn, name: str) -> None:
         """The stream of *turn*'s attempt on *name* broke after its status and headers were
-        read: a failure of that upstream (its cooldown), handed to THE failover point,
-        which never moves a request whose reply has begun (``None``): the exchange read this
-        reply's start, even when no byte of it reached the client yet, and cannot be framed
-        again for another upstream. Were it to move it, the next attempt's response, client
-        and upstream (the caller streams it and releases it)."""
+        read: a failure of that upstream (its cooldown), handed to THE failover point, which
+        never moves a request whose reply has begun: the exchange read this reply's start,
+        even when no byte of it reached the client yet, and cannot be framed again for
+        another upstream (the caller fails the turn)."""
         plan = turn.plan
         if plan is None:
-            return None
+            return
         reports = self._reports(turn)
-        now = self._clock()
-        step = retarget(self.dispatcher, plan, Failure("broken"), started=True, now=now)
+        step = retarget(self.dispatcher, plan, Failure("broken"), started=True, now=self._clock())
+        assert isinstance(step, GiveUp), "a reply that began never moves"
         if reports is not None:
             reports.cooled(plan)
         self.metrics.upstream_cooldowns.labels(name).inc()
-        if isinstance(step, GiveUp):
-            return None
-        if reports is not None:
-            reports.next(turn.request_id, name, step.upstream, now, generating=True)
-        self.metrics.upstream_failovers.labels(name).inc()
-        turn.target(self.routing.upstream(step.upstream))
-        client = self.clients[step.upstream]
-        response, failure, error = await self._attempt(turn, client, step.upstream)
-        if reports is not None and (failure is None or failure.kind in ("timeout", "network")):
-            reports.accept(turn.request_id)
-        if response is None:
-            self.release(step.upstream)
-            assert error is not None
-            raise error
-        return response, client, step.upstream
 
     async def _attempt(
         self, turn: Turn, client: AsyncUpstream, name: str

@@ -43,14 +43,16 @@ _PREPARED = 32
 _DEFAULT_HEADERS = {"accept-encoding": "identity"}
 
 
-#: The attribute of a mapped failure telling whether the request never left (a connect
-#: failure): :func:`unsent`.
+#: The attribute of a mapped transport failure telling whether the request never left (a
+#: connect failure): :func:`unsent`.
 _UNSENT = "tpx_unsent"
 
 
 def unsent(error: ModelError) -> bool:
-    """*error* (from :meth:`AsyncUpstream.open`) is a connect failure: nothing was sent."""
-    return bool(getattr(error, _UNSENT, False))
+    """*error* (from :meth:`AsyncUpstream.open`) came before the request was sent: a connect
+    failure, or an error without the transport's mark (the token command failed), so
+    another upstream may take the request."""
+    return bool(getattr(error, _UNSENT, True))
 
 
 class _Masked(str):
