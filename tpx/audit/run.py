@@ -73,8 +73,8 @@ SMALL_CFGS: tuple[tuple[str, Config], ...] = (
     ("RETRY", RETRY),
     ("SMALL", SMALL),
 )
-#: the guard of a wait that timed out before
-AGAIN_S = 0.5
+#: the guard of a wait that timed out before (the endpoint did not do it within GUARD_S once)
+AGAIN_S = 0.1
 #: a cfg name's suffix: its behaviours are a minimum edge cover, not all
 COVER = " (edge cover)"
 #: ``--profile full``: the small cfgs and the edge cover of spec/TpxGateway.cfg
