@@ -133,6 +133,9 @@ load-cluster: $(STAMP) haproxy
 ## `tpx audit` of LiteLLM's proxy (1.108.7, .cache/litellm-venv), claude-code-router (npm, pinned,
 ## .cache/ccr) and `tpx serve`, each configured to the audit's scripted upstream; writes the
 ## comparison into docs/audit.md and the reports into .cache/audit-peers/ (conformance/audit_peers.py).
+## Each failure's trace is run through `tpx check-trace` and each HTML report read as headless
+## Chromium shows it offline (Debian's chromium package; without it, the file as written); exit 1
+## when a counterexample or a report is not confirmed. Offline once LiteLLM and CCR are installed.
 CCR_VERSION ?= 2.0.0
 CCR        := .cache/ccr/node_modules/.bin/ccr
 

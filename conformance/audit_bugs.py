@@ -21,11 +21,15 @@ fail (``tests/audit/test_audit_bugs.py``):
   re-sent result, and the turn goes on instead of being refused (an id never issued is
   still refused: only a result for an issued id shows it);
 * ``count_tokens_renamed`` -- ``count_tokens`` answers ``{"tokens": N}``;
-* ``models_unpaged`` -- ``/v1/models`` answers a bare list of names.
+* ``models_unpaged`` -- ``/v1/models`` answers a bare list of names;
+* ``upstream_kept`` -- a client that leaves mid-turn is not noticed: the upstream request
+  stays open, generating for nobody, until the upstream ends it (the audit waits
+  ``CLOSE_S`` for the close, then fails ``Refinement`` at ``ClientGone``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from typing import Any
 
@@ -246,6 +250,25 @@ def _models_unpaged(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(tpx.gateway.core.Gateway, "_models", models)
 
 
+class _Unwatched:
+    """``asyncio`` as the ASGI app sees it, but the watcher of the client's disconnect
+    (its coroutine ``gone``) is never started."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(asyncio, name)
+
+    @staticmethod
+    def ensure_future(aw: Any) -> Any:
+        if getattr(aw, "__name__", "") == "gone":
+            aw.close()
+            return asyncio.get_running_loop().create_future()
+        return asyncio.ensure_future(aw)
+
+
+def _upstream_kept(mp: pytest.MonkeyPatch) -> None:
+    mp.setattr(tpx.gateway.asgi, "asyncio", _Unwatched())
+
+
 AUDIT_BUGS: tuple[GatewayBug, ...] = (
     GatewayBug("message_id_kept", "", _message_id_kept, replay="MessageId"),
     GatewayBug("usage_zeroed", "", _usage_zeroed, replay="Usage"),
@@ -258,4 +281,5 @@ AUDIT_BUGS: tuple[GatewayBug, ...] = (
     GatewayBug("stale_result_dropped", "", _stale_result_dropped, replay="Refusal"),
     GatewayBug("count_tokens_renamed", "", _count_tokens_renamed, replay="CountTokens"),
     GatewayBug("models_unpaged", "", _models_unpaged, replay="Models"),
+    GatewayBug("upstream_kept", "", _upstream_kept, replay="Refinement"),
 )

@@ -1,9 +1,13 @@
 """``make audit-peers``: ``tpx audit`` of LiteLLM's proxy, claude-code-router and ``tpx
 serve``, side by side, each configured to the audit's scripted upstream; the table goes into
 docs/audit.md (between its ``audit-peers`` markers, with the date and the machine) and each
-report (HTML, JSON, traces) into ``.cache/audit-peers/``.
+report (HTML, JSON, traces) into ``.cache/audit-peers/``. Each report is then confirmed from
+its files (:mod:`conformance.audit_peers_confirm`): every failure's trace is run through ``tpx
+check-trace``, which must reject it for the failure's property, and the HTML report is read
+as headless Chromium shows it with no network (the table of checks and the first failure's
+trace there); the table says so, and the run exits 1 when anything is not confirmed.
 
-    python -m conformance.audit_peers [--only NAME ...] [--no-docs]
+    python -m conformance.audit_peers [--only NAME ...] [--no-docs] [--from-reports]
 
 LiteLLM 1.108.7 runs from ``.cache/litellm-venv`` (installed on first use, as ``make
 bench-gateway`` does), claude-code-router 2.0.0 from ``.cache/ccr`` (``make audit-peers``
@@ -28,9 +32,11 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
+import attrs
 import httpx2
 
 from benchmarks.gateway_latency import LITELLM_VENV, LITELLM_VERSION, litellm_python
+from conformance.audit_peers_confirm import Confirmed, check_traces, html_problems
 from tpx.audit import report
 from tpx.audit.cli import UPSTREAM_KEY
 from tpx.audit.findings import CHECKS, Result
@@ -187,7 +193,40 @@ def _cell(result: Result, name: str) -> str:
     return status
 
 
-def table(results: dict[str, Result]) -> str:
+@attrs.define
+class Confirmation:
+    """A peer's report confirmed from its files: each failure's trace through ``tpx
+    check-trace``; what the HTML report, as a browser shows it, lacks; how it was read."""
+
+    traces: list[Confirmed]
+    html: list[str]
+    html_by: str
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.traces) and not self.html
+
+
+def confirm(name: str, result: Result) -> Confirmation:
+    traces = check_traces(result, OUT / f"{name}.traces")
+    html, by = html_problems(OUT / f"{name}.html", result)
+    return Confirmation(traces, html, by)
+
+
+def _confirmed_cell(c: Confirmation) -> str:
+    traced = [t for t in c.traces if not t.verdict.startswith("no spec trace")]
+    if not traced:
+        return "-"
+    return f"{sum(t.ok for t in traced)} of {len(traced)}"
+
+
+def _html_cell(c: Confirmation) -> str:
+    if c.html:
+        return "NOT as written: " + "; ".join(c.html)[:200]
+    return "table and first trace shown" if c.traces else "table shown"
+
+
+def table(results: dict[str, Result], confirmed: dict[str, Confirmation] | None = None) -> str:
     labels = [PEERS[n][0] for n in results]
     lines = ["| check | " + " | ".join(labels) + " |", "| --- |" + " --- |" * len(labels)]
     for check in CHECKS:
@@ -198,63 +237,63 @@ def table(results: dict[str, Result]) -> str:
         + " | ".join(f"{r.seconds:.1f} ({r.behaviours})" for r in results.values())
         + " |"
     )
+    if confirmed:
+        rows = (
+            ("traces `tpx check-trace` rejects for their property", _confirmed_cell),
+            ("HTML report, offline", _html_cell),
+        )
+        for title, cell in rows:
+            lines.append(f"| {title} | " + " | ".join(cell(confirmed[n]) for n in results) + " |")
     return "\n".join(lines)
 
 
-def findings(results: dict[str, Result]) -> str:
-    """The first counterexample of each failed check, one line each."""
+def findings(results: dict[str, Result], confirmed: dict[str, Confirmation] | None = None) -> str:
+    """The first counterexample of each failed check, one line each, with what ``tpx
+    check-trace`` said of its trace."""
     lines = []
     for name, result in results.items():
+        said = {t.check: t for t in confirmed[name].traces} if confirmed else {}
         for check in CHECKS:
             failure = result.failures.get(check.name)
             if failure is not None:
                 first = " ".join(failure.message.split())[:220]
-                lines.append(f"- {PEERS[name][0]}, `{check.name}`: {first}")
+                line = f"- {PEERS[name][0]}, `{check.name}`: {first}"
+                t = said.get(check.name)
+                if t is not None:
+                    line += f" (`tpx check-trace`: {t.verdict}{'' if t.ok else ', NOT confirmed'})"
+                lines.append(line)
     return "\n".join(lines)
 
 
-def write_doc(results: dict[str, Result]) -> None:
+def write_doc(results: dict[str, Result], confirmed: dict[str, Confirmation]) -> None:
     text = DOC.read_text(encoding="utf-8")
     head, _, rest = text.partition(BEGIN)
     _, _, tail = rest.partition(END)
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    read = sorted({c.html_by for c in confirmed.values()})
     body = (
         f"Written by `make audit-peers` on {when} ({machine}); each peer's reports are in "
         "`.cache/audit-peers/`. `fail (N)`: N failures of the check (a behaviour stops at its "
-        "first); the first counterexample of each is below the table.\n\n"
-        + table(results)
+        "first); the first counterexample of each is below the table. Each counterexample's "
+        "trace was run through `tpx check-trace --spec spec/TpxGateway.tla`, which rejected it "
+        "for the property shown; each HTML report was read as "
+        + ", ".join(read)
+        + " shows it.\n\n"
+        + table(results, confirmed)
         + "\n\nWhat each gets wrong, as found (the first counterexample of each failed check):\n\n"
-        + (findings(results) or "- nothing")
+        + (findings(results, confirmed) or "- nothing")
         + "\n"
     )
     DOC.write_text(f"{head}{BEGIN}\n{body}{END}{tail}", encoding="utf-8")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m conformance.audit_peers")
-    parser.add_argument("--only", nargs="*", choices=list(PEERS), default=list(PEERS))
-    parser.add_argument("--no-docs", action="store_true", help="do not rewrite docs/audit.md")
-    parser.add_argument(
-        "--from-reports",
-        action="store_true",
-        help="no audit: the table from the JSON reports in .cache/audit-peers/",
-    )
-    args = parser.parse_args(argv)
-    results: dict[str, Result] = {}
-    if args.from_reports:
-        results = {
-            name: Result.from_json(json.loads((OUT / f"{name}.json").read_text()))
-            for name in args.only
-        }
-        print(table(results))
-        if not args.no_docs:
-            write_doc(results)
-        return 0
+def _audit(names: list[str]) -> dict[str, Result]:
     OUT.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Result] = {}
     harness = Harness()
     try:
-        for name in args.only:
+        for name in names:
             label, run, key = PEERS[name]
             print(f"== {label}", flush=True)
             with (
@@ -268,10 +307,39 @@ def main(argv: list[str] | None = None) -> int:
             report.write(result, OUT / f"{name}.json")
     finally:
         harness.close()
-    print(table(results))
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m conformance.audit_peers")
+    parser.add_argument("--only", nargs="*", choices=list(PEERS), default=list(PEERS))
+    parser.add_argument("--no-docs", action="store_true", help="do not rewrite docs/audit.md")
+    parser.add_argument(
+        "--from-reports",
+        action="store_true",
+        help="no audit: the table from the JSON reports in .cache/audit-peers/ (confirmed again)",
+    )
+    args = parser.parse_args(argv)
+    if args.from_reports:
+        results = {
+            name: Result.from_json(json.loads((OUT / f"{name}.json").read_text()))
+            for name in args.only
+        }
+    else:
+        results = _audit(args.only)
+    confirmed = {}
+    for name, result in results.items():
+        confirmed[name] = c = confirm(name, result)
+        for t in c.traces:
+            print(f"{PEERS[name][0]}, {t.check}: {t.verdict}" + ("" if t.ok else "  NOT CONFIRMED"))
+        print(
+            f"{OUT / (name + '.html')}, read by {c.html_by}: "
+            + ("; ".join(c.html) or "the table and the first trace shown")
+        )
+    print(table(results, confirmed))
     if not args.no_docs:
-        write_doc(results)
-    return 0
+        write_doc(results, confirmed)
+    return 0 if all(c.ok for c in confirmed.values()) else 1
 
 
 if __name__ == "__main__":

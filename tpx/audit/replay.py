@@ -81,7 +81,10 @@ from tpx.oracle.model.gateway import INVARIANTS, Config, SelectionStable, State
 from tpx.oracle.model.gateway import invariants as _invariants
 from tpx.oracle.values import ModelValue, Record
 
-__all__ = ["HttpConformanceError", "HttpReplayer"]
+__all__ = ["CLOSE", "HttpConformanceError", "HttpReplayer"]
+
+#: the wait after a client left (``ClientGone``), as a guard names it
+CLOSE = "the gateway closing the upstream request"
 
 _KEYS = itertools.count(1)
 #: the cfg's step properties (the mirror's list where it has one)
@@ -320,7 +323,7 @@ class HttpReplayer:
             cl.outstanding.cancel()
             with contextlib.suppress(asyncio.CancelledError, httpx2.HTTPError):
                 await cl.outstanding
-            await self._guard(ex.done.wait(), "the gateway closing the upstream request")
+            await self._guard(ex.done.wait(), CLOSE)
             cl.settle(Settled(None, b""))
         else:
             raise ValueError(f"no HTTP step for {action}")

@@ -48,7 +48,7 @@ from tpx.audit.client import ConvClient, Settled
 from tpx.audit.endpoints import kept_headers, text_of
 from tpx.audit.findings import CHECK_OF, Failure, Result, check_named
 from tpx.audit.harness import GATEWAY_KEY, Gateway, Harness
-from tpx.audit.replay import HttpConformanceError, HttpReplayer
+from tpx.audit.replay import CLOSE, HttpConformanceError, HttpReplayer
 from tpx.audit.scenarios import run_scenarios
 from tpx.audit.sse import is_stream
 from tpx.audit.traces import conversation_trace, gateway_trace, judge
@@ -73,8 +73,8 @@ SMALL_CFGS: tuple[tuple[str, Config], ...] = (
     ("RETRY", RETRY),
     ("SMALL", SMALL),
 )
-#: the guard of a wait that timed out before
-AGAIN_S = 0.5
+#: the guard of a wait that timed out before (the endpoint did not do it within GUARD_S once)
+AGAIN_S = 0.1
 #: a cfg name's suffix: its behaviours are a minimum edge cover, not all
 COVER = " (edge cover)"
 #: ``--profile full``: the small cfgs and the edge cover of spec/TpxGateway.cfg
@@ -84,6 +84,9 @@ FULL_CFGS = (*SMALL_CFGS, ("SHIPPED" + COVER, SHIPPED))
 EARLIER = 16
 #: a step's hang guard (a failure to answer is a finding, not a wait)
 GUARD_S = 20.0
+#: how long an endpoint may keep the upstream request open after its client left (the
+#: upstream generating for nobody): the guard of that wait, the first time
+CLOSE_S = 5.0
 
 
 class _Recorded(Exception):
@@ -213,6 +216,8 @@ class AuditReplayer(HttpReplayer):
         guard = self.guard_s
         if what in self._timed_out:
             self.guard_s = AGAIN_S
+        elif what == CLOSE:
+            self.guard_s = min(guard, CLOSE_S)
         try:
             return await super()._guard(aw, what)
         except HttpConformanceError:
