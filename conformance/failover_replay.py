@@ -129,6 +129,8 @@ class FailoverReplayer:
             timeout=httpx2.Timeout(600.0),
         )
         self.steps = 0
+        #: how long any one wait may take (a hang guard: lower it where a bug is expected)
+        self.guard_s = GUARD_S
         #: how long an ended exchange's upstream request may take to close (a hang guard)
         self.ended_s = GUARD_S
         self.refusals = itertools.count()
@@ -232,7 +234,7 @@ class FailoverReplayer:
                 queue = self.upstreams.queue(cv.key)
                 assert cv.task is not None
                 got = asyncio.ensure_future(queue.get())
-                await _first_of(got, cv.task)
+                await _first_of(self.guard_s, got, cv.task)
                 got.cancel()
         elif action == "FirstByte":
             await self._act(self._current(cv), Act("first"))
@@ -307,17 +309,31 @@ class FailoverReplayer:
         did not send: it shows as an attempt)."""
         assert cv.task is not None
         got = asyncio.ensure_future(self.upstreams.queue(cv.key).get())
-        await _first_of(got, cv.task)
-        if got.done():  # the gateway asked an upstream again: the state shows it
-            return
-        got.cancel()
         try:
+            await _first_of(self.guard_s, got, cv.task)
+            if got.done():  # the gateway asked an upstream again: the state shows it
+                return
             response = await self._guard(asyncio.shield(cv.task), "the gateway's answer")
             if cv.stream:
                 if cv.chunks is None:
                     cv.chunks = response.aiter_raw()
-                async for part in cv.chunks:
-                    cv.body += part
+                while True:  # each part, or the gateway asking an upstream again
+                    part = asyncio.ensure_future(anext(cv.chunks))
+                    await _first_of(self.guard_s, got, part)
+                    if not part.done():
+                        part.cancel()
+                        if got.done():
+                            return
+                        raise FailoverError(
+                            "no progress: waited for the stream's rest",
+                            violated=["Refinement"],
+                            step=0,
+                            action="",
+                        )
+                    try:
+                        cv.body += part.result()
+                    except StopAsyncIteration:
+                        break
                 await response.aclose()
             else:
                 cv.body = response.content
@@ -328,6 +344,9 @@ class FailoverReplayer:
                 step=0,
                 action="",
             ) from None
+        finally:
+            if not got.done():
+                got.cancel()
         ok = response.status_code == 200 and (
             b"message_stop" in cv.body and b"event: error" not in cv.body
             if cv.stream
@@ -398,7 +417,7 @@ class FailoverReplayer:
         """Wait for the conversation's next arrival on any upstream, or its answer."""
         assert cv.task is not None
         got = asyncio.ensure_future(self.upstreams.queue(cv.key).get())
-        await _first_of(got, cv.task)
+        await _first_of(self.guard_s, got, cv.task)
         if not got.done():
             got.cancel()
             if not cv.task.done():
@@ -411,7 +430,7 @@ class FailoverReplayer:
         probed = self.upstreams.upstreams[name].allow_probe()
         await self._guard(probed.wait(), f"a recovery probe of {name}")
         self.probed_at[name] = next(self.upstreams.seq)
-        for _ in range(int(GUARD_S / 0.005)):
+        for _ in range(int(self.guard_s / 0.005)):
             if await self._probes_ok(name) > before:
                 return
             await asyncio.sleep(0.005)  # polls /metrics for the probe's count: an event
@@ -437,7 +456,7 @@ class FailoverReplayer:
             arrivals = self.upstreams.arrivals.get(cv.key)
             if cv.task is not None and arrivals:
                 busy[arrivals[-1].upstream] = busy.get(arrivals[-1].upstream, 0) + 1
-        for _ in range(int(GUARD_S / 0.005)):
+        for _ in range(int(self.guard_s / 0.005)):
             samples = await metrics(self.http, self.gateway)
             if all(
                 v <= busy.get(labels.split('"')[1], 0)
@@ -447,9 +466,9 @@ class FailoverReplayer:
                 return
             await asyncio.sleep(0.005)
 
-    async def _guard(self, aw: Any, what: str, guard_s: float = GUARD_S) -> Any:
+    async def _guard(self, aw: Any, what: str, guard_s: float | None = None) -> Any:
         try:
-            return await asyncio.wait_for(aw, guard_s)
+            return await asyncio.wait_for(aw, guard_s or self.guard_s)
         except TimeoutError:
             raise FailoverError(
                 f"no progress: waited for {what}", violated=["Refinement"], step=0, action=""
@@ -554,9 +573,9 @@ class FailoverReplayer:
             )
 
 
-async def _first_of(*futures: asyncio.Future[Any]) -> None:
+async def _first_of(guard_s: float, *futures: asyncio.Future[Any]) -> None:
     waits: set[asyncio.Future[Any]] = set(futures)
-    await asyncio.wait(waits, timeout=GUARD_S, return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait(waits, timeout=guard_s, return_when=asyncio.FIRST_COMPLETED)
 
 
 def _actor(before: Record, after: Record, action: str, config: Config) -> ModelValue | None:

@@ -53,7 +53,10 @@ def replay(
     first_byte_timeout: float = 600.0,
     coverage: Coverage | None = None,
     ended_s: float | None = None,
+    guard_s: float | None = None,
 ) -> Outcome:
+    """Replay *behaviours* until the first that fails (*ended_s*, *guard_s*: the
+    replayer's hang guards, lowered where a bug is expected)."""
     return asyncio.run(
         _replay(
             config,
@@ -64,6 +67,7 @@ def replay(
             first_byte_timeout,
             coverage,
             ended_s,
+            guard_s,
         )
     )
 
@@ -77,6 +81,7 @@ async def _replay(
     first_byte_timeout: float,
     coverage: Coverage | None,
     ended_s: float | None,
+    guard_s: float | None,
 ) -> Outcome:
     upstreams = PoolUpstreams(tuple(u.name for u in config.Upstreams))
     await upstreams.start()
@@ -91,6 +96,8 @@ async def _replay(
     replayer = FailoverReplayer(upstreams, gw, config, modes)
     if ended_s is not None:
         replayer.ended_s = ended_s
+    if guard_s is not None:
+        replayer.guard_s = guard_s
     began = time.perf_counter()
     error: FailoverError | None = None
     at = len(behaviours)

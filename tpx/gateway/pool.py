@@ -152,6 +152,8 @@ class UpstreamPool:
                     raise
             if failure is None:
                 assert response is not None
+                if reports is not None:
+                    reports.succeeded(name, self._clock())
                 self.dispatcher.succeeded(name)
                 if tried:
                     turn.annotate("attempts", [*tried, _record(name, "ok", step.wait)])

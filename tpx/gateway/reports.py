@@ -18,7 +18,9 @@ spec does not allow is stopped before it reaches an upstream:
   begins;
 * ``Recover`` -- a cooldown ends: its time passed (kept here from the dispatcher's own
   answer when it set it, :attr:`tpx.gateway.dispatch.Plan.cooled`), a recovery probe
-  passed, or every candidate of a route cools down and the one tried anyway is its probe.
+  passed, the upstream answered a request it took while cooling down
+  (:meth:`Reports.succeeded`), or every candidate of a route cools down and the one tried
+  anyway is its probe.
 
 A choice of an upstream the monitor still holds in cooldown (the dispatcher lost the
 cooldown it set) is then a ``NewRequest`` or ``Failover`` the spec does not allow (``Next``).
@@ -78,6 +80,15 @@ class Reports:
         for name, until in plan.cooled.items():
             cooling[name] = max(until, cooling.get(name, until))
         plan.cooled.clear()
+
+    def succeeded(self, name: str, now: float) -> None:
+        """*name* answered (call it before the dispatcher's ``succeeded``): a cooldown the
+        dispatcher still has it in ends there, so one these reports hold ends too
+        (``Recover``). A cooldown the dispatcher lost stays held: its choice stays a step
+        the spec does not allow."""
+        if name in self.cooling and self.dispatcher.health[name].cooling(now):
+            del self.cooling[name]
+            self.monitor.recover(name)
 
     def probed(self, name: str, ok: bool) -> None:
         """A recovery probe of *name* passed (*ok*): its cooldown ends (``Recover``)."""
