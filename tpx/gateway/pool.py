@@ -205,11 +205,15 @@ class UpstreamPool:
         if plan is None:
             return
         reports = self._reports(turn)
-        step = retarget(self.dispatcher, plan, Failure("broken"), started=True, now=self._clock())
-        assert isinstance(step, GiveUp), "a reply that began never moves"
+        now = self._clock()
+        step = retarget(self.dispatcher, plan, Failure("broken"), started=True, now=now)
+        self.metrics.upstream_cooldowns.labels(name).inc()
         if reports is not None:
             reports.cooled(plan)
-        self.metrics.upstream_cooldowns.labels(name).inc()
+            if not isinstance(step, GiveUp):
+                # a failover point that would move a reply that began: never taken here,
+                # but shown to --monitor as the Failover it would be (which stops it)
+                reports.next(turn.request_id, name, step.upstream, now, generating=True)
 
     async def _attempt(
         self, turn: Turn, client: AsyncUpstream, name: str
