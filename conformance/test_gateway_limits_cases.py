@@ -166,12 +166,16 @@ def test_a_body_holding_more_json_containers_than_the_limit() -> None:
             headers={**AUTH, "content-type": "application/json"},
         )
         small = http.post("/v1/messages", json=_body("hello"), headers=AUTH)
+        # 2 objects and 1 array, and 20 brackets in a text: 23 opening brackets (the count
+        # is an upper bound: a bracket in a string counts as an array)
+        bracketed = http.post("/v1/messages", json=_body("[" * 20), headers=AUTH)
     assert refused.status_code == 413
     assert refused.json()["error"]["message"] == (
         "Request holds more than 8 JSON objects and arrays"
     )
+    assert bracketed.status_code == 413, bracketed.text
     assert small.status_code == 200  # a body of at most twice the limit is not refused
-    assert _errors(gateway) == {"GATEWAY_413": 1.0}  # counted once, under its status
+    assert _errors(gateway) == {"GATEWAY_413": 2.0}  # each counted once, under its status
     assert upstream.paths == ["/v1/chat/completions"]
 
 

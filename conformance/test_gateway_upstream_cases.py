@@ -17,7 +17,9 @@ transport), nothing mocked in between.
 * A pass-through reply that spells a gateway secret in JSON escapes is withheld whole.
 * ``log_bodies``: the reply's body is in the exchange's log line.
 * ``[[upstreams]]``: a stream broken after its status and headers, before any event, is a
-  502 for its client (its reply began: it does not move), and its upstream cools down.
+  502 for its client (its reply began: it does not move), and its upstream cools down; under
+  ``--monitor`` with the seeded failover of a reply that began, the client gets the monitor's
+  stop, and the other upstream nothing.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import pytest
 from conformance.abstraction import assemble_messages
 from conformance.fakes import KEY
 from conformance.gateway_core import AUTH, log_records, settings_for
+from conformance.pool_bugs import POOL_BUGS
 from conformance.test_gateway_upstream_live import (
     WIRINGS,
     Wiring,
@@ -453,6 +456,29 @@ def test_a_stream_broken_before_its_first_byte_fails_and_cools_its_upstream() ->
     assert message["content"] == [{"type": "text", "text": "hello"}]
     assert then == (1, 1)
     assert _in_flight(metrics) == {"u0": 0.0, "u1": 0.0}
+
+
+def test_a_monitored_failover_of_a_broken_stream_is_stopped() -> None:
+    """``tpx serve --monitor``, ``[[upstreams]]``, and the seeded bug whose failover point
+    forgets that a reply began: the first upstream's stream breaks after its headers, the
+    failover point would move it (``Failover`` once the reply began: not allowed), and the
+    monitor stops that step. The client gets the monitor's error naming the property and
+    the step, not the network failure; the other upstream receives nothing."""
+    (bug,) = [b for b in POOL_BUGS if b.name == "failover_after_the_first_byte"]
+    with (
+        bug.active(),
+        ScriptedUpstream(headers_then_drop) as first,
+        ScriptedUpstream(answer) as second,
+        _served(attrs.evolve(_pooled(first.url, second.url), monitor=True)) as url,
+        httpx2.Client(base_url=url, timeout=60) as client,
+    ):
+        stopped = client.post("/v1/messages", json=_turn(True), headers=AUTH)
+        seen = (len(first.requests), len(second.requests))
+    assert stopped.status_code == 500, stopped.text
+    message = stopped.json()["error"]["message"]
+    assert f"({bug.property}, {bug.action})" in message, message
+    assert "MODEL_NETWORK" not in message
+    assert seen == (1, 0)
 
 
 @pytest.mark.parametrize("code", [300, 418])
