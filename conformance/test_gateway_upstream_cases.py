@@ -20,6 +20,9 @@ transport), nothing mocked in between.
   502 for its client (its reply began: it does not move), and its upstream cools down; under
   ``--monitor`` with the seeded failover of a reply that began, the client gets the monitor's
   stop, and the other upstream nothing.
+* Settings without an upstream credential: the upstream is asked without one.
+* An upstream transport given to the in-process SDK client reads each request's body as
+  ``request.content``.
 """
 
 from __future__ import annotations
@@ -43,14 +46,19 @@ from conformance.test_gateway_upstream_live import (
     WIRINGS,
     Wiring,
     _gateway,
+    _header,
     _pooled,
+    _said_hello,
     _served,
     _turn,
     status,
 )
 from tests.gateway.scripted import ScriptedUpstream, Step, answer
 from tpx.gateway.context.config import ContextConfig
+from tpx.gateway.core import Gateway
 from tpx.gateway.settings import Limits, Settings
+from tpx.gateway.upstream import SyncUpstream
+from tpx.sdk import GatewayTransport
 from tpx.transport.exchange import Provider
 from tpx.transport.translate.overflow import too_long
 from tpx.transport.translate.profiles import get_profile
@@ -495,3 +503,55 @@ def test_a_refused_stream_carries_the_upstreams_own_words(wiring: Wiring, code: 
     message = reply.json()["error"]["message"]
     assert f"returned HTTP {code}" in message
     assert f"upstream says {code}" in message
+
+
+# -- an upstream that takes no credential; an injected transport reading the request's body ----
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize("wiring", WIRINGS)
+def test_an_upstream_without_a_credential_is_asked_without_one(
+    wiring: Wiring, stream: bool
+) -> None:
+    """Settings without an upstream credential (a local deployment that asks for none): the
+    upstream receives no ``Authorization`` header, and its reply reaches the client."""
+    with (
+        ScriptedUpstream(answer) as upstream,
+        _gateway(wiring, _settings(upstream, credential=None)) as client,
+    ):
+        reply = client.post("/v1/messages", json=_turn(stream), headers=AUTH)
+    _said_hello(reply, stream)
+    ((head, _),) = upstream.requests
+    assert _header(head, "authorization") is None
+
+
+class Recording(httpx2.BaseTransport):
+    """An upstream transport given to the in-process SDK client (``upstream=``) that keeps
+    each request's body, read as ``request.content``, and sends it on over loopback."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+        self._inner = httpx2.HTTPTransport()
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        self.bodies.append(request.content)
+        return self._inner.handle_request(request)
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+def test_an_injected_upstream_transport_reads_the_request_body() -> None:
+    """The in-process SDK client over a transport of the caller's: the request it is handed
+    has its body readable as ``request.content`` (as httpx2's own requests do), the very
+    bytes the upstream then receives."""
+    recording = Recording()
+    with ScriptedUpstream(answer) as upstream:
+        settings = _settings(upstream)
+        transport = GatewayTransport(Gateway(settings), SyncUpstream(settings, transport=recording))
+        with httpx2.Client(transport=transport, base_url="http://gateway.test") as client:
+            reply = client.post("/v1/messages", json=_turn(False), headers=AUTH)
+    _said_hello(reply, False)
+    ((_, body),) = upstream.requests
+    assert recording.bodies == [body]
+    assert orjson.loads(body)["messages"][-1] == {"role": "user", "content": "hi"}

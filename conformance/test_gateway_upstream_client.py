@@ -17,6 +17,8 @@ stop, and token commands change for a caller.
 * A finished stream whose body never ends: the gateway stops waiting and closes it.
 * A client that stops reading a long stream and then leaves: the stream's read-ahead ends
   with it (nothing the upstream sent stays held once the client is gone).
+* An upstream client of the caller's (``create_app(client=)``): a turn's body reaches the
+  upstream whole; the tokenizer endpoint's call keeps its own timeout.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import socket
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import attrs
 import httpx2
@@ -48,8 +51,11 @@ from conformance.test_gateway_upstream_live import (
     _turn,
     status,
 )
+from tests.gateway.conftest import serving
 from tests.gateway.scripted import ScriptedUpstream, Step, answer
 from tpx.gateway import drive
+from tpx.gateway.asgi import create_app
+from tpx.gateway.context.config import ContextConfig
 from tpx.gateway.core import Gateway
 from tpx.gateway.credential import BACKOFF_FIRST
 from tpx.gateway.routing import parse_routing
@@ -57,6 +63,7 @@ from tpx.gateway.settings import Credential, Limits, Settings
 from tpx.gateway.upstream import AsyncUpstream
 from tpx.sdk import AsyncGatewayTransport
 from tpx.transport.exchange import Provider
+from tpx.transport.translate.profiles import get_profile
 
 
 def test_an_upstream_no_proxy_names_is_reached_with_a_proxy_configured(
@@ -198,24 +205,53 @@ def test_a_reply_cut_short_is_a_network_error(wiring: Wiring) -> None:
     assert seen == 1
 
 
-def test_a_token_command_failing_after_a_401_leaves_the_connection_usable(tmp_path: Path) -> None:
-    """``tpx serve``: a 401, then the token command fails: the client gets the error; the
-    refused reply (its body a few bytes) is closed and its kept-alive connection given back,
-    so the next request (the old token, answered) goes on it."""
+def refused_then_let_go(let_go: threading.Event) -> Step:
+    """Answer 401, then set *let_go* once the client lets the connection go: closes it, or
+    sends its next request on it (the hang guard: the connection's own 30 s timeout)."""
+    refuse = status(401)
+
+    def step(conn: socket.socket, head: bytes, request: bytes) -> bool:
+        refuse(conn, head, request)
+        with contextlib.suppress(OSError):
+            more = conn.recv(1, socket.MSG_PEEK)
+            let_go.set()
+            return bool(more)
+        return False
+
+    return step
+
+
+@pytest.mark.parametrize("wiring", WIRINGS)
+def test_a_token_command_failing_after_a_401_leaves_the_connection_usable(
+    wiring: Wiring, tmp_path: Path
+) -> None:
+    """A 401, then the token command fails: the client gets that failure (a 502 naming the
+    command, nothing leaked); the refused reply (its body a few bytes) is closed at once, its
+    connection let go (``tpx serve``'s client gives it back: the next request, the old token,
+    answered, goes on it), not held until the gateway's client closes."""
     runs = tmp_path / "runs"
     command = (
         f"n=$(($(cat {runs} 2>/dev/null || echo 0) + 1)); echo $n > {runs}; "
         '[ "$n" = 2 ] && exit 1; echo tok-$n-x'
     )
-    with ScriptedUpstream(status(401), answer) as upstream:
+    let_go = threading.Event()
+    with ScriptedUpstream(refused_then_let_go(let_go), answer) as upstream:
         settings = _settings(upstream, credential=Credential.from_command(command, ttl=600.0))
-        with _gateway("serve", settings) as client:
+        with _gateway(wiring, settings) as client:
             refused = client.post("/v1/messages", json=_turn(False), headers=AUTH)
             after = client.post("/v1/messages", json=_turn(False), headers=AUTH)
+            released = let_go.wait(GUARD_S)  # the gateway's client still open
         seen = (len(upstream.requests), upstream.connections)
-    assert refused.status_code >= 400, refused.text
+    assert refused.status_code == 502, refused.text
+    error = refused.json()["error"]
+    assert error["type"] == "api_error"
+    assert error["message"].startswith("MODEL_UNAUTHORIZED: TPX_OAUTH_TOKEN_COMMAND"), error
+    assert "tok-" not in refused.text
     assert after.status_code == 200, after.text
-    assert seen == (2, 1)
+    assert released
+    assert seen[0] == 2
+    if wiring == "serve":
+        assert seen[1] == 1
 
 
 def stalled_body(release: threading.Event) -> Step:
@@ -467,3 +503,73 @@ def test_a_client_leaving_as_the_upstream_answers_closes_that_answer() -> None:
     assert first.startswith(b"event: ping")
     assert answered  # the upstream's answer came before the client left
     assert stopped  # and its connection was closed
+
+
+def tokenizer_late(seconds: float) -> Step:
+    """Answer a ``/tokenize`` request with a count of 321 after *seconds*; any other
+    request with :func:`answer` at once."""
+
+    def step(conn: socket.socket, head: bytes, request: bytes) -> bool:
+        if not head.startswith(b"POST /tokenize "):
+            return answer(conn, head, request)
+        time.sleep(seconds)
+        data = orjson.dumps({"count": 321})
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+            % (len(data), data)
+        )
+        return True
+
+    return step
+
+
+class ClosingClient:
+    """An ASGI app that closes *client* once the wrapped app's lifespan shut down (in the
+    server's event loop, where the client was used)."""
+
+    def __init__(self, app: Any, client: httpx2.AsyncClient) -> None:
+        self.app = app
+        self.client = client
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+
+        async def sending(message: Any) -> None:
+            if message["type"] == "lifespan.shutdown.complete":
+                await self.client.aclose()
+            await send(message)
+
+        await self.app(scope, receive, sending)
+
+
+def test_an_injected_upstream_client_sends_bodies_and_the_tokenizers_own_timeout() -> None:
+    """``tpx serve``'s app over an ``httpx2.AsyncClient`` of the caller's (``create_app(client=)``)
+    whose read timeout (0.2 s) is shorter than ``[context] tokenizer_timeout`` (30 s): a
+    turn's body reaches the upstream whole; the tokenizer endpoint, answering after 1 s, is
+    waited for (its call's own timeout replaces the client's), so ``count_tokens`` is its
+    count, not the gateway's estimate."""
+    with ScriptedUpstream(tokenizer_late(1.0)) as upstream:
+        settings = settings_for(
+            Provider.TPX,
+            base_url=upstream.url,  # the profile's paths hold /v1
+            model="up-model",
+            monitor=False,
+            profile=get_profile("vllm"),
+            context=ContextConfig(tokenizer=True, tokenizer_timeout=30.0),
+        )
+        injected = httpx2.AsyncClient(timeout=httpx2.Timeout(0.2))
+        app = ClosingClient(create_app(settings, client=injected), injected)
+        with serving(app) as url, httpx2.Client(base_url=url, timeout=60) as client:
+            turn = client.post("/v1/messages", json=_turn(False), headers=AUTH)
+            counted = client.post("/v1/messages/count_tokens", json=_turn(False), headers=AUTH)
+        bodies = {head.split(b" ", 2)[1]: body for head, body in upstream.requests}
+    assert turn.status_code == 200, turn.text
+    assert orjson.loads(bodies[b"/v1/chat/completions"])["messages"][-1] == {
+        "role": "user",
+        "content": "hi",
+    }
+    assert counted.status_code == 200, counted.text
+    assert counted.json() == {"input_tokens": 321}
+    assert b"/tokenize" in bodies
