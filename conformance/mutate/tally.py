@@ -10,7 +10,10 @@ judged again, with ``--only-from``, after new conformance cases). Survivors list
 ``conformance/mutate/equivalent.txt`` (as it is now) are not counted. Prints the overall and
 per-file kill rates in the format a campaign prints, then every survivor: listed equivalent
 (with its reason) or not; ``--file`` (repeatable) keeps only the mutants of that file.
-Exit status 1 when a survivor is not listed.
+``--current`` keeps only the mutants of the sample a campaign would draw from the code as it
+is now (``--per-file`` and ``--seed`` as for ``python -m conformance.mutate``: a file that
+changed since a report draws a different sample), and names those no report judged.
+Exit status 1 when a survivor is not listed (or, with ``--current``, a mutant is unjudged).
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ import json
 import re
 from pathlib import Path
 
-from conformance.mutate.__main__ import equivalents, per_file
+from conformance.mutate.__main__ import ROOT, equivalents, per_file
+from conformance.mutate.mutator import mutants, sample
 
-__all__ = ["main", "merged", "verdicts"]
+__all__ = ["current", "main", "merged", "verdicts"]
 
 #: A verdict line of a campaign's output.
 _LINE = re.compile(r"^\[\d+/\d+\] (killed|survived) +(.+?) \((\d+(?:\.\d+)?) s\): (.*)$")
@@ -51,9 +55,20 @@ def merged(paths: list[Path]) -> list[dict[str, object]]:
     return list(by_id.values())
 
 
+def current(paths: list[str], per_file: int, seed: int) -> list[str]:
+    """The ids a campaign over *paths* (relative to the repository root) would judge now."""
+    every = [m for path in paths for m in mutants(ROOT / path, ROOT)]
+    return [m.id for m in (every if per_file == 0 else sample(every, per_file, seed))]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m conformance.mutate.tally")
     parser.add_argument("--file", action="append", default=None, help="only this mutated file")
+    parser.add_argument(
+        "--current", action="store_true", help="only the sample drawn from the code now"
+    )
+    parser.add_argument("--per-file", type=int, default=30, help="with --current (0: all)")
+    parser.add_argument("--seed", type=int, default=12, help="with --current")
     parser.add_argument("reports", nargs="+", type=Path)
     args = parser.parse_args(argv)
     results = [
@@ -61,6 +76,13 @@ def main(argv: list[str] | None = None) -> int:
         for r in merged(args.reports)
         if not args.file or str(r["id"]).split("::", 1)[0] in args.file
     ]
+    unjudged: list[str] = []
+    if args.current:
+        files = args.file or sorted({str(r["id"]).split("::", 1)[0] for r in results})
+        wanted = current(files, args.per_file, args.seed)
+        judged = {str(r["id"]) for r in results}
+        unjudged = [i for i in wanted if i not in judged]
+        results = [r for r in results if str(r["id"]) in set(wanted)]
     equivalent = equivalents()
     killed = sum(1 for r in results if r["verdict"] == "killed")
     survivors = [str(r["id"]) for r in results if r["verdict"] == "survived"]
@@ -78,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  equivalent {ident}: {equivalent[ident]}")
     for ident in unexplained:
         print(f"  SURVIVOR   {ident}")
-    return 1 if unexplained else 0
+    for ident in unjudged:
+        print(f"  UNJUDGED   {ident}")
+    return 1 if unexplained or unjudged else 0
 
 
 if __name__ == "__main__":
