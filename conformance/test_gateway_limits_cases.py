@@ -1,9 +1,11 @@
 """Conformance of the gateway's own refusals before the wire, through the gateway core
 in-process (the sync SDK transport, the monitor on): the preflight's ``prompt is too long``
 (the spec's ``PromptTooLong``, legal only for a request its window cannot take: a seeded
-spurious refusal is stopped closed), a body holding more JSON containers than the limit
-(413), and ``count_tokens`` answered by the upstream's tokenizer endpoint. Each refusal
-leaves the upstream uncalled, is logged under its code and counted once in ``/metrics``."""
+spurious refusal is stopped closed; a model's ``claude-tpx-`` alias counted against that
+model's window), a body holding more JSON containers than the limit (413; exactly the limit
+passes), and ``count_tokens`` answered by the upstream's tokenizer endpoint. Each refusal
+leaves the upstream uncalled, is logged under its code and counted once in ``/metrics``; the
+spec actions of the exchanges are counted there too."""
 
 from __future__ import annotations
 
@@ -95,6 +97,16 @@ def _errors(gateway: Gateway) -> dict[str, float]:
     return out
 
 
+def _actions(gateway: Gateway) -> dict[str, float]:
+    prefix = 'tpx_gateway_spec_actions_total{action="'
+    out = {}
+    for line in gateway.metrics.render().decode().splitlines():
+        if line.startswith(prefix):
+            action, _, value = line[len(prefix) :].partition('"} ')
+            out[action] = float(value)
+    return out
+
+
 def _violations(gateway: Gateway) -> int:
     assert gateway.monitor is not None
     return gateway.monitor.monitor.violations
@@ -125,6 +137,26 @@ def test_a_prompt_its_window_cannot_take_is_refused_before_the_wire(stream: bool
     assert _errors(gateway).get("GATEWAY_400") == 1.0
     assert _violations(gateway) == 0  # PromptTooLong: legal for a request that does not fit
     assert gateway.in_flight == 0
+    # the spec's actions of each exchange are counted: the refused one's and the delivered one's
+    assert _actions(gateway).get("Deliver") == 1.0
+
+
+def test_a_prompt_sent_to_a_models_alias_is_counted_against_that_models_window() -> None:
+    """``GET /v1/models`` lists ``claude-tpx-<model>`` aliases; a request naming one is the
+    aliased model's, and its preflight counts against that model's window."""
+    upstream = Upstream()
+    with _gateway(_settings(window=WINDOW), upstream) as (_, http):
+        body = {**_body("word " * 6000), "model": "claude-tpx-up-model"}
+        refused = http.post("/v1/messages", json=body, headers=AUTH)
+        fits = http.post(
+            "/v1/messages", json={**_body("hello"), "model": "claude-tpx-up-model"}, headers=AUTH
+        )
+    assert refused.status_code == 400, refused.text
+    words = TOO_LONG.match(refused.json()["error"]["message"])
+    assert words is not None, refused.text
+    assert int(words[2]) <= WINDOW
+    assert fits.status_code == 200, fits.text
+    assert upstream.paths == ["/v1/chat/completions"]
 
 
 def test_a_spurious_preflight_refusal_is_stopped_closed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -169,14 +201,16 @@ def test_a_body_holding_more_json_containers_than_the_limit() -> None:
         # 2 objects and 1 array, and 20 brackets in a text: 23 opening brackets (the count
         # is an upper bound: a bracket in a string counts as an array)
         bracketed = http.post("/v1/messages", json=_body("[" * 20), headers=AUTH)
+        at_the_limit = http.post("/v1/messages", json=_body("[" * 5), headers=AUTH)  # 8 of them
     assert refused.status_code == 413
     assert refused.json()["error"]["message"] == (
         "Request holds more than 8 JSON objects and arrays"
     )
     assert bracketed.status_code == 413, bracketed.text
+    assert at_the_limit.status_code == 200, at_the_limit.text  # more than the limit is refused
     assert small.status_code == 200  # a body of at most twice the limit is not refused
     assert _errors(gateway) == {"GATEWAY_413": 2.0}  # each counted once, under its status
-    assert upstream.paths == ["/v1/chat/completions"]
+    assert upstream.paths == ["/v1/chat/completions"] * 2
 
 
 def test_count_tokens_asks_the_upstream_tokenizer() -> None:
