@@ -141,3 +141,29 @@ def test_tally_takes_the_last_verdict_of_each_mutant(tmp_path: Path) -> None:
     assert first == {ident: "survived", "tpx/gateway/drive.py::g::cmp::a < b => a <= b": "killed"}
     both = {str(r["id"]): r["verdict"] for r in merged([log, again])}
     assert both[ident] == "killed"
+
+
+def test_tally_current_keeps_the_sample_drawn_now_and_names_the_unjudged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``tally --current``: a verdict of a mutant outside the sample drawn from the code now
+    is left out; a mutant of that sample no report judged is named, and fails the tally."""
+    from conformance.mutate.tally import current, main
+
+    path = "tpx/gateway/history.py"
+    drawn = current([path], 2, 12)
+    assert len(drawn) == 2
+    other = next(m.id for m in mutants(ROOT / path, ROOT) if m.id not in drawn)
+    log = tmp_path / "campaign.log"
+    log.write_text(
+        f"[1/2] killed   {drawn[0]} (5.0 s): case: x\n[2/2] killed   {other} (5.0 s): case: y\n"
+    )
+    args = ["--current", "--per-file", "2", "--file", path]
+    assert main([*args, str(log)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("kill rate: 1/1 = 100.0% (1 mutants,")
+    assert f"UNJUDGED   {drawn[1]}" in out
+    assert other not in out
+    log.write_text(log.read_text() + f"[3/3] killed   {drawn[1]} (5.0 s): case: z\n")
+    assert main([*args, str(log)]) == 0
+    assert capsys.readouterr().out.startswith("kill rate: 2/2 = 100.0% (2 mutants,")
