@@ -15,15 +15,15 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
+from conformance.failover_behaviours import project, realizable
 from conformance.failover_gateway import FailoverGateway, metrics, violations
 from conformance.failover_replay import FailoverError, FailoverReplayer, Modes
 from conformance.pool_upstreams import PoolUpstreams
 from tpx.oracle.behaviours import Behaviour, Coverage
-from tpx.oracle.model.gateway import Config
-from tpx.oracle.tlc import StateGraph
+from tpx.oracle.model.gateway import Config, Init, Next, State
 from tpx.oracle.values import Record
 
-__all__ = ["ONE", "Outcome", "replay", "steps_where", "through"]
+__all__ = ["ONE", "Outcome", "replay", "shortest", "steps_where"]
 
 ONE = Config.of(1, 1, 1, upstreams=2, max_attempts=2, preflight=True)
 
@@ -133,51 +133,61 @@ def steps_where(
     return sorted(behaviours, key=lambda b: not has(b))
 
 
-def through(graph: StateGraph, wanted: Callable[[str, Record], bool]) -> tuple[Behaviour, int]:
-    """The shortest complete behaviour of *graph* with a step (action, the state before it)
-    *wanted*, and that step's number (1-based): the shortest way to a state with such a
-    step, the step, then the shortest way on to an end (ties broken by the graph's order:
-    the choice is deterministic)."""
-    succ: dict[int, list[tuple[str, int]]] = {}
-    labels: dict[int, set[str]] = {}
-    for a, b, label in sorted(graph.edges):
-        labels.setdefault(a, set()).add(label)
-        if not (label == "Halted" and a == b):
-            succ.setdefault(a, []).append((label, b))
-    ends = {fp for fp in graph.states if fp not in succ and "Halted" in labels.get(fp, ())}
+def shortest(config: Config, wanted: Callable[[str, Record], bool]) -> tuple[Behaviour, int]:
+    """The shortest behaviour of *config*'s cut view with a step (action, the state before
+    it) *wanted*, and that step's number (1-based): the fewest steps from the TPX boot to
+    such a step, then the fewest on to an end, walked through the mirror's ``Next`` (no
+    graph explored; ties broken in ``Next``'s order, so the choice is deterministic)."""
+    succ: dict[State, list[tuple[str, State]]] = {}
 
-    def wanted_from(fp: int) -> list[tuple[str, int]]:
-        return [(lb, b) for lb, b in succ.get(fp, []) if wanted(lb, graph.states[fp])]
+    def steps(s: State) -> list[tuple[str, State]]:
+        if s not in succ:
+            record = s.as_record()
+            succ[s] = [
+                (label, t)
+                for label, t in Next(s, config)
+                if realizable(record, t.as_record(), label, config)
+            ]
+        return succ[s]
 
-    there = _shortest(succ, sorted(graph.initial), lambda fp: bool(wanted_from(fp)))
-    there.append(wanted_from(there[-1][1])[0])
-    on = _shortest(succ, [there[-1][1]], lambda fp: fp in ends)
-    fps = [*there, *on[1:]]
-    steps = [(label, graph.states[fp]) for label, fp in fps[1:]]
-    steps.append(("Halted", graph.states[fps[-1][1]]))
-    enabled = tuple(frozenset(labels.get(fp, ())) for _, fp in fps)
-    behaviour = Behaviour(graph.states[fps[0][1]], tuple(steps), (*enabled, enabled[-1]))
+    def hits(s: State) -> list[tuple[str, State]]:
+        return [(lb, t) for lb, t in steps(s) if lb != "Halted" and wanted(lb, s.as_record())]
+
+    def ends(s: State) -> bool:
+        return all(lb == "Halted" for lb, _ in steps(s)) and bool(steps(s))
+
+    boot = [s for s in Init(config) if s.hasToken and not s.hasKey]
+    there = _fewest(steps, boot, lambda s: bool(hits(s)))
+    there.append(hits(there[-1][1])[0])
+    on = _fewest(steps, [there[-1][1]], ends)
+    path = [*there, *on[1:]]
+    records = [project(s.as_record()) for _, s in path]
+    enabled = tuple(frozenset(lb for lb, _ in steps(s)) for _, s in path)
+    moves = tuple((lb, r) for (lb, _), r in zip(path[1:], records[1:], strict=True))
+    behaviour = Behaviour(records[0], (*moves, ("Halted", records[-1])), (*enabled, enabled[-1]))
     return behaviour, len(there) - 1
 
 
-def _shortest(
-    succ: dict[int, list[tuple[str, int]]], starts: list[int], goal: Callable[[int], bool]
-) -> list[tuple[str, int]]:
-    """A shortest path from one of *starts* to a *goal* state: (``""``, its start), then its
-    (action, state) steps."""
-    back: dict[int, tuple[str, int] | None] = {fp: None for fp in starts}
+def _fewest(
+    steps: Callable[[State], list[tuple[str, State]]],
+    starts: list[State],
+    goal: Callable[[State], bool],
+) -> list[tuple[str, State]]:
+    """A shortest path from one of *starts* to a *goal* state, none of its steps a
+    ``Halted``: (``""``, its start), then its (action, state) steps."""
+    back: dict[State, tuple[str, State] | None] = {s: None for s in starts}
     todo = list(starts)
-    for fp in todo:  # breadth first: *todo* grows as it is read
-        if goal(fp):
-            out: list[tuple[str, int]] = []
-            step = back[fp]
+    for s in todo:  # breadth first: *todo* grows as it is read
+        if goal(s):
+            out: list[tuple[str, State]] = []
+            step = back[s]
             while step is not None:
-                out.append((step[0], fp))
-                fp = step[1]
-                step = back[fp]
-            return [("", fp), *reversed(out)]
-        for label, b in succ.get(fp, []):
-            if b not in back:
-                back[b] = (label, fp)
-                todo.append(b)
-    raise ValueError("no behaviour of the graph has the step wanted")
+                out.append((step[0], s))
+                s = step[1]
+                step = back[s]
+            return [("", s), *reversed(out)]
+        for label, t in steps(s):
+            if label != "Halted" and t not in back:
+                back[t] = (label, s)
+                todo.append(t)
+    raise ValueError("no behaviour of the cut view has the step wanted")

@@ -1,7 +1,7 @@
 """The seeded pool bugs (:mod:`conformance.pool_bugs`) against the HTTP replay of
 ``spec/TpxGatewayFailover.cfg`` (:mod:`conformance.failover_replay`): each bug, patched into
 a real ``tpx serve`` with ``[[upstreams]]``, is replayed over the shortest behaviour that
-reaches it (:func:`conformance.failover_run.through`), without and with ``--monitor``.
+reaches it (:func:`conformance.failover_run.shortest`), without and with ``--monitor``.
 
 * Without the monitor the replay fails at the bug's first wrong step or sooner, naming
   ``PoolBug.replay`` from what the clients and the upstreams saw (a bug with no ``replay``
@@ -24,9 +24,8 @@ from functools import cache
 import attrs
 import pytest
 
-from conformance.failover_behaviours import Plan
 from conformance.failover_replay import Modes
-from conformance.failover_run import ONE, Outcome, replay, through
+from conformance.failover_run import ONE, Outcome, replay, shortest
 from conformance.pool_bugs import POOL_BUGS, UNSEEN_POOL_BUGS, PoolBug
 from tpx.oracle.behaviours import Behaviour
 from tpx.oracle.model.gateway import Config
@@ -101,7 +100,7 @@ BUGS: dict[str, tuple[PoolBug, str]] = {
 def _behaviour(reach: str) -> tuple[Behaviour, int]:
     """The reach's behaviour and the number of its wanted step."""
     r = REACH[reach]
-    return through(Plan(r.config).graph, r.wanted)
+    return shortest(r.config, r.wanted)
 
 
 def _run(reach: str, bug: str | None, monitor: bool) -> tuple[Outcome, int]:
