@@ -71,7 +71,8 @@ conformance: $(STAMP) graphviz
 conformance-http: $(STAMP)
 	$(PY) -m pytest -m "" conformance/test_gateway_http_replay.py conformance/test_gateway_http_bugs.py \
 	  conformance/test_gateway_http_abstraction.py conformance/test_failover_http_replay.py \
-	  conformance/test_failover_http_cooldown.py tests/audit -n 2 -q
+	  conformance/test_failover_http_bugs.py conformance/test_failover_http_cooldown.py \
+	  tests/audit -n 2 -q
 
 conformance-deep: $(STAMP) graphviz
 	TPX_HYPOTHESIS_PROFILE=deep $(PY) -m pytest conformance -m "" -n 2 -q

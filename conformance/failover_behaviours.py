@@ -44,7 +44,9 @@ __all__ = [
     "FAILOVER",
     "OBSERVED",
     "Plan",
+    "actor",
     "failover_plan",
+    "next_of",
     "project",
     "realizable",
 ]
@@ -190,3 +192,26 @@ def failover_plan(config: Config = FAILOVER) -> Plan:
 
 def labels(behaviours: Iterable[Behaviour]) -> set[str]:
     return {a for b in behaviours for a, _ in b.steps}
+
+
+def actor(before: Record, after: Record, action: str, config: Config) -> ModelValue | None:
+    """The conversation that moves in the step *before* -> *after* (none for a Recover)."""
+    if action in ("Halted", "Recover"):
+        return None
+    c = conversation_of(before, after, config)
+    if c is not None:
+        return c
+    for d in config.Convs:
+        if any(before[v][d] != after[v][d] for v in ("up", "attempts", "reached", "fwd")):
+            return d
+    raise ValueError(f"{action}: no conversation moves")
+
+
+def next_of(behaviour: Behaviour, n: int, c: ModelValue, config: Config) -> str | None:
+    """The action of *c*'s next step after step *n* (1-based)."""
+    states = behaviour.states()
+    for m in range(n, len(behaviour.steps)):
+        action, after = behaviour.steps[m]
+        if action not in ("Halted", "Recover") and actor(states[m], after, action, config) == c:
+            return action
+    return None

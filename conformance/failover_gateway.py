@@ -24,7 +24,7 @@ import httpx2
 
 from tpx.audit.harness import GATEWAY_KEY, GATEWAY_SECRET, OAUTH_TOKEN
 
-__all__ = ["FailoverGateway", "config_text"]
+__all__ = ["FailoverGateway", "config_text", "cooling", "metrics", "probes_ok", "violations"]
 
 _LISTENING = re.compile(r"listening on (http://[0-9.]+:[0-9]+)")
 _SAMPLE = re.compile(r"^(\w+)\{([^}]*)\} (\S+)$")
@@ -176,3 +176,32 @@ async def metrics(http: httpx2.AsyncClient, gw: FailoverGateway) -> dict[tuple[s
             name, _, value = line.rpartition(" ")
             out[(name, "")] = float(value)
     return out
+
+
+VIOLATIONS = "tpx_gateway_monitor_violations_total"
+
+
+def violations(samples: dict[tuple[str, str], float]) -> dict[str, int]:
+    """The steps ``--monitor`` stopped, by the property it named (from :func:`metrics`)."""
+    out: dict[str, int] = {}
+    for (name, labels), value in samples.items():
+        if name == VIOLATIONS and value:
+            prop = labels.split('"')[1]
+            out[prop] = out.get(prop, 0) + int(value)
+    return out
+
+
+def cooling(samples: dict[tuple[str, str], float], name: str) -> bool:
+    """The gateway holds upstream *name* in cooldown (from :func:`metrics`)."""
+    return samples.get(("tpx_gateway_upstream_cooling", f'upstream="{name}"'), 0.0) > 0
+
+
+def probes_ok(samples: dict[tuple[str, str], float], name: str) -> float:
+    """The healthy recovery probes of upstream *name* the gateway counted."""
+    return sum(
+        v
+        for (metric, labels), v in samples.items()
+        if metric == "tpx_gateway_upstream_probes_total"
+        and f'upstream="{name}"' in labels
+        and 'result="ok"' in labels
+    )

@@ -36,7 +36,10 @@ After each step the abstraction (:func:`observe`) computes the observed variable
 the clients and the upstreams saw -- never from the gateway -- and they must equal the
 behaviour's (:data:`~conformance.failover_behaviours.OBSERVED`); ``OneGeneration``
 (generations started per client request), ``NoDuplicateDelivery`` and
-``FailoverBeforeFirstByte`` are named when the observed values break them.
+``FailoverBeforeFirstByte`` are named when the observed values break them. Through ``tpx
+serve --monitor``, a step the monitor stopped (its violation counter went up: the client got
+its ``MODEL_SPEC_VIOLATION`` answer, which would otherwise pass for a failure the spec
+allows) fails the replay at that step, naming the monitor's property.
 """
 
 from __future__ import annotations
@@ -44,7 +47,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -52,10 +54,9 @@ import attrs
 import httpx2
 import orjson
 
-from conformance.failover_behaviours import OBSERVED, project
-from conformance.failover_gateway import FailoverGateway, metrics
+from conformance.failover_behaviours import OBSERVED, actor, next_of, project
+from conformance.failover_gateway import FailoverGateway, cooling, metrics, probes_ok, violations
 from conformance.pool_upstreams import Act, Arrival, PoolUpstreams
-from tpx.audit.behaviours import conversation_of
 from tpx.audit.harness import GATEWAY_KEY
 from tpx.oracle.behaviours import Behaviour
 from tpx.oracle.model.gateway import Config
@@ -74,7 +75,6 @@ FAILOVER_REFUSALS: tuple[tuple[int, str | None], ...] = (
     (429, "3000"),
     (502, None),
 )
-_PROBES_OK = re.compile(r'result="ok"')
 
 
 class FailoverError(AssertionError):
@@ -139,6 +139,8 @@ class FailoverReplayer:
         #: upstreams the gateway cools down beyond the spec's failovers (a timeout, a stream
         #: broken after its first byte): recovered after the behaviour
         self.extra_cooled: set[str] = set()
+        #: the monitor's violation counts, by property, after the step before
+        self.stopped: dict[str, int] = {}
 
     async def aclose(self) -> None:
         await self.http.aclose()
@@ -153,27 +155,56 @@ class FailoverReplayer:
             for c in self.config.Convs
             if s["fwd"][c] != t["fwd"][c]
         }
-        convs = {c: Conv(c, f"f{next(_KEYS)}{c.name}", c in streamed) for c in self.config.Convs}
+        convs = {
+            c: Conv(c, f"f{next(_KEYS)}{c.name}", c in streamed or self.modes.stream_all)
+            for c in self.config.Convs
+        }
+        failed = True
         try:
+            await self._monitor_stopped()
             self._judge(convs, None, behaviour.init, 0, "Init")
             before = behaviour.init
             for n, (action, expected) in enumerate(behaviour.steps, start=1):
-                c = _actor(before, expected, action, self.config)
+                c = actor(before, expected, action, self.config)
                 label = action if c is None else f"{action}({c})"
                 try:
                     await self._step(action, convs, c, before, expected, behaviour, n)
                 except FailoverError as stuck:
+                    stopped = await self._monitor_stopped()
                     raise FailoverError(
                         f"step {n} {label}: {stuck}",
-                        violated=list(stuck.violated),
+                        violated=[*stopped, *stuck.violated],
                         step=n,
                         action=label,
                     ) from None
                 self.steps += 1
+                stopped = await self._monitor_stopped()
+                if stopped:
+                    raise FailoverError(
+                        f"step {n} {label} (bug {self.gateway.bug}): tpx serve --monitor "
+                        f"stopped it ({', '.join(stopped)})",
+                        violated=stopped,
+                        step=n,
+                        action=label,
+                    )
                 self._judge(convs, before, expected, n, label)
                 before = expected
+            failed = False
         finally:
-            await self._cleanup(convs)
+            try:
+                await self._cleanup(convs)
+            except FailoverError:
+                if not failed:  # else the behaviour's own failure is the one to report
+                    raise
+
+    async def _monitor_stopped(self) -> list[str]:
+        """The properties ``--monitor`` named since the last call (its counter went up)."""
+        if not self.gateway.monitor:
+            return []
+        counted = violations(await metrics(self.http, self.gateway))
+        stopped = [p for p, v in counted.items() if v > self.stopped.get(p, 0)]
+        self.stopped = counted
+        return stopped
 
     async def _step(
         self,
@@ -219,21 +250,25 @@ class FailoverReplayer:
             ex = self._current(cv)
             mode = (
                 self.modes.accept
-                if _next_of(behaviour, n, c, self.config) == "ProviderFail"
+                if next_of(behaviour, n, c, self.config) == "ProviderFail"
                 else "take"
             )
             if mode == "take":
                 await self._act(ex, Act("take"))
             else:
+                got = asyncio.ensure_future(self.upstreams.queue(cv.key).get())
                 if mode == "drop":
                     await self._act(ex, Act("drop"))
-                else:  # the gateway's first_byte_timeout ends the attempt
+                else:  # the gateway's first_byte_timeout ends the attempt (closes it)
                     self.extra_cooled.add(ex.upstream)
-                    await self._over(cv, ex, "the gateway's first_byte_timeout")
+                    closed = asyncio.ensure_future(ex.done.wait())
+                    assert cv.task is not None  # its end, an answer, or another upstream
+                    await _first_of(self.guard_s, got, closed, cv.task)
+                    closed.cancel()
+                    if not got.done():
+                        await self._over(cv, ex, "the gateway's first_byte_timeout")
                 # the gateway answers the client, or (wrongly) asks another upstream
-                queue = self.upstreams.queue(cv.key)
                 assert cv.task is not None
-                got = asyncio.ensure_future(queue.get())
                 await _first_of(self.guard_s, got, cv.task)
                 got.cancel()
         elif action == "FirstByte":
@@ -426,26 +461,24 @@ class FailoverReplayer:
                 )
 
     async def _recover(self, name: str) -> None:
-        before = await self._probes_ok(name)
+        samples = await metrics(self.http, self.gateway)
+        if not cooling(samples, name):  # no probe will come: the state shows it
+            raise FailoverError(
+                f"{name} is not in cooldown at the gateway",
+                violated=["Refinement"],
+                step=0,
+                action="",
+            )
+        before = probes_ok(samples, name)
         probed = self.upstreams.upstreams[name].allow_probe()
         await self._guard(probed.wait(), f"a recovery probe of {name}")
         self.probed_at[name] = next(self.upstreams.seq)
         for _ in range(int(self.guard_s / 0.005)):
-            if await self._probes_ok(name) > before:
+            if probes_ok(await metrics(self.http, self.gateway), name) > before:
                 return
             await asyncio.sleep(0.005)  # polls /metrics for the probe's count: an event
         raise FailoverError(
             f"the gateway never counted {name}'s probe", violated=["Refinement"], step=0, action=""
-        )
-
-    async def _probes_ok(self, name: str) -> float:
-        samples = await metrics(self.http, self.gateway)
-        return sum(
-            v
-            for (metric, labels), v in samples.items()
-            if metric == "tpx_gateway_upstream_probes_total"
-            and f'upstream="{name}"' in labels
-            and _PROBES_OK.search(labels)
         )
 
     async def _quiet(self, convs: dict[ModelValue, Conv]) -> None:
@@ -483,8 +516,10 @@ class FailoverReplayer:
                     with contextlib.suppress(FailoverError):
                         await self._guard(ex.done.wait(), "the upstream finishing")
         unhealthy = {u.name for u, ok in self._health(convs).items() if not ok}
+        samples = await metrics(self.http, self.gateway)
         for name in sorted(unhealthy | self.extra_cooled):
-            await self._recover(name)
+            if cooling(samples, name):  # else no probe will come (nor is one needed)
+                await self._recover(name)
         self.extra_cooled.clear()
         for cv in convs.values():
             self.upstreams.forget(cv.key)
@@ -576,25 +611,3 @@ class FailoverReplayer:
 async def _first_of(guard_s: float, *futures: asyncio.Future[Any]) -> None:
     waits: set[asyncio.Future[Any]] = set(futures)
     await asyncio.wait(waits, timeout=guard_s, return_when=asyncio.FIRST_COMPLETED)
-
-
-def _actor(before: Record, after: Record, action: str, config: Config) -> ModelValue | None:
-    if action in ("Halted", "Recover"):
-        return None
-    c = conversation_of(before, after, config)
-    if c is not None:
-        return c
-    for d in config.Convs:
-        if any(before[v][d] != after[v][d] for v in ("up", "attempts", "reached", "fwd")):
-            return d
-    raise ValueError(f"{action}: no conversation moves")
-
-
-def _next_of(behaviour: Behaviour, n: int, c: ModelValue, config: Config) -> str | None:
-    """The action of *c*'s next step after step *n* (1-based)."""
-    states = behaviour.states()
-    for m in range(n, len(behaviour.steps)):
-        action, after = behaviour.steps[m]
-        if action not in ("Halted", "Recover") and _actor(states[m], after, action, config) == c:
-            return action
-    return None

@@ -21,7 +21,13 @@ And one the monitor cannot see (:data:`UNSEEN_POOL_BUGS`): ``hedged_attempt`` --
 past ``first_byte_timeout`` is left running (not cancelled): the pool's reports say the
 attempt ended, so only its upstream, still holding the request, shows it.
 
-``replay`` names the property the HTTP conformance replay of the failover cfg reports.
+``replay`` names the property the HTTP replay of the failover cfg
+(:mod:`conformance.failover_replay`, without ``--monitor``) reports first, from what the
+clients and the upstreams saw; through ``--monitor`` it reports the monitor's ``property``
+at the step the monitor stopped. ``failover_after_the_first_byte`` has none: the gateway
+never moves a stream that began, so the bug changes no byte on the wire and only the
+monitor, shown the ``Failover`` the failover point chose, sees it
+(``conformance/test_failover_http_bugs.py``).
 """
 
 from __future__ import annotations
@@ -51,7 +57,7 @@ class PoolBug:
     """the step it stops"""
     patch: Patch
     replay: str = ""
-    """the property the HTTP conformance replay names first"""
+    """the property the HTTP replay without ``--monitor`` names first ("": it passes)"""
 
     @contextmanager
     def active(self) -> Iterator[None]:
@@ -115,10 +121,14 @@ def _hedged_attempt(mp: pytest.MonkeyPatch) -> None:
 
 POOL_BUGS: tuple[PoolBug, ...] = (
     PoolBug("failover_after_the_first_byte", "Next", "Failover", _failover_after_the_first_byte),
-    PoolBug("resent_after_sending", "OneGeneration", "Failover", _resent_after_sending),
-    PoolBug("timeout_fails_over", "OneGeneration", "Failover", _timeout_fails_over),
-    PoolBug("resent_to_the_same", "Next", "Resend", _resent_to_the_same),
-    PoolBug("lost_cooldown", "Next", "NewRequest", _lost_cooldown),
+    PoolBug(
+        "resent_after_sending", "OneGeneration", "Failover", _resent_after_sending, "Refinement"
+    ),
+    PoolBug("timeout_fails_over", "OneGeneration", "Failover", _timeout_fails_over, "Refinement"),
+    PoolBug("resent_to_the_same", "Next", "Resend", _resent_to_the_same, "Refinement"),
+    PoolBug("lost_cooldown", "Next", "NewRequest", _lost_cooldown, "Refinement"),
 )
 
-UNSEEN_POOL_BUGS: tuple[PoolBug, ...] = (PoolBug("hedged_attempt", "", "", _hedged_attempt),)
+UNSEEN_POOL_BUGS: tuple[PoolBug, ...] = (
+    PoolBug("hedged_attempt", "", "", _hedged_attempt, "OneGeneration"),
+)

@@ -88,6 +88,12 @@ class Metrics:
             ["upstream"],
             registry=self.registry,
         )
+        self.upstream_cooling = Gauge(
+            "tpx_gateway_upstream_cooling",
+            "1 while an upstream is in cooldown (until a recovery probe or a reply ends it)",
+            ["upstream"],
+            registry=self.registry,
+        )
         self.upstream_attempt_seconds = Histogram(
             "tpx_gateway_upstream_attempt_seconds",
             "Seconds from sending an attempt to its response headers (or its failure)",

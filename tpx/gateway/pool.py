@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Mapping
@@ -101,11 +102,18 @@ class UpstreamPool:
             )
             if upstream.concurrency is not None:
                 self._limits[upstream.name] = asyncio.Semaphore(upstream.concurrency)
+            self.metrics.upstream_cooling.labels(upstream.name).set_function(
+                functools.partial(self._cooling, upstream.name)
+            )
         self._slots: asyncio.Semaphore | None = None
         self._prober: asyncio.Task[None] | None = None
         self._closed = False
         #: the attempts told to ``tpx serve --monitor`` (made with the first monitored turn)
         self.reports: Reports | None = None
+
+    def _cooling(self, name: str) -> float:
+        """1.0 while *name* is in cooldown (the ``tpx_gateway_upstream_cooling`` gauge)."""
+        return float(self.dispatcher.health[name].cooling(self._clock()))
 
     @property
     def slots(self) -> asyncio.Semaphore:
