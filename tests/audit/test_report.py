@@ -119,6 +119,16 @@ def test_a_report_of_another_kind_is_refused(capsys: pytest.CaptureFixture[str])
     assert ".html or .json" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("jobs", ["0", "-1", "two"])
+def test_jobs_is_a_whole_number_of_at_least_one(
+    capsys: pytest.CaptureFixture[str], jobs: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["audit", "http://127.0.0.1:1", "--jobs", jobs])
+    assert exit_.value.code == 2
+    assert "--jobs" in capsys.readouterr().err
+
+
 def serve_for_audit(
     tmp_path: Path,
     upstream: int,
@@ -169,7 +179,7 @@ def test_tpx_audit_of_tpx_serve_exits_0_with_its_report(
     try:
         html = tmp_path / "tpx.html"
         args = ["audit", url, "--key", "audit-key", "--report", str(html)]
-        args += ["--messages-upstream"] * messages
+        args += ["--messages-upstream", "--jobs", "3"] * messages  # and three in flight
         code = main([*args, "--upstream-listen", f"127.0.0.1:{upstream}"])
         assert code == 0
         assert "every check passes" in html.read_text(encoding="utf-8")

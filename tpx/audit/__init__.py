@@ -19,6 +19,7 @@ step from the clients and the bytes on both wires:
 * :mod:`~tpx.audit.run`        -- ``tpx audit``: the replay aimed at a URL (gateway and
   pass-through modes);
 * :mod:`~tpx.audit.scenarios`  -- the scenarios beyond the spec's behaviours;
+* :mod:`~tpx.audit.lanes`      -- behaviours in flight together, outcomes in order;
 * :mod:`~tpx.audit.traces`, :mod:`~tpx.audit.report`, :mod:`~tpx.audit.cli` -- the
   counterexamples' traces, the report, the command line.
 """

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tpx.audit.lanes import JOBS
 from tpx.errors import ConfigurationError
 
 __all__ = ["PROFILES", "UPSTREAM_API_KEY", "UPSTREAM_KEY", "add_audit_parser"]
@@ -37,6 +38,12 @@ def _listen(text: str) -> tuple[str, int]:
     if not host or not port.isdigit() or not 0 <= int(port) < 65536:
         raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT")
     return host, int(port)
+
+
+def _jobs(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
 
 
 def add_audit_parser(sub: Any) -> None:
@@ -71,6 +78,14 @@ def add_audit_parser(sub: Any) -> None:
         help="small: every behaviour of the three small cfgs (two conversations; "
         "three turns with retries; two parallel calls); full: also an edge cover of "
         "spec/TpxGateway.cfg (default small)",
+    )
+    aud.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=JOBS,
+        metavar="N",
+        help=f"the behaviours in flight together (default {JOBS}; 1: one at a time); the "
+        "result is the same whatever N",
     )
     aud.add_argument("--model", default="claude-sonnet-4-5", help="--live: the model to ask")
     aud.add_argument("--report", type=Path, default=None, metavar="FILE.html|FILE.json")
@@ -133,6 +148,8 @@ def _gateway(args: argparse.Namespace) -> Any:
             else f"{harness.upstream_url}/v1 (key {UPSTREAM_KEY})"
         )
         print(f"scripted upstream: {where}", file=sys.stderr)
-        return audit_gateway(harness, args.url, args.key, configs=configs, upstream=upstream)
+        return audit_gateway(
+            harness, args.url, args.key, configs=configs, upstream=upstream, jobs=args.jobs
+        )
     finally:
         harness.close()

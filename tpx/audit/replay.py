@@ -218,14 +218,21 @@ class HttpReplayer:
             )
         return client
 
+    def _names(self, index: int) -> tuple[str, str]:
+        """The session id of behaviour *index*'s clients, and the prefix of its
+        conversations' keys (the key: the prefix, then the conversation's name)."""
+        n = next(_KEYS)
+        return f"session-{n}", f"b{n}"
+
     async def _replay(self, gw: Gateway, behaviour: Behaviour, index: int) -> None:
         upstreams = self.harness.upstreams
         clients: dict[ModelValue, ConvClient] = {}
         channels: dict[ModelValue, Channel] = {}
         stream = self.streaming if self.streaming is not None else index % 2 == 1
-        session = f"session-{next(_KEYS)}"
+        session, prefix = self._names(index)
+        numbering = itertools.count(1)  # the behaviour's upstream requests, in arrival order
         for c in self.config.Convs:
-            key = f"b{next(_KEYS)}{c.name}"
+            key = prefix + c.name
             clients[c] = ConvClient(
                 c,
                 key,
@@ -234,7 +241,7 @@ class HttpReplayer:
                 session=session,
                 reverse=index // 2 % 2 == 1,
             )
-            channels[c] = upstreams.channel(key)
+            channels[c] = upstreams.channel(key, numbering)
         obs = Observer(
             behaviour.init["hasKey"], behaviour.init["hasToken"], gw.provider, clients, channels
         )

@@ -14,6 +14,12 @@ the ``msg_`` id, usage, error shapes, ``retry-after``). A few scenarios add what
 spec's behaviours do not: a context overflow upstream (the prompt-too-long wording), a
 529 then the same body again (retry safety), ``count_tokens`` and ``/v1/models``.
 
+The behaviours run on *jobs* lanes (``tpx audit --jobs N``, :mod:`tpx.audit.lanes`): up to
+N behaviours in flight together, each on its own clients with its own conversation keys
+(the scripted upstream tells every request's behaviour and conversation by the tag its
+first user text carries), each judged on its own; their findings are merged in the
+behaviours' order, so the result is the one-at-a-time run's.
+
 Pass-through mode (``upstream="messages"``, ``tpx audit --messages-upstream``): the scripted
 upstream speaks the Messages API; the behaviours are those whose gateway has an Anthropic
 key only (the spec's provider ANTHROPIC), the checks the same.
@@ -24,6 +30,7 @@ checks that need no scripted upstream.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Sequence
 from typing import Any, cast
@@ -48,6 +55,7 @@ from tpx.audit.client import ConvClient, Settled
 from tpx.audit.endpoints import kept_headers, text_of
 from tpx.audit.findings import CHECK_OF, Failure, Result, check_named
 from tpx.audit.harness import GATEWAY_KEY, Gateway, Harness
+from tpx.audit.lanes import JOBS, in_lanes
 from tpx.audit.replay import CLOSE, HttpConformanceError, HttpReplayer
 from tpx.audit.scenarios import run_scenarios
 from tpx.audit.sse import is_stream
@@ -57,6 +65,7 @@ from tpx.oracle.values import ModelValue, Record
 
 __all__ = [
     "FULL_CFGS",
+    "JOBS",
     "MODE_OF",
     "PROVIDER_OF",
     "SMALL_CFGS",
@@ -80,7 +89,8 @@ COVER = " (edge cover)"
 #: ``--profile full``: the small cfgs and the edge cover of spec/TpxGateway.cfg
 FULL_CFGS = (*SMALL_CFGS, ("SHIPPED" + COVER, SHIPPED))
 #: the conversations of earlier behaviours kept for a NoCrossPairing counterexample (a
-#: leak from one behaviour's conversation into a later behaviour's)
+#: leak from one behaviour's conversation into a later behaviour's), beside those of the
+#: behaviours in flight
 EARLIER = 16
 #: a step's hang guard (a failure to answer is a finding, not a wait)
 GUARD_S = 20.0
@@ -91,6 +101,18 @@ CLOSE_S = 5.0
 
 class _Recorded(Exception):
     """The behaviour failed on a check already recorded: it ends there."""
+
+
+@attrs.frozen
+class Outcome:
+    """What auditing one behaviour found, in the order found, and the requests it sent."""
+
+    failures: list[Failure]
+    requests: int
+
+
+#: names each audit's conversations apart from an earlier audit's on the same endpoint
+_AUDITS = itertools.count(1)
 
 
 #: the upstream API the scripted upstream speaks -> the spec's provider of an endpoint
@@ -164,50 +186,74 @@ def _slim(body: bytes) -> str:
     return text_of(body)
 
 
-class AuditReplayer(HttpReplayer):
-    """The conformance replay aimed at an endpoint's URL; every failure is recorded (with
-    its counterexample) in :attr:`result` instead of ending the audit."""
+#: the conversations of the latest behaviours (and those in flight), by key: their
+#: behaviour's states and the conversation's name there
+EarlierConvs = dict[str, tuple[list[tuple[str, Record]], ModelValue]]
 
-    def __init__(self, harness: Harness, target: Target, key: str, result: Result) -> None:
+
+class AuditReplayer(HttpReplayer):
+    """The conformance replay aimed at an endpoint's URL, one lane of the audit; every
+    failure is recorded (with its counterexample) in :attr:`found` instead of ending the
+    audit. The lanes of one audit share *tag* (their conversations' keys begin with it),
+    the waits that timed out and the latest conversations."""
+
+    def __init__(
+        self,
+        harness: Harness,
+        target: Target,
+        key: str,
+        result: Result,
+        *,
+        tag: str = "",
+        timed_out: set[str] | None = None,
+        earlier: EarlierConvs | None = None,
+        keep: int = EARLIER,
+    ) -> None:
         super().__init__(harness, SMALL, streaming=None)
         self.target = target
         self.key = key
         self.result = result
+        #: the failures found since the last behaviour (or scenario) began, in order
+        self.found: list[Failure] = []
+        self.tag = tag or f"a{next(_AUDITS)}"
         self.guard_s = GUARD_S
         self.reader = foreign_call
         self._states: list[tuple[str, Record]] = []
         self._seen: dict[tuple[ModelValue, int], bool] = {}
         self._obs: Observer | None = None
         self._where = ""
-        self._timed_out: set[str] = set()
-        #: the conversations of the latest behaviours, by key: their states and name there
-        self._earlier: dict[str, tuple[list[tuple[str, Record]], ModelValue]] = {}
+        self._timed_out: set[str] = set() if timed_out is None else timed_out
+        self._earlier: EarlierConvs = {} if earlier is None else earlier
+        self._keep = keep
         #: the scenario step under way (``Action(c1)``)
         self.taking = ""
 
     # -- driving ------------------------------------------------------------------------
 
-    def audit(self, label: str, config: Config, behaviour: Any, index: int) -> None:
+    async def audit(self, label: str, config: Config, behaviour: Any, index: int) -> Outcome:
+        """Replay behaviour *index* of *config* and judge it: what it found."""
         self.config = config
         self._where = f"{label}, {'streamed' if index % 2 == 1 else 'plain'}"
         self._states = []
         self._seen = {}
         self._obs = None
+        self.found = []
+        sent = self.requests
         gw = cast(Gateway, self.target)
         try:
-            self.harness.run(self._replay(gw, behaviour, index))
+            await self._replay(gw, behaviour, index)
         except _Recorded:
             pass
         except HttpConformanceError as exc:
             if self._obs is not None and exc.step > len(self._states) - 1:
                 self._states.append((exc.action, self._obs.state()))
             self._record_replay(exc)
-        self.result.behaviours += 1
-        if self._obs is not None:  # its conversations, for a later NoCrossPairing trace
-            for c, cl in self._obs.clients.items():
-                self._earlier[cl.key] = (self._states, c)
-                while len(self._earlier) > EARLIER:
-                    del self._earlier[next(iter(self._earlier))]
+        return Outcome(self.found, self.requests - sent)
+
+    def _names(self, index: int) -> tuple[str, str]:
+        """Behaviour *index*'s session and keys: the same in every run of the audit (and
+        apart from another audit's)."""
+        return f"session-{self.tag}-{index}", f"{self.tag}b{index}"
 
     async def _guard(self, aw: Any, what: str) -> Any:
         """The replay's hang guard, short for a wait that has timed out before: an endpoint
@@ -246,6 +292,12 @@ class AuditReplayer(HttpReplayer):
         action: str,
         gw: Gateway,
     ) -> None:
+        if self._obs is not obs:  # a behaviour's first step: its conversations, for the
+            # NoCrossPairing trace of a later behaviour (or one in flight beside it)
+            for c, cl in obs.clients.items():
+                self._earlier[cl.key] = (self._states, c)
+            while len(self._earlier) > self._keep:
+                del self._earlier[next(iter(self._earlier))]
         self._obs = obs
         if "signedBy" in observed:  # how an endpoint makes its ids is its own (not judged)
             observed = Record({**dict(observed.items()), "signedBy": expected["signedBy"]})
@@ -322,7 +374,7 @@ class AuditReplayer(HttpReplayer):
             doc, report = judge(trace, spec_property, description, foreign)
             failure.trace, failure.verdict = doc, str(report)
             failure.rejected_for = report.failed_property or ""
-        self.result.add(failure)
+        self.found.append(failure)
 
 
 def _conv_of(label: str) -> ModelValue | None:
@@ -459,29 +511,55 @@ def audit_gateway(
     scenarios: bool = True,
     stop_on: str | None = None,
     upstream: str = "openai",
+    jobs: int = JOBS,
 ) -> Result:
     """Audit the endpoint at *url* (configured to use *harness*'s scripted upstream, which
     speaks *upstream*: ``openai``, Chat Completions, or ``messages``, the Messages API):
     the scenarios, then the behaviours of *configs* whose gateway has that upstream (the
-    first *limit*; *stop_on*: stop as soon as that check fails)."""
+    first *limit*; *stop_on*: none after the first whose audit fails that check), *jobs*
+    of them in flight together; the result is the same whatever *jobs*."""
     start = time.monotonic()
     result = Result(url, MODE_OF[upstream])
     provider = PROVIDER_OF[upstream]
-    rp = AuditReplayer(harness, Target(url.rstrip("/"), provider), key, result)
     behaviours = gateway_behaviours(configs, provider)
     if limit is not None:
         behaviours = behaviours[:limit]
     cfg_of = {name.removesuffix(COVER): config for name, config in configs}
+    target = Target(url.rstrip("/"), provider)
+    jobs = max(1, min(jobs, len(behaviours)))
+    timed_out: set[str] = set()
+    earlier: EarlierConvs = {}
+    keep = EARLIER + jobs * max(len(config.Convs) for _, config in configs)
+    tag = f"a{next(_AUDITS)}"
+    lanes = [
+        AuditReplayer(
+            harness, target, key, result, tag=tag, timed_out=timed_out, earlier=earlier, keep=keep
+        )
+        for _ in range(jobs)
+    ]
+
+    async def take(lane: AuditReplayer, index: int) -> Outcome:
+        label, b = behaviours[index]
+        return await lane.audit(label, cfg_of[label.split(" #")[0]], b, index)
+
+    def stops(outcome: Outcome) -> bool:
+        return any(f.check == stop_on for f in outcome.failures)
+
     try:
         if scenarios:
-            run_scenarios(rp)
-        for index, (label, b) in enumerate(behaviours):
-            if stop_on in result.failures:
-                break
-            rp.audit(label, cfg_of[label.split(" #")[0]], b, index)
+            run_scenarios(lanes[0])
+            for failure in lanes[0].found:
+                result.add(failure)
+        count = 0 if stop_on in result.failures else len(behaviours)
+        outcomes = harness.run(in_lanes(lanes, count, take, stops))
     finally:
-        rp.close()
-    result.requests = rp.requests
+        for lane in lanes:
+            lane.close()
+    for outcome in outcomes:  # in the behaviours' order, as one lane would have found them
+        result.behaviours += 1
+        result.requests += outcome.requests
+        for failure in outcome.failures:
+            result.add(failure)
     result.ran |= {
         "ShapeInv",
         "MessageId",

@@ -37,6 +37,7 @@ class Replaying(Protocol):
     def target(self) -> object: ...
 
     result: Result
+    tag: str
     taking: str
     _obs: Observer | None
     _seen: dict[tuple[ModelValue, int], bool]
@@ -66,11 +67,11 @@ async def _scenario(
     """Run *steps* (``(action, plan)``: ``CallerSend``, ``Retry``, ``Reply`` (tools),
     ``Fail`` (kind), ``Deliver``) for one fresh conversation, recording observed states."""
     c = ModelValue("c1")
-    key = "a" + "".join(ch for ch in name if ch.isalnum()) + str(next(_SCENARIOS))
+    key = rp.tag + "s" + "".join(ch for ch in name if ch.isalnum())
     cl = ConvClient(
         c, key, rp._client(cast(Gateway, rp.target), c), stream=stream, session=f"audit-{key}"
     )
-    ch: Channel = rp.harness.upstreams.channel(key)
+    ch: Channel = rp.harness.upstreams.channel(key, itertools.count(1))
     provider = cast(Gateway, rp.target).provider
     obs = Observer(*CREDENTIALS[provider], provider, {c: cl}, {c: ch})
     obs.reader = foreign_call
@@ -181,6 +182,3 @@ def _endpoints(rp: Replaying) -> None:
         rp.result.notes.append(f"count_tokens / models: {type(exc).__name__}: {exc}")
         return
     endpoint_failures(rp.result, counted, models)
-
-
-_SCENARIOS = itertools.count(1)

@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import itertools
 import re
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from typing import Any
 
 import attrs
@@ -99,7 +99,7 @@ class Plan:
 class UpstreamExchange:
     """One request the gateway sent upstream, and what came of it."""
 
-    seq: int  # global arrival order
+    seq: int  # arrival order among its behaviour's requests (:meth:`FakeUpstreams.channel`)
     path: str
     headers: dict[str, str]
     body: bytes
@@ -120,6 +120,8 @@ class Channel:
     """One conversation's upstream wire: every exchange in order, new ones queued."""
 
     key: str
+    #: numbers its requests in arrival order (shared by the channels of one behaviour)
+    numbering: Iterator[int]
     exchanges: list[UpstreamExchange] = attrs.field(factory=list)
     arrivals: asyncio.Queue[UpstreamExchange] = attrs.field(factory=asyncio.Queue)
     emitted: int = 0
@@ -135,10 +137,14 @@ class FakeUpstreams:
         self.strays: list[bytes] = []  # requests carrying no conversation tag
         self._seq = itertools.count(1)
 
-    def channel(self, key: str) -> Channel:
+    def channel(self, key: str, numbering: Iterator[int] | None = None) -> Channel:
+        """The channel of the conversation *key*; a new one numbers its requests with
+        *numbering* (the channels of one behaviour share one, so the numbers say the
+        order of that behaviour's requests whatever else is in flight; by default the
+        fake's own count)."""
         ch = self.channels.get(key)
         if ch is None:
-            ch = self.channels[key] = Channel(key)
+            ch = self.channels[key] = Channel(key, self._seq if numbering is None else numbering)
         return ch
 
     def forget(self, key: str) -> None:
@@ -168,7 +174,8 @@ class FakeUpstreams:
             return
         ch = self.channel(match.group(1).decode())
         loop = asyncio.get_running_loop()
-        ex = UpstreamExchange(next(self._seq), scope["path"], headers, body, loop.create_future())
+        seq = next(ch.numbering)
+        ex = UpstreamExchange(seq, scope["path"], headers, body, loop.create_future())
         ch.exchanges.append(ex)
         ch.arrivals.put_nowait(ex)
 
@@ -261,7 +268,7 @@ class FakeUpstreams:
                 message["tool_calls"] = tool_calls
             return 200, orjson.dumps(
                 {
-                    "id": f"chatcmpl-{ex.seq}",
+                    "id": f"chatcmpl-{ch.key}-{ex.seq}",
                     "object": "chat.completion",
                     "created": 0,
                     "model": model,
@@ -287,7 +294,7 @@ class FakeUpstreams:
         ]
         return 200, orjson.dumps(
             {
-                "id": f"msg_{ex.seq}",
+                "id": f"msg_{ch.key}_{ex.seq}",
                 "type": "message",
                 "role": "assistant",
                 "model": model,
