@@ -7,10 +7,14 @@ will decode, not the bytes on the wire:
 
 * every form in :func:`tpx.errors.secret_forms` (and its JSON-escaped spelling) is
   replaced by ``[REDACTED]`` in the reply's text before it is parsed;
-* when that text holds any escape (``\\/``, ``\\uXXXX``, a surrogate pair: a secret may be
-  spelled in any mix of escaped characters) every string and key of the parsed value is
-  cleaned too, and so is the delivered body after translation (a tool call's arguments
-  are JSON inside a string: the ``input`` they decode to is checked);
+* when that text holds an escape that can spell a character of a form (``\\uXXXX`` and a
+  surrogate pair spell any character, ``\\\\`` a backslash, which a tool call's arguments,
+  JSON inside a string, decode escapes with; ``\\/``, ``\\"``, ... their own character when
+  a form has it: a secret may be spelled in any mix of escaped characters) every string and
+  key of the parsed value is cleaned too, and so is the delivered body after translation
+  (the ``input`` a tool call's arguments decode to is checked). Without such an escape every
+  character of a decoded string stands in the text as itself, so a form in a decoded string
+  stands in the text too, where it was already replaced (:meth:`Scrubber.spelled`);
 * a stream's text, thinking and tool-argument deltas go through a :class:`DeltaScrubber`:
   the text a block has so far (its ``partial_json`` read as the JSON the caller will
   decode) is cleaned, and the end that could still begin a form (at most the longest
@@ -57,11 +61,13 @@ class Scrubber:
         "_byte_anchors",
         "_byte_pairs",
         "_bytes",
+        "_escapes",
         "_forms",
         "_pairs",
         "_plain",
         "_tails",
         "_text",
+        "_text_escapes",
     )
 
     def __init__(self, forms: Iterable[str]) -> None:
@@ -85,6 +91,14 @@ class Scrubber:
         # what a stream's deltas are held back for: every spelling matched within a delta
         self._plain = self._text
         self._tails: _Tails | None = None  # built when a stream first needs it
+        # The escapes that can spell a character of a form (see :meth:`spelled`): ``\\u``
+        # (any character), ``\\\\`` (a backslash: also what makes an escape in JSON read
+        # from inside a string, a tool call's arguments), and each short escape whose
+        # character stands in a form (or in its escaped spelling).
+        chars = set("".join(ordered))
+        letters = "u\\" + "".join(sorted(k for k, c in _SIMPLE.items() if c in chars and k != "\\"))
+        self._text_escapes = re.compile("\\\\[" + re.escape(letters) + "]")
+        self._escapes = re.compile(self._text_escapes.pattern.encode())
 
     def __bool__(self) -> bool:
         return bool(self._text)
@@ -95,17 +109,33 @@ class Scrubber:
 
     def reply(self, data: bytes) -> tuple[bytes, bool]:
         """*data* without the forms; ``True`` when the parsed value needs :meth:`value`
-        (the text holds an escape, which may spell a form)."""
+        (the text holds an escape that may spell a form: :meth:`spelled`)."""
         present = {anchor for anchor in self._byte_anchors if anchor in data}
         if present:
             for anchor, form in self._byte_pairs:
                 if anchor in present and form in data:
                     data = data.replace(form, _REDACTED_BYTES)
-        return data, b"\\" in data
+        return data, b"\\" in data and self.spelled(data)
 
     def text(self, data: str) -> tuple[str, bool]:
         """:meth:`reply` for text."""
-        return self.clean(data), "\\" in data
+        return self.clean(data), "\\" in data and self.spelled(data)
+
+    def spelled(self, data: bytes | str) -> bool:
+        """Whether JSON text *data* holds an escape that can spell a character of a form.
+
+        When it holds none, each character of a string it decodes to is either written as
+        itself in *data* or comes from an escape whose character is in no form: a form in a
+        decoded string is then made of characters written as themselves, one after the
+        other, so it stands in *data* as it is, where :meth:`reply` / :meth:`text` replaced
+        it. A tool call's arguments (JSON read from inside a decoded string) hold a
+        backslash only when *data* holds ``\\\\`` or ``\\u``: without them, what the
+        arguments decode to are pieces of a decoded string, clean too. Any ``\\`` followed
+        by one of these characters counts (``\\\\"`` too, an escaped backslash then a
+        quote): a false alarm only costs the walk."""
+        if isinstance(data, bytes):
+            return self._escapes.search(data) is not None
+        return self._text_escapes.search(data) is not None
 
     def clean(self, text: str) -> str:
         """*text* (a decoded string) without the forms (longest first)."""
