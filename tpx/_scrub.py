@@ -216,15 +216,22 @@ class Scrubber:
             return 0
         if self._tails is None:
             self._tails = _tails(self._plain)
-        pairs, pattern, starts = self._tails
-        window = max(0, len(decoded) - len(self._plain[0]) + 1)
-        tail = decoded[window:] if window else decoded
-        for pair in pairs:  # none of them in the tail: no start of 2 characters or more
-            if pair in tail:
-                for match in pattern.finditer(decoded, window):
-                    if decoded[match.start() :] in starts:  # the leftmost: the longest
-                        return len(decoded) - match.start()
-                break
+        pairs, starts = self._tails
+        size = len(decoded)
+        window = max(0, size - len(self._plain[0]) + 1)
+        # A start of 2 characters or more begins with one of the pairs: the leftmost place
+        # where an end of *decoded* is a start (the longest such end) is the least, over the
+        # pairs, of the first place the pair stands whose end is one (found at C speed).
+        leftmost = size
+        for pair in pairs:
+            at = decoded.find(pair, window, leftmost + 1)
+            while at != -1:
+                if decoded[at:] in starts:
+                    leftmost = at
+                    break
+                at = decoded.find(pair, at + 1, leftmost + 1)
+        if leftmost < size:
+            return size - leftmost
         return 1 if decoded[-1:] in starts else 0  # a start one character long
 
     def _spans(self, held: str, text: str) -> bool:
@@ -232,7 +239,7 @@ class Scrubber:
         one: its start is one of held's ends) and stands whole in *text* (held + delta)."""
         if self._tails is None:
             self._tails = _tails(self._plain)
-        starts = self._tails[2]
+        starts = self._tails[1]
         for position in range(len(held)):
             for form in starts.get(held[position:], ()):
                 if text.startswith(form, position):
@@ -283,20 +290,19 @@ class Scrubber:
         return "".join(pieces)
 
 
-_Tails = tuple[tuple[str, ...], re.Pattern[str], dict[str, tuple[str, ...]]]
+_Tails = tuple[tuple[str, ...], dict[str, tuple[str, ...]]]
 
 
 @functools.lru_cache(maxsize=16)
 def _tails(forms: tuple[str, ...]) -> _Tails:
-    """(the forms' first two characters, a pattern matching where they stand, every proper
-    start of a form with the forms it begins)."""
+    """(the forms' first two characters, every proper start of a form with the forms it
+    begins)."""
     pairs = sorted({form[:2] for form in forms if len(form) > 2})
     starts: dict[str, list[str]] = {}
     for form in forms:
         for size in range(1, len(form)):
             starts.setdefault(form[:size], []).append(form)
-    pattern = re.compile("(?=" + "|".join(map(re.escape, pairs)) + ")")
-    return tuple(pairs), pattern, {start: tuple(found) for start, found in starts.items()}
+    return tuple(pairs), {start: tuple(found) for start, found in starts.items()}
 
 
 def _decode(text: str) -> tuple[str, list[int], int | None]:
@@ -384,10 +390,19 @@ class DeltaScrubber:
                     if text.__class__ is str:
                         index = event.get("index")
                         before = held.pop(index, _NOTHING)[1] if held else ""
-                        if not before and field != "partial_json" and not scrub._held(text):
-                            out.append(event)  # the common case: as it came
-                            continue
-                        ready, keep = scrub.split(before, text, json_text=field == "partial_json")
+                        json_text = field == "partial_json"
+                        if not before and not (json_text and "\\" in text):
+                            # what split("", text) does for a text to read as it is (JSON
+                            # without an escape reads as itself): hold back its end that
+                            # could begin a form, the rest goes out
+                            keep_size = scrub._held(text)
+                            if not keep_size:
+                                out.append(event)  # the common case: as it came
+                                continue
+                            cut = len(text) - keep_size
+                            ready, keep = text[:cut], text[cut:]
+                        else:
+                            ready, keep = scrub.split(before, text, json_text=json_text)
                         if keep:
                             self._held[index] = (delta["type"], keep)
                         if not keep and not before and ready == text:
