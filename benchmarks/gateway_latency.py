@@ -1,7 +1,7 @@
 """Added latency of ``tpx serve`` (and of LiteLLM's proxy) over calling the upstream directly.
 
     python -m benchmarks.gateway_latency [--rounds 300] [--no-litellm] [--no-floor]
-                                         [--baseline REV]              (make bench-gateway)
+                                         [--baseline REV [--repeat N]] (make bench-gateway)
 
 One run, side by side, all on loopback, against the same scripted fake OpenAI upstream
 (tests/e2e/fake_openai.py):
@@ -22,6 +22,8 @@ One run, side by side, all on loopback, against the same scripted fake OpenAI up
   is at the git revision REV (checked out into a temporary worktree under .cache/, run with
   this venv), in the same run: the ratio of the two added latencies (and CPU per request)
   says whether the tree is slower than REV. The docs table is not written by such a run.
+  ``--repeat N`` measures N times in the one run (the same servers) and prints each
+  repetition's ratios, then their median and range: how far one ratio can be trusted.
 
 The request is the first turn Claude Code 2.1.197 really sent (tests/fixtures/clients/
 claude-code/2.1.197/bash/002-post-v1-messages.json: 24 tools, about 75 KB) as it was sent
@@ -479,6 +481,13 @@ def main() -> None:
     parser.add_argument("--no-cold", action="store_true", help="skip tpx-cold (the tail cache off)")
     parser.add_argument("--throughput-seconds", type=float, default=5.0)
     parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --baseline: measure N times in this run; print each ratio and their median",
+    )
+    parser.add_argument(
         "--baseline",
         metavar="REV",
         help="also run tpx serve as it is at git revision REV, side by side; print the ratio",
@@ -561,14 +570,20 @@ def main() -> None:
                 procs["floor"] = floor
             if not args.no_litellm:
                 procs["litellm"] = lite
-            before = {name: cpu_seconds(p.popen.pid) for name, p in procs.items()}
-            results = measure(targets, args.rounds, args.warmup)
-            requests = {name: 2 * (args.rounds + args.warmup) for name in procs}
-            requests["direct"] *= len(targets)  # the upstream serves every target's requests
-            cpu_ms = {
-                name: (cpu_seconds(p.popen.pid) - before[name]) * 1e3 / requests[name]
-                for name, p in procs.items()
-            }
+            repetitions: list[tuple[dict[str, dict[str, list[float]]], dict[str, float]]] = []
+            for repetition in range(args.repeat):
+                before = {name: cpu_seconds(p.popen.pid) for name, p in procs.items()}
+                results = measure(targets, args.rounds, args.warmup)
+                requests = {name: 2 * (args.rounds + args.warmup) for name in procs}
+                requests["direct"] *= len(targets)  # the upstream serves every target's
+                cpu_ms = {
+                    name: (cpu_seconds(p.popen.pid) - before[name]) * 1e3 / requests[name]
+                    for name, p in procs.items()
+                }
+                repetitions.append((results, cpu_ms))
+                if args.baseline and args.repeat > 1:
+                    print(f"repetition {repetition + 1}, load average {os.getloadavg()}:")
+                    print(baseline_ratio(results, cpu_ms, args.baseline), flush=True)
             rps = throughput(targets[1], args.throughput_seconds, 32)
     finally:
         shutil.rmtree(logdir, ignore_errors=True)
@@ -586,6 +601,8 @@ def main() -> None:
     )
     if args.baseline:
         print(baseline_ratio(results, cpu_ms, args.baseline))
+        if args.repeat > 1:
+            print(ratio_spread(repetitions, args.baseline))
         return  # the docs table is the tree's alone
     command = ".venv/bin/python -m benchmarks.gateway_latency " + " ".join(sys.argv[1:])
     table, notes = gateway_table(results, rps, cpu_ms, core_ms, alone_ms, size, args.rounds)
@@ -671,6 +688,45 @@ def baseline_ratio(
         f"tpx / baseline {rev}, gateway CPU ms per request: {ratio:.3f} "
         f"({cpu_ms['tpx']:.3f} vs {cpu_ms['baseline']:.3f}, {100 * (ratio - 1):+.1f}%)"
     )
+    return "\n".join(lines)
+
+
+def baseline_ratios(
+    results: dict[str, dict[str, list[float]]], cpu_ms: dict[str, float]
+) -> dict[str, float]:
+    """tpx / baseline: added p50 latency of each kind, and CPU time per request."""
+    base = results["direct"]
+
+    def added(name: str, kind: str) -> float:
+        return _pct(results[name][kind], 0.5) - _pct(base[kind], 0.5)
+
+    out = {}
+    for kind in ("plain", "ttfb"):
+        theirs = added("baseline", kind)
+        out[kind] = added("tpx", kind) / theirs if theirs > 0 else float("inf")
+    out["cpu"] = cpu_ms["tpx"] / cpu_ms["baseline"]
+    return out
+
+
+def ratio_spread(
+    repetitions: list[tuple[dict[str, dict[str, list[float]]], dict[str, float]]], rev: str
+) -> str:
+    """The ratios of :func:`baseline_ratios` over the repetitions of one run: each one, their
+    median and their range."""
+    ratios = [baseline_ratios(results, cpu_ms) for results, cpu_ms in repetitions]
+    lines = [f"tpx / baseline {rev} over {len(ratios)} repetitions (median, min..max):"]
+    for key, label in (
+        ("plain", "added p50 latency (non-streaming)"),
+        ("ttfb", "added p50 latency (first byte, streaming)"),
+        ("cpu", "gateway CPU ms per request"),
+    ):
+        values = [r[key] for r in ratios]
+        each = " ".join(f"{100 * (v - 1):+.1f}%" for v in values)
+        lines.append(
+            f"  {label}: {statistics.median(values):.3f} "
+            f"({100 * (statistics.median(values) - 1):+.1f}%), "
+            f"{min(values):.3f}..{max(values):.3f}; each: {each}"
+        )
     return "\n".join(lines)
 
 

@@ -7,10 +7,14 @@ will decode, not the bytes on the wire:
 
 * every form in :func:`tpx.errors.secret_forms` (and its JSON-escaped spelling) is
   replaced by ``[REDACTED]`` in the reply's text before it is parsed;
-* when that text holds any escape (``\\/``, ``\\uXXXX``, a surrogate pair: a secret may be
-  spelled in any mix of escaped characters) every string and key of the parsed value is
-  cleaned too, and so is the delivered body after translation (a tool call's arguments
-  are JSON inside a string: the ``input`` they decode to is checked);
+* when that text holds an escape that can spell a character of a form (``\\uXXXX`` and a
+  surrogate pair spell any character, ``\\\\`` a backslash, which a tool call's arguments,
+  JSON inside a string, decode escapes with; ``\\/``, ``\\"``, ... their own character when
+  a form has it: a secret may be spelled in any mix of escaped characters) every string and
+  key of the parsed value is cleaned too, and so is the delivered body after translation
+  (the ``input`` a tool call's arguments decode to is checked). Without such an escape every
+  character of a decoded string stands in the text as itself, so a form in a decoded string
+  stands in the text too, where it was already replaced (:meth:`Scrubber.spelled`);
 * a stream's text, thinking and tool-argument deltas go through a :class:`DeltaScrubber`:
   the text a block has so far (its ``partial_json`` read as the JSON the caller will
   decode) is cleaned, and the end that could still begin a form (at most the longest
@@ -57,11 +61,13 @@ class Scrubber:
         "_byte_anchors",
         "_byte_pairs",
         "_bytes",
+        "_escapes",
         "_forms",
         "_pairs",
         "_plain",
         "_tails",
         "_text",
+        "_text_escapes",
     )
 
     def __init__(self, forms: Iterable[str]) -> None:
@@ -85,6 +91,14 @@ class Scrubber:
         # what a stream's deltas are held back for: every spelling matched within a delta
         self._plain = self._text
         self._tails: _Tails | None = None  # built when a stream first needs it
+        # The escapes that can spell a character of a form (see :meth:`spelled`): ``\\u``
+        # (any character), ``\\\\`` (a backslash: also what makes an escape in JSON read
+        # from inside a string, a tool call's arguments), and each short escape whose
+        # character stands in a form (or in its escaped spelling).
+        chars = set("".join(ordered))
+        letters = "u\\" + "".join(sorted(k for k, c in _SIMPLE.items() if c in chars and k != "\\"))
+        self._text_escapes = re.compile("\\\\[" + re.escape(letters) + "]")
+        self._escapes = re.compile(self._text_escapes.pattern.encode())
 
     def __bool__(self) -> bool:
         return bool(self._text)
@@ -95,17 +109,33 @@ class Scrubber:
 
     def reply(self, data: bytes) -> tuple[bytes, bool]:
         """*data* without the forms; ``True`` when the parsed value needs :meth:`value`
-        (the text holds an escape, which may spell a form)."""
+        (the text holds an escape that may spell a form: :meth:`spelled`)."""
         present = {anchor for anchor in self._byte_anchors if anchor in data}
         if present:
             for anchor, form in self._byte_pairs:
                 if anchor in present and form in data:
                     data = data.replace(form, _REDACTED_BYTES)
-        return data, b"\\" in data
+        return data, b"\\" in data and self.spelled(data)
 
     def text(self, data: str) -> tuple[str, bool]:
         """:meth:`reply` for text."""
-        return self.clean(data), "\\" in data
+        return self.clean(data), "\\" in data and self.spelled(data)
+
+    def spelled(self, data: bytes | str) -> bool:
+        """Whether JSON text *data* holds an escape that can spell a character of a form.
+
+        When it holds none, each character of a string it decodes to is either written as
+        itself in *data* or comes from an escape whose character is in no form: a form in a
+        decoded string is then made of characters written as themselves, one after the
+        other, so it stands in *data* as it is, where :meth:`reply` / :meth:`text` replaced
+        it. A tool call's arguments (JSON read from inside a decoded string) hold a
+        backslash only when *data* holds ``\\\\`` or ``\\u``: without them, what the
+        arguments decode to are pieces of a decoded string, clean too. Any ``\\`` followed
+        by one of these characters counts (``\\\\"`` too, an escaped backslash then a
+        quote): a false alarm only costs the walk."""
+        if isinstance(data, bytes):
+            return self._escapes.search(data) is not None
+        return self._text_escapes.search(data) is not None
 
     def clean(self, text: str) -> str:
         """*text* (a decoded string) without the forms (longest first)."""
@@ -186,15 +216,22 @@ class Scrubber:
             return 0
         if self._tails is None:
             self._tails = _tails(self._plain)
-        pairs, pattern, starts = self._tails
-        window = max(0, len(decoded) - len(self._plain[0]) + 1)
-        tail = decoded[window:] if window else decoded
-        for pair in pairs:  # none of them in the tail: no start of 2 characters or more
-            if pair in tail:
-                for match in pattern.finditer(decoded, window):
-                    if decoded[match.start() :] in starts:  # the leftmost: the longest
-                        return len(decoded) - match.start()
-                break
+        pairs, starts = self._tails
+        size = len(decoded)
+        window = max(0, size - len(self._plain[0]) + 1)
+        # A start of 2 characters or more begins with one of the pairs: the leftmost place
+        # where an end of *decoded* is a start (the longest such end) is the least, over the
+        # pairs, of the first place the pair stands whose end is one (found at C speed).
+        leftmost = size
+        for pair in pairs:
+            at = decoded.find(pair, window, leftmost + 1)
+            while at != -1:
+                if decoded[at:] in starts:
+                    leftmost = at
+                    break
+                at = decoded.find(pair, at + 1, leftmost + 1)
+        if leftmost < size:
+            return size - leftmost
         return 1 if decoded[-1:] in starts else 0  # a start one character long
 
     def _spans(self, held: str, text: str) -> bool:
@@ -202,7 +239,7 @@ class Scrubber:
         one: its start is one of held's ends) and stands whole in *text* (held + delta)."""
         if self._tails is None:
             self._tails = _tails(self._plain)
-        starts = self._tails[2]
+        starts = self._tails[1]
         for position in range(len(held)):
             for form in starts.get(held[position:], ()):
                 if text.startswith(form, position):
@@ -253,20 +290,19 @@ class Scrubber:
         return "".join(pieces)
 
 
-_Tails = tuple[tuple[str, ...], re.Pattern[str], dict[str, tuple[str, ...]]]
+_Tails = tuple[tuple[str, ...], dict[str, tuple[str, ...]]]
 
 
 @functools.lru_cache(maxsize=16)
 def _tails(forms: tuple[str, ...]) -> _Tails:
-    """(the forms' first two characters, a pattern matching where they stand, every proper
-    start of a form with the forms it begins)."""
+    """(the forms' first two characters, every proper start of a form with the forms it
+    begins)."""
     pairs = sorted({form[:2] for form in forms if len(form) > 2})
     starts: dict[str, list[str]] = {}
     for form in forms:
         for size in range(1, len(form)):
             starts.setdefault(form[:size], []).append(form)
-    pattern = re.compile("(?=" + "|".join(map(re.escape, pairs)) + ")")
-    return tuple(pairs), pattern, {start: tuple(found) for start, found in starts.items()}
+    return tuple(pairs), {start: tuple(found) for start, found in starts.items()}
 
 
 def _decode(text: str) -> tuple[str, list[int], int | None]:
@@ -354,10 +390,19 @@ class DeltaScrubber:
                     if text.__class__ is str:
                         index = event.get("index")
                         before = held.pop(index, _NOTHING)[1] if held else ""
-                        if not before and field != "partial_json" and not scrub._held(text):
-                            out.append(event)  # the common case: as it came
-                            continue
-                        ready, keep = scrub.split(before, text, json_text=field == "partial_json")
+                        json_text = field == "partial_json"
+                        if not before and not (json_text and "\\" in text):
+                            # what split("", text) does for a text to read as it is (JSON
+                            # without an escape reads as itself): hold back its end that
+                            # could begin a form, the rest goes out
+                            keep_size = scrub._held(text)
+                            if not keep_size:
+                                out.append(event)  # the common case: as it came
+                                continue
+                            cut = len(text) - keep_size
+                            ready, keep = text[:cut], text[cut:]
+                        else:
+                            ready, keep = scrub.split(before, text, json_text=json_text)
                         if keep:
                             self._held[index] = (delta["type"], keep)
                         if not keep and not before and ready == text:

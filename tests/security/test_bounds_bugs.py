@@ -76,8 +76,8 @@ def _head_without_length(mp: pytest.MonkeyPatch) -> None:
     """HEAD answered with an empty body, so a content-length of 0."""
     handle = Gateway._handle
 
-    def empty_head(self: Gateway, request: Any) -> Any:
-        result = handle(self, request)
+    def empty_head(self: Gateway, request: Any, admitted: bool) -> Any:
+        result = handle(self, request, admitted)
         if request.method == "HEAD" and isinstance(result, tpx.gateway.core.Response):
             return attrs.evolve(result, body=b"")
         return result

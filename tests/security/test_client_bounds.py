@@ -250,9 +250,9 @@ def test_a_large_body_is_handled_off_the_event_loop(monkeypatch: pytest.MonkeyPa
         threads: list[tuple[str, str, int]] = []
         handle = app.gateway.handle
 
-        def recording(request: Any) -> Any:
+        def recording(request: Any, **options: Any) -> Any:
             threads.append((threading.current_thread().name, request.path, len(request.body)))
-            return handle(request)
+            return handle(request, **options)
 
         monkeypatch.setattr(app.gateway, "handle", recording)
         counts = []

@@ -116,8 +116,8 @@ class GatewayApp:
             large = len(body) > self.settings.limits.offload_bytes
             if large:
                 result = await self.offload.handle(request)
-            else:
-                result = self.gateway.handle(request)
+            else:  # the request preflight let through above
+                result = self.gateway.handle(request, admitted=True)
             if isinstance(result, Asked):  # the upstream's tokenizer counts first (bounded)
                 assert isinstance(self.upstream, AsyncUpstream)
                 outcome = await _unless_gone(ask(result, self.upstream), receive)

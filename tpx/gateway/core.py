@@ -145,10 +145,14 @@ class Gateway:
 
     # -- entry point ---------------------------------------------------------------------
 
-    def handle(self, request: Request) -> Response | Turn | Forward | Asked:
+    def handle(
+        self, request: Request, *, admitted: bool = False
+    ) -> Response | Turn | Forward | Asked:
         """Answer *request*: a :class:`Response`, or a :class:`Turn` / :class:`Forward`
-        that needs the upstream (see the module docstring)."""
-        result = self._handle(request)
+        that needs the upstream (see the module docstring). *admitted*: :meth:`preflight`
+        let this very request (its method, path and headers) through, so its route, method
+        and key are not checked a second time."""
+        result = self._handle(request, admitted)
         if isinstance(result, Response):
             self.count(endpoint_label(request.path), result.status)
         return result
@@ -181,7 +185,7 @@ class Gateway:
 
     def _admit(self, method: str, path: str, headers: Mapping[str, str]) -> str:
         """Raise the :class:`Refusal` the route, the method or the key gives; the route."""
-        route = path.rstrip("/") or "/"
+        route = _route_of(path)
         method = method.upper()
         if route == "/":
             if method not in ("GET", "HEAD"):
@@ -199,10 +203,13 @@ class Gateway:
             self._method(method, "GET" if route == MODELS else "POST", route)
         return route
 
-    def _handle(self, request: Request) -> Response | Turn | Forward | Asked:
+    def _handle(self, request: Request, admitted: bool) -> Response | Turn | Forward | Asked:
         request_id = new_request_id()
         try:
-            path = self._admit(request.method, request.path, request.headers)
+            if admitted:  # preflight checked it: one check per request
+                path = _route_of(request.path)
+            else:
+                path = self._admit(request.method, request.path, request.headers)
             if path == "/":  # HEAD: the same headers, content-length included
                 return json_response(200, b'{"service":"tpx","status":"ok"}', request_id)
             if path == "/healthz":
@@ -618,6 +625,11 @@ class Gateway:
             self.metrics.errors.labels(code).inc()
         if logger.isEnabledFor(logging.INFO):
             logger.info("%s", orjson.dumps(_redacted(record, self.secrets.redact)).decode())
+
+
+def _route_of(path: str) -> str:
+    """The route a request path names (a trailing ``/`` dropped)."""
+    return path.rstrip("/") or "/"
 
 
 def _too_many_containers(body: bytes, limit: int) -> bool:
