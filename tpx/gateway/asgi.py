@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from tpx.gateway.context.asked import Asked, ask
 from tpx.gateway.context.discover import start_discovery
+from tpx.gateway.context.placement import Placement
 from tpx.gateway.core import Forward, Gateway, Request, Response, Turn, error_body, new_request_id
 from tpx.gateway.drive import forward, run_turn
 from tpx.gateway.offload import Offload
@@ -127,6 +128,13 @@ class GatewayApp:
                 result = (
                     await self.offload.resume(result, outcome) if large else result.resume(outcome)
                 )
+            if isinstance(result, Placement):  # [[upstreams]] near a window: where it fits
+                assert isinstance(self.upstream, UpstreamPool)
+                placed = await _unless_gone(self._place(result, large), receive)
+                if placed is None:  # the client left meanwhile: nothing goes upstream
+                    result.abandon()
+                    return
+                result = placed
             if isinstance(result, Response):
                 await _send(tracked, result, head=scope["method"] == "HEAD")
             elif isinstance(result, Forward):  # ANTHROPIC: one upstream
@@ -146,6 +154,15 @@ class GatewayApp:
                     500, (("content-type", "application/json"), ("request-id", request_id)), data
                 ),
             )
+
+    async def _place(self, placement: Placement, large: bool) -> Response | Turn:
+        """The pool places *placement* (a large body's counts and translation on the thread
+        pool, as the core's are)."""
+        assert isinstance(self.upstream, UpstreamPool)
+        result: Response | Turn = await self.upstream.place(
+            placement, self.offload.call if large else None
+        )
+        return result
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -165,18 +165,27 @@ def _failure(error: BaseException) -> str:
     return "error"
 
 
-async def ask(asked: Asked, upstream: _Upstream) -> Outcome:
+async def ask(
+    asked: Asked, upstream: _Upstream, holds: Sequence[asyncio.Semaphore] | None = None
+) -> Outcome:
     """Ask the endpoint (*upstream*: the gateway's upstream client): its status and body,
     or why there are none. Never raises but for cancellation; never takes longer than
     ``asked.timeout`` seconds (waiting for an upstream slot included), never reads more
-    than ``asked.limit`` bytes."""
+    than ``asked.limit`` bytes. *holds*: the slots the call takes (``[[upstreams]]``: the
+    pool's and that upstream's ``concurrency``; default: the client's own)."""
     deadline = asyncio.get_running_loop().time() + asked.timeout
-    slots = upstream.slots
+    taken: list[asyncio.Semaphore] = []
     try:
         async with asyncio.timeout_at(deadline):
-            await slots.acquire()
-    except TimeoutError:  # every upstream slot taken the whole time
-        return "busy"
+            for slots in (upstream.slots,) if holds is None else holds:
+                await slots.acquire()
+                taken.append(slots)
+    except BaseException as error:  # every slot of one kind taken the whole time: busy
+        for held in taken:
+            held.release()
+        if isinstance(error, TimeoutError):
+            return "busy"
+        raise
     began = time.perf_counter()
     try:
         async with asyncio.timeout_at(deadline):
@@ -190,7 +199,8 @@ async def ask(asked: Asked, upstream: _Upstream) -> Outcome:
     except Exception as error:  # the endpoint never fails the request (a timeout included)
         return _failure(error)
     finally:
-        slots.release()
+        for slots in taken:
+            slots.release()
         asked.gateway.metrics.tokenizer_latency.observe(time.perf_counter() - began)
     return response.status_code, body
 
