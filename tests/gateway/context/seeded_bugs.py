@@ -15,6 +15,7 @@ import sys
 
 PREFLIGHT = "tests/gateway/context/test_tokenizer_preflight.py"
 BOUNDS = "tests/gateway/context/test_tokenizer_bounds.py"
+UPSTREAMS = "tests/gateway/context/test_upstreams_tokenizer.py"
 
 BUGS = [
     (
@@ -246,6 +247,65 @@ BUGS = [
         "upstream_model, go, maximum, log)",
         "upstream_model, go, maximum)",
         BOUNDS,
+    ),
+    # [[upstreams]]: counted with another upstream's endpoint (the route's first; the first
+    # upstream's client asked), count_tokens not routed, the call not holding its upstream's
+    # concurrency, a failover sent to an upstream it does not fit or not clamped for it, the
+    # model's window in place of the upstream's, the placed upstream not tried first, a
+    # refusal against the upstream with the least room
+    (
+        "tpx/gateway/context/placement.py",
+        "        upstream = self.routing.upstream(name)\n",
+        "        upstream = self.routing.upstream(self.candidates[0])\n",
+        UPSTREAMS,
+    ),
+    (
+        "tpx/gateway/pool.py",
+        "return await ask(asked, self.clients[name], holds)",
+        "return await ask(asked, self.clients[placement.candidates[0]], holds)",
+        UPSTREAMS,
+    ),
+    (
+        "tpx/gateway/core.py",
+        "if routing is not None and self.context.active:  # counted as its route's upstream",
+        "if routing is None and self.context.active:",
+        UPSTREAMS,
+    ),
+    (
+        "tpx/gateway/pool.py",
+        "            holds.append(limit)\n",
+        "            pass\n",
+        UPSTREAMS,
+    ),
+    (
+        "tpx/gateway/pool.py",
+        "while isinstance(step, Attempt) and not await self.fits(turn, step.upstream):",
+        "while isinstance(step, Attempt) and not True:",
+        UPSTREAMS,
+    ),
+    (
+        "tpx/gateway/pool.py",
+        "again = placement is not None and placement.apply(name)",
+        "again = False",
+        UPSTREAMS,
+    ),
+    (
+        "tpx/gateway/context/gate.py",
+        "        if upstream is not None and upstream.context_window is not None:\n",
+        "        if False:\n",
+        UPSTREAMS,
+    ),
+    (
+        "tpx/gateway/pool.py",
+        "        if turn.placement is not None:  # placed on an upstream it fits",
+        "        if False:  #",
+        UPSTREAMS,
+    ),
+    (
+        "tpx/gateway/context/placement.py",
+        "name = max(refused, key=",
+        "name = min(refused, key=",
+        UPSTREAMS,
     ),
 ]
 
