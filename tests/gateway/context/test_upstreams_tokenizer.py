@@ -97,8 +97,8 @@ class _Fake:
 CONFIG = """
 [context]
 discover = false
-min_output = {min_output}
-tokenizer_timeout = {timeout}
+min_output = 1024
+tokenizer_timeout = {{timeout}}
 
 [routing]
 probe_interval = 0
@@ -110,7 +110,7 @@ profile = "vllm"
 models = ["model-a"]
 context_window = {window_a}
 tokenizer = true
-{extra_a}
+{{extra_a}}
 
 [[upstreams]]
 name = "b"
@@ -137,6 +137,21 @@ upstreams = ["a"]
 """
 
 
+def _config(
+    tmp_path: Path,
+    url_a: str,
+    url_b: str,
+    window_a: int,
+    window_b: int,
+    extra_a: str,
+    timeout: float,
+) -> Path:
+    path = tmp_path / "gateway.toml"
+    text = CONFIG.format(url_a=url_a, url_b=url_b, window_a=window_a, window_b=window_b)
+    path.write_text(text.replace("{extra_a}", extra_a).replace("{timeout}", str(timeout)))
+    return path
+
+
 @contextlib.contextmanager
 def _gateway(
     tmp_path: Path,
@@ -149,13 +164,7 @@ def _gateway(
     timeout: float = 5.0,
 ) -> Iterator[tuple[str, GatewayApp]]:
     with serving(a) as url_a, serving(b) as url_b:
-        path = tmp_path / "gateway.toml"
-        path.write_text(
-            CONFIG.format(
-                url_a=url_a, url_b=url_b, window_a=window_a, window_b=window_b,
-                extra_a=extra_a, timeout=timeout, min_output=MIN_OUTPUT,
-            )  # fmt: skip
-        )
+        path = _config(tmp_path, url_a, url_b, window_a, window_b, extra_a, timeout)
         app = create_app(load_settings(env=ENV, config_file=path))
         with serving(app) as url:
             yield url, app
@@ -214,7 +223,8 @@ def test_a_request_goes_to_the_first_upstream_of_its_route_it_fits(tmp_path: Pat
     with _gateway(tmp_path, a, b, window_b=7000) as (url, _):  # b: 6006 > 7000 - 1024
         reply = _post(url, "/v1/messages", _turn("ba-model"))
     assert reply.status_code == 200, reply.text
-    assert b.sent == [] and b.tokenized == 1
+    assert b.sent == []
+    assert b.tokenized == 1
     assert [s["max_tokens"] for s in a.sent] == [8000 - COUNT_A]
     assert a.sent[0]["model"] == "model-a"
 
@@ -237,9 +247,9 @@ def test_a_failover_to_an_upstream_whose_window_it_does_not_fit_is_never_sent(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     a, b = _Fake("vllm", 1, status=503), _Fake("llama.cpp", 3)
-    with caplog.at_level(logging.INFO, "tpx.gateway"):
-        with _gateway(tmp_path, a, b, window_b=7000) as (url, _):
-            reply = _post(url, "/v1/messages", _turn("ab-model"))
+    small_b = _gateway(tmp_path, a, b, window_b=7000)
+    with caplog.at_level(logging.INFO, "tpx.gateway"), small_b as (url, _):
+        reply = _post(url, "/v1/messages", _turn("ab-model"))
     assert len(a.sent) == 1
     assert b.sent == []  # b's own context error never asked for
     assert b.tokenized == 1  # counted for b before it would be sent there
@@ -251,9 +261,8 @@ def test_a_failover_is_clamped_for_the_window_of_the_upstream_it_moves_to(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     a, b = _Fake("vllm", 1, status=503), _Fake("llama.cpp", 3)
-    with caplog.at_level(logging.INFO, "tpx.gateway"):
-        with _gateway(tmp_path, a, b) as (url, _):
-            reply = _post(url, "/v1/messages", _turn("ab-model"))
+    with caplog.at_level(logging.INFO, "tpx.gateway"), _gateway(tmp_path, a, b) as (url, _):
+        reply = _post(url, "/v1/messages", _turn("ab-model"))
     assert reply.status_code == 200, reply.text
     assert [s["max_tokens"] for s in a.sent] == [8000 - COUNT_A]
     assert [s["max_tokens"] for s in b.sent] == [12000 - COUNT_B]  # b's window, b's count
@@ -302,13 +311,7 @@ def test_the_endpoint_call_holds_its_upstreams_concurrency_slot(tmp_path: Path) 
 def test_the_async_sdk_places_a_routed_request_with_the_same_counts(tmp_path: Path) -> None:
     a, b = _fakes()
     with serving(a) as url_a, serving(b) as url_b:
-        path = tmp_path / "gateway.toml"
-        path.write_text(
-            CONFIG.format(
-                url_a=url_a, url_b=url_b, window_a=8000, window_b=12000, extra_a="",
-                timeout=5.0, min_output=MIN_OUTPUT,
-            )  # fmt: skip
-        )
+        path = _config(tmp_path, url_a, url_b, 8000, 12000, "", 5.0)
         client = tpx.sdk.async_anthropic_client(env=ENV, config_file=path, max_retries=0)
 
         async def main() -> tuple[int, int]:
@@ -333,9 +336,7 @@ def test_the_async_sdk_places_a_routed_request_with_the_same_counts(tmp_path: Pa
         ('profile = "vllm"\ntokenizer = true\ntokenizer_timeout = "2"', "has the wrong type"),
     ],
 )
-def test_an_upstreams_tokenizer_is_checked_at_start(
-    tmp_path: Path, entry: str, error: str
-) -> None:
+def test_an_upstreams_tokenizer_is_checked_at_start(tmp_path: Path, entry: str, error: str) -> None:
     path = tmp_path / "gateway.toml"
     path.write_text(f'[[upstreams]]\nname = "u"\nbase_url = "http://u.test/v1"\n{entry}\n')
     with pytest.raises(ConfigurationError, match=error):
