@@ -148,7 +148,7 @@ class AsyncGatewayTransport(httpx2.AsyncBaseTransport):
             result = result.resume(await ask(result, self.upstream))
         if isinstance(result, Placement):  # [[upstreams]] near a window: where it fits
             assert isinstance(self.upstream, UpstreamPool)
-            result = await self.upstream.place(result)
+            result = result.resume(await self.upstream.place(result))
         if isinstance(result, Response):
             return _response(result, request.method)
         if isinstance(result, Forward):  # ANTHROPIC: one upstream

@@ -134,7 +134,11 @@ class GatewayApp:
                 if placed is None:  # the client left meanwhile: nothing goes upstream
                     result.abandon()
                     return
-                result = placed
+                resume = result.resume
+                turn: Response | Turn = (
+                    await self.offload.call(resume, *placed) if large else resume(*placed)
+                )
+                result = turn
             if isinstance(result, Response):
                 await _send(tracked, result, head=scope["method"] == "HEAD")
             elif isinstance(result, Forward):  # ANTHROPIC: one upstream
@@ -155,14 +159,11 @@ class GatewayApp:
                 ),
             )
 
-    async def _place(self, placement: Placement, large: bool) -> Response | Turn:
-        """The pool places *placement* (a large body's counts and translation on the thread
-        pool, as the core's are)."""
+    async def _place(self, placement: Placement, large: bool) -> tuple[str | None]:
+        """Where the pool places *placement* (a large body counted on the thread pool, as
+        the core counts it)."""
         assert isinstance(self.upstream, UpstreamPool)
-        result: Response | Turn = await self.upstream.place(
-            placement, self.offload.call if large else None
-        )
-        return result
+        return (await self.upstream.place(placement, self.offload.call if large else None),)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:

@@ -194,24 +194,25 @@ class UpstreamPool:
 
     async def place(
         self, placement: Placement, run: Callable[..., Awaitable[Any]] | None = None
-    ) -> Any:
-        """Place a routed request near a window (:mod:`tpx.gateway.context.placement`): its
-        route's upstreams in the order balancing takes them, each counted and checked for
-        its window until one fits; what the request becomes there (none: the refusal).
-        count_tokens: counted for the first. *run*: where the counting and the translation
-        run (a large body: the thread pool; ``None``: here)."""
-
-        async def here(work: Callable[..., Any], *args: Any) -> Any:
-            return work(*args)
-
-        run = run or here
+    ) -> str | None:
+        """Where a routed request near a window goes (:mod:`tpx.gateway.context.placement`):
+        its route's upstreams in the order balancing takes them, each counted and checked for
+        its window, the first it fits (``None``: none, it is refused); hand the answer to
+        :meth:`Placement.resume`. count_tokens: the first, counted for it. *run*: where the
+        counting runs (a large body: the thread pool; ``None``: here)."""
         order = preference(self.dispatcher, placement.candidates, self._clock())
         if placement.counting is not None:
             order = order[:1]
         for name in order:
-            if await run(placement.check, name, await self._count(placement, name)):
-                return await run(placement.resume, name)
-        return await run(placement.resume, None)
+            outcome = await self._count(placement, name)
+            fits = (
+                placement.check(name, outcome)
+                if run is None
+                else await run(placement.check, name, outcome)
+            )
+            if fits:
+                return name
+        return None
 
     async def fits(self, turn: Turn, name: str) -> bool:
         """Does *turn* fit the window of *name*, which a failover would send it to? Counted

@@ -307,6 +307,26 @@ BUGS = [
         "name = min(refused, key=",
         UPSTREAMS,
     ),
+    # ... not holding one of the pool's slots, not watched for the client leaving, or not
+    # logged when it left
+    (
+        "tpx/gateway/pool.py",
+        "        holds = [self.slots]\n",
+        "        holds = []\n",
+        UPSTREAMS,
+    ),
+    (
+        "tpx/gateway/asgi.py",
+        "placed = await _unless_gone(self._place(result, large), receive)",
+        "placed = await self._place(result, large)",
+        UPSTREAMS,
+    ),
+    (
+        "tpx/gateway/context/placement.py",
+        "            self.host.log(self.log, failed=True)\n",
+        "            pass\n",
+        UPSTREAMS,
+    ),
 ]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -46,13 +47,17 @@ class _Fake:
     (200: a reply), held until :attr:`release` is set when *hold*. Keeps each chat request's
     body and counts the tokenizer calls."""
 
-    def __init__(self, kind: str, factor: int, status: int = 200, hold: bool = False) -> None:
+    def __init__(
+        self, kind: str, factor: int, status: int = 200, hold: bool = False, held: bool = False
+    ) -> None:
         self.kind = kind
         self.factor = factor
         self.status = status
         self.hold = hold
+        self.held = held  #: /tokenize too, until released or its caller goes away
         self.release = threading.Event()
         self.tokenized = 0
+        self.left = 0  #: tokenizer calls whose caller went away while held
         self.sent: list[dict[str, Any]] = []
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -71,6 +76,9 @@ class _Fake:
         status = 200
         if scope["path"] == "/tokenize":
             self.tokenized += 1
+            if self.held and not await self._held(receive):
+                self.left += 1
+                return
             reply = self._count(data)
         else:
             self.sent.append(data)
@@ -81,6 +89,18 @@ class _Fake:
         headers = [(b"content-type", b"application/json")]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": orjson.dumps(reply)})
+
+    async def _held(self, receive: Any) -> bool:
+        """Wait for :attr:`release` (True) or the caller's going away (False)."""
+        gone = asyncio.ensure_future(receive())
+        try:
+            while not self.release.is_set():
+                if gone.done():
+                    return False  # after the body, the only message is the disconnect
+                await asyncio.sleep(0.01)
+            return True
+        finally:
+            gone.cancel()
 
     def _count(self, data: dict[str, Any]) -> dict[str, Any]:
         if self.kind == "llama.cpp":
@@ -102,6 +122,9 @@ tokenizer_timeout = {{timeout}}
 
 [routing]
 probe_interval = 0
+
+[limits]
+max_upstream = {{max_upstream}}
 
 [[upstreams]]
 name = "a"
@@ -145,10 +168,12 @@ def _config(
     window_b: int,
     extra_a: str,
     timeout: float,
+    max_upstream: int = 64,
 ) -> Path:
     path = tmp_path / "gateway.toml"
     text = CONFIG.format(url_a=url_a, url_b=url_b, window_a=window_a, window_b=window_b)
-    path.write_text(text.replace("{extra_a}", extra_a).replace("{timeout}", str(timeout)))
+    text = text.replace("{extra_a}", extra_a).replace("{timeout}", str(timeout))
+    path.write_text(text.replace("{max_upstream}", str(max_upstream)))
     return path
 
 
@@ -162,9 +187,10 @@ def _gateway(
     window_b: int = 12000,
     extra_a: str = "",
     timeout: float = 5.0,
+    max_upstream: int = 64,
 ) -> Iterator[tuple[str, GatewayApp]]:
     with serving(a) as url_a, serving(b) as url_b:
-        path = _config(tmp_path, url_a, url_b, window_a, window_b, extra_a, timeout)
+        path = _config(tmp_path, url_a, url_b, window_a, window_b, extra_a, timeout, max_upstream)
         app = create_app(load_settings(env=ENV, config_file=path))
         with serving(app) as url:
             yield url, app
@@ -306,6 +332,48 @@ def test_the_endpoint_call_holds_its_upstreams_concurrency_slot(tmp_path: Path) 
     assert a.tokenized == 0
     assert busy == 1.0
     assert counted.json()["input_tokens"] not in (COUNT_A, COUNT_B)  # the estimate
+
+
+def test_a_client_gone_while_a_routed_upstreams_endpoint_is_asked_ends_the_request(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The call holds one of the pool's slots (``max_upstream = 1``: the only one) and one of
+    its upstream's; the client leaving cancels it, gives both back, sends nothing upstream
+    and logs the turn's line with ``client_gone``."""
+    caplog.set_level(logging.INFO, logger="tpx.gateway")
+    a, b = _Fake("vllm", 1, held=True), _Fake("llama.cpp", 3)
+    with _gateway(tmp_path, a, b, extra_a="concurrency = 2", max_upstream=1) as (url, app):
+        pool = app.upstream
+        assert isinstance(pool, UpstreamPool)
+        sock = _socket(url, "/v1/messages", _turn("ab-model"))
+        _until(lambda: a.tokenized == 1, "a's endpoint asked")
+        held = (pool.slots.locked(), pool._limits["a"]._value)
+        sock.close()
+        _until(lambda: a.left == 1, "the call cancelled")
+        _until(lambda: "client_gone" in caplog.text, "the turn's line logged")
+        _until(lambda: not pool.slots.locked(), "the pool's slot given back")
+        a.release.set()
+        given_back = pool._limits["a"]._value
+    assert held == (True, 1)  # the pool's one slot and one of a's two
+    assert given_back == 2
+    assert a.sent == b.sent == []
+    assert app.gateway.in_flight == 0
+    lines = [r.getMessage() for r in caplog.records if "client_gone" in r.getMessage()]
+    assert len(lines) == 1
+    assert orjson.loads(lines[0])["endpoint"] == "messages"
+
+
+def _socket(url: str, path: str, body: dict[str, Any]) -> socket.socket:
+    """A request sent on a socket of its own, its response not read."""
+    host, port = url.removeprefix("http://").split(":")
+    data = orjson.dumps(body)
+    head = (
+        f"POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(data)}\r\n\r\n"
+    )
+    sock = socket.create_connection((host, int(port)), timeout=GUARD)
+    sock.sendall(head.encode() + data)
+    return sock
 
 
 def test_the_async_sdk_places_a_routed_request_with_the_same_counts(tmp_path: Path) -> None:
