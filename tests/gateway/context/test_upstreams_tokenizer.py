@@ -342,7 +342,9 @@ def test_a_client_gone_while_a_routed_upstreams_endpoint_is_asked_ends_the_reque
     and logs the turn's line with ``client_gone``."""
     caplog.set_level(logging.INFO, logger="tpx.gateway")
     a, b = _Fake("vllm", 1, held=True), _Fake("llama.cpp", 3)
-    with _gateway(tmp_path, a, b, extra_a="concurrency = 2", max_upstream=1) as (url, app):
+    # the endpoint's timeout longer than the test waits: only the client leaving ends it
+    slow = _gateway(tmp_path, a, b, extra_a="concurrency = 2", max_upstream=1, timeout=3 * GUARD)
+    with slow as (url, app):
         pool = app.upstream
         assert isinstance(pool, UpstreamPool)
         sock = _socket(url, "/v1/messages", _turn("ab-model"))
