@@ -16,6 +16,7 @@ import sys
 PREFLIGHT = "tests/gateway/context/test_tokenizer_preflight.py"
 BOUNDS = "tests/gateway/context/test_tokenizer_bounds.py"
 UPSTREAMS = "tests/gateway/context/test_upstreams_tokenizer.py"
+SYNC = "tests/gateway/context/test_tokenizer_sync_bounds.py"
 
 BUGS = [
     (
@@ -326,6 +327,25 @@ BUGS = [
         "            self.host.log(self.log, failed=True)\n",
         "            pass\n",
         UPSTREAMS,
+    ),
+    # the sync client: a tokenizer call taking no slot or keeping it, a turn taking none
+    (
+        "tpx/gateway/context/asked.py",
+        "    if not upstream.slots.acquire(timeout=asked.timeout):",
+        "    if not True:",
+        SYNC,
+    ),
+    (
+        "tpx/gateway/context/asked.py",
+        "        upstream.slots.release()\n",
+        "        pass\n",
+        SYNC,
+    ),
+    (
+        "tpx/gateway/drive.py",
+        "    with upstream.slots:\n        yield from _turn_sync(turn, upstream)",
+        "    with contextlib.nullcontext():\n        yield from _turn_sync(turn, upstream)",
+        SYNC,
     ),
 ]
 

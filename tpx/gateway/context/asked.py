@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -154,6 +155,9 @@ class _Upstream(Protocol):
 
 
 class _SyncUpstream(Protocol):
+    @property
+    def slots(self) -> threading.BoundedSemaphore: ...
+
     def open(self, call: UpstreamCall) -> httpx2.Response: ...
 
 
@@ -206,12 +210,23 @@ async def ask(
 
 
 def ask_sync(asked: Asked, upstream: _SyncUpstream) -> Outcome:
-    """:func:`ask` over the sync client: each read waits at most ``asked.timeout`` seconds
-    (the call's timeout), and no read starts past that deadline."""
+    """:func:`ask` over the sync client: it takes one of the client's slots (waiting at most
+    ``asked.timeout`` seconds: none free, ``busy``), each read waits at most what is left of
+    that (the call's timeout), and no read starts past that deadline."""
     deadline = time.monotonic() + asked.timeout
-    began = time.perf_counter()
+    if not upstream.slots.acquire(timeout=asked.timeout):  # every slot taken the whole time
+        return "busy"
     try:
-        response = upstream.open(asked.call)
+        return _asked_sync(asked, upstream, deadline)
+    finally:
+        upstream.slots.release()
+
+
+def _asked_sync(asked: Asked, upstream: _SyncUpstream, deadline: float) -> Outcome:
+    began = time.perf_counter()
+    left = max(deadline - time.monotonic(), 0.001)  # the slot's wait came out of the bound
+    try:
+        response = upstream.open(attrs.evolve(asked.call, timeout=left))
         try:
             decoder = Decoder.of(response, asked.limit, "tokenizer", "context.tokenizer_bytes")
             parts: list[bytes] = []
