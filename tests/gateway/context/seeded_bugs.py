@@ -94,7 +94,7 @@ BUGS = [
     ),
     # a refusal on the estimate said to be the endpoint's count
     (
-        "tpx/gateway/core.py",
+        "tpx/gateway/context/placement.py",
         '"counted": "tokenizer" if counted is not None and counted.exact else "estimate",',
         '"counted": "tokenizer",',
         PREFLIGHT,
@@ -208,8 +208,8 @@ BUGS = [
     ),
     (
         "tpx/gateway/context/asked.py",
-        'return "busy"',
-        'return "timeout"',
+        'if isinstance(error, TimeoutError):\n            return "busy"',
+        'if isinstance(error, TimeoutError):\n            return "timeout"',
         BOUNDS,
     ),
     (
