@@ -177,8 +177,12 @@ class UpstreamPool:
             left = name
             if failure.retryable:
                 self.metrics.upstream_cooldowns.labels(name).inc()
+            # the next upstream's window (its endpoint asked, as a tokenizer call: one more
+            # of the pool's slots, within its timeout, while this turn keeps its own)
             while isinstance(step, Attempt) and not await self.fits(turn, step.upstream):
                 step = pass_over(self.dispatcher, plan, self._clock())  # never sent there
+            if isinstance(step, Attempt) and step.upstream != name and turn.started:
+                step = GiveUp("bytes reached the client")  # a ping went out meanwhile
             if isinstance(step, GiveUp):
                 if len(tried) > 1:
                     turn.annotate("attempts", tried)
