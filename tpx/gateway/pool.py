@@ -181,8 +181,9 @@ class UpstreamPool:
             # of the pool's slots, within its timeout, while this turn keeps its own)
             while isinstance(step, Attempt) and not await self.fits(turn, step.upstream):
                 step = pass_over(self.dispatcher, plan, self._clock())  # never sent there
-            if isinstance(step, Attempt) and step.upstream != name and turn.started:
-                step = GiveUp("bytes reached the client")  # a ping went out meanwhile
+            moved = isinstance(step, Attempt) and step.upstream != name
+            if moved and turn.placement is not None and turn.started:
+                step = GiveUp("bytes reached the client")  # a ping went out while counting
             if isinstance(step, GiveUp):
                 if len(tried) > 1:
                     turn.annotate("attempts", tried)
