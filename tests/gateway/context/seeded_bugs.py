@@ -328,6 +328,13 @@ BUGS = [
         "            pass\n",
         UPSTREAMS,
     ),
+    # a failover that counted for the next upstream while a ping reached the client
+    (
+        "tpx/gateway/pool.py",
+        "            if moved and turn.placement is not None and turn.started:\n",
+        "            if moved and False:\n",
+        UPSTREAMS,
+    ),
     # the sync client: a tokenizer call taking no slot or keeping it, a turn taking none
     (
         "tpx/gateway/context/asked.py",

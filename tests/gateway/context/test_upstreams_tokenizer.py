@@ -125,6 +125,7 @@ probe_interval = 0
 
 [limits]
 max_upstream = {{max_upstream}}
+ping_interval = {{ping}}
 
 [[upstreams]]
 name = "a"
@@ -169,10 +170,12 @@ def _config(
     extra_a: str,
     timeout: float,
     max_upstream: int = 64,
+    ping: float = 10.0,
 ) -> Path:
     path = tmp_path / "gateway.toml"
     text = CONFIG.format(url_a=url_a, url_b=url_b, window_a=window_a, window_b=window_b)
     text = text.replace("{extra_a}", extra_a).replace("{timeout}", str(timeout))
+    text = text.replace("{ping}", str(ping))
     path.write_text(text.replace("{max_upstream}", str(max_upstream)))
     return path
 
@@ -188,9 +191,12 @@ def _gateway(
     extra_a: str = "",
     timeout: float = 5.0,
     max_upstream: int = 64,
+    ping: float = 10.0,
 ) -> Iterator[tuple[str, GatewayApp]]:
     with serving(a) as url_a, serving(b) as url_b:
-        path = _config(tmp_path, url_a, url_b, window_a, window_b, extra_a, timeout, max_upstream)
+        path = _config(
+            tmp_path, url_a, url_b, window_a, window_b, extra_a, timeout, max_upstream, ping
+        )
         app = create_app(load_settings(env=ENV, config_file=path))
         with serving(app) as url:
             yield url, app
@@ -297,6 +303,26 @@ def test_a_failover_is_clamped_for_the_window_of_the_upstream_it_moves_to(
     assert line["upstream"] == "b"
     assert line["context"]["input_tokens"] == COUNT_B
     assert line["context"]["window"] == 12000
+
+
+def test_a_failover_ends_when_a_ping_reached_the_client_while_the_next_upstream_counted(
+    tmp_path: Path,
+) -> None:
+    """A streamed turn: ``a`` answers 503, ``b``'s endpoint is held until the client has a
+    ping; the turn then fails as any turn whose reply began does, and ``b`` gets nothing."""
+    a, b = _Fake("vllm", 1, status=503), _Fake("llama.cpp", 3, held=True)
+    body = {**_turn("ab-model"), "stream": True}
+    with _gateway(tmp_path, a, b, ping=0.2) as (url, _):
+        seen = b""
+        with httpx2.stream("POST", f"{url}/v1/messages", json=body, timeout=GUARD) as reply:
+            for chunk in reply.iter_bytes():
+                seen += chunk
+                if b"event: ping" in seen:
+                    b.release.set()
+    assert b"event: ping" in seen
+    assert b"event: error" in seen
+    assert b.tokenized == 1
+    assert b.sent == []
 
 
 def test_a_model_two_upstreams_serve_has_each_upstreams_own_window_there(
