@@ -8,22 +8,19 @@ estimate counts); an endpoint that never answers gives the estimate within its t
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from typing import Any
 
 import httpx2
 import orjson
 
-from tpx.gateway.context.config import ContextConfig
 from tpx.gateway.core import Gateway
 from tpx.gateway.settings import Settings
 from tpx.gateway.upstream import SyncUpstream
 from tpx.sdk import GatewayTransport
-from tpx.transport.translate.profiles import get_profile
 
-from ..conftest import make_settings, serving
+from ..conftest import serving
 from .test_gateway_context import _reply
+from .test_tokenizer_bounds import _settings, _until
 
 GUARD = 20.0  # a hang guard: every wait ends as soon as the thing happened
 SMALL = {"model": "m", "messages": [{"role": "user", "content": "word " * 50}]}
@@ -52,17 +49,6 @@ class _Fake:
         return httpx2.Response(200, json={"count": 7} if tokenize else _reply())
 
 
-def _settings(max_upstream: int, timeout: float, url: str = "http://upstream.test") -> Settings:
-    return make_settings(
-        "TPX",
-        base_url=url,
-        model="m",
-        profile=get_profile("vllm"),
-        limits={"max_upstream": max_upstream},
-        context=ContextConfig(tokenizer=True, tokenizer_timeout=timeout, discover=False),
-    )
-
-
 def _client(
     settings: Settings, transport: httpx2.BaseTransport | None
 ) -> tuple[httpx2.Client, Gateway, SyncUpstream]:
@@ -81,16 +67,11 @@ def _fallbacks(gateway: Gateway, reason: str) -> float:
     return 0.0 if value is None else value
 
 
-def _until(done: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + GUARD
-    while not done():
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.01)
-
-
 def test_a_sync_turn_holds_the_slot_a_tokenizer_call_would_take() -> None:
     fake = _Fake(hold="turns")
-    http, gateway, _ = _client(_settings(1, 0.3), httpx2.MockTransport(fake))
+    http, gateway, _ = _client(
+        _settings("http://upstream.test", max_upstream=1, timeout=0.3), httpx2.MockTransport(fake)
+    )
     with http:
         replies: list[httpx2.Response] = []
         turn = threading.Thread(
@@ -110,7 +91,9 @@ def test_a_sync_turn_holds_the_slot_a_tokenizer_call_would_take() -> None:
 
 def test_a_sync_tokenizer_call_holds_a_slot_and_gives_it_back() -> None:
     fake = _Fake(hold="tokenize")
-    http, gateway, upstream = _client(_settings(2, GUARD), httpx2.MockTransport(fake))
+    http, gateway, upstream = _client(
+        _settings("http://upstream.test", max_upstream=2, timeout=GUARD), httpx2.MockTransport(fake)
+    )
     free: list[int] = []
 
     def watch() -> None:
@@ -146,7 +129,7 @@ def test_a_sync_tokenizer_endpoint_that_never_answers_gives_the_estimate() -> No
         gone.set()  # the gateway closed the call
 
     with serving(never) as url:
-        http, gateway, upstream = _client(_settings(1, 0.3, url), None)
+        http, gateway, upstream = _client(_settings(url, max_upstream=1, timeout=0.3), None)
         with http:
             counted = http.post("/v1/messages/count_tokens", json=SMALL)
         assert gone.wait(GUARD)

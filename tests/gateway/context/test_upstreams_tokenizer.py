@@ -9,9 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,8 @@ from tpx.gateway.settings import Settings, load_settings
 
 from ..conftest import serving
 from .test_gateway_context import _reply
+from .test_tokenizer_bounds import _post as _socket
+from .test_tokenizer_bounds import _until
 
 ENV = {"TPX_OAUTH_TOKEN": "tok", "TPX_BASE_URL": "http://127.0.0.1:9/v1"}
 GUARD = 20.0  # a hang guard: every wait ends as soon as the thing happened
@@ -391,19 +391,6 @@ def test_a_client_gone_while_a_routed_upstreams_endpoint_is_asked_ends_the_reque
     assert orjson.loads(lines[0])["endpoint"] == "messages"
 
 
-def _socket(url: str, path: str, body: dict[str, Any]) -> socket.socket:
-    """A request sent on a socket of its own, its response not read."""
-    host, port = url.removeprefix("http://").split(":")
-    data = orjson.dumps(body)
-    head = (
-        f"POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(data)}\r\n\r\n"
-    )
-    sock = socket.create_connection((host, int(port)), timeout=GUARD)
-    sock.sendall(head.encode() + data)
-    return sock
-
-
 def test_the_async_sdk_places_a_routed_request_with_the_same_counts(tmp_path: Path) -> None:
     a, b = _fakes()
     with serving(a) as url_a, serving(b) as url_b:
@@ -466,10 +453,3 @@ def _line(caplog: pytest.LogCaptureFixture) -> dict[str, Any]:
     assert len(lines) == 1, lines
     line: dict[str, Any] = lines[0]
     return line
-
-
-def _until(done: Any, what: str) -> None:
-    deadline = time.monotonic() + GUARD
-    while not done():
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.01)
