@@ -47,7 +47,7 @@ from tpx.gateway import history
 from tpx.gateway.bodies import BodyReader, Decoded
 from tpx.gateway.context.asked import Asked, Count
 from tpx.gateway.context.gate import ContextGate, Sizing
-from tpx.gateway.context.placement import Placement, context_record
+from tpx.gateway.context.placement import Placement, context_record, counting, placing
 from tpx.gateway.context.preflight import Verdict
 from tpx.gateway.history import (
     Refusal,
@@ -470,31 +470,17 @@ class Gateway:
     ) -> Response | Turn | Placement:
         """A routed turn: sent as balancing picks when it cannot come near the window of any
         upstream of its route, else placed on one it fits (tpx.gateway.context.placement)."""
-        routing = self.settings.routing
-        assert routing is not None
         alias = self.context.resolve(body["model"])
         route = alias[1] if alias is not None else self.settings.route(body["model"])
-        candidates = routed.rule.upstreams
-        models = {n: routing.upstream(n).model_for(routed.requested) for n in candidates}
-        sizings = {
-            n: self.context.sizing(body, models[n], len(request.body), route, routing.upstream(n))
-            for n in candidates
-        }
-        if all(s is None for s in sizings.values()):  # fits everywhere: the pool balances
-            first = routed.rule.upstreams[0]
-            return place(first, None, None)
-
-        def go(name: str, sizing: Sizing | None, counted: Count | None) -> Response | Turn:
-            result = place(name, sizing, counted)
-            if isinstance(result, Turn):  # a failover checks the next upstream first
-                result.placement = placement
-            return result
-
         label = endpoint_label(request.path)
-        placement = Placement(
-            self.context, self, routing, candidates, body,
-            label=label, sizings=sizings, models=models, go=go, log=log,
-        )  # fmt: skip
+        routing = self.settings.routing
+        assert routing is not None
+        size = len(request.body)
+        placement = placing(
+            self.context, self, routing, routed, body, size, route, label, log, place
+        )
+        if placement is None:  # fits everywhere: the pool balances
+            return place(routed.rule.upstreams[0], None, None)
         return placement
 
     def _placed(
@@ -620,20 +606,11 @@ class Gateway:
             rule = route(
                 routing, facts_of(body, request.headers, len(request.body), routing.options)
             )
-            candidates = rule.upstreams
-            if any(routing.upstream(n).tokenizer is not None for n in candidates):
-                requested = upstream_model or body["model"]
-                models = {n: routing.upstream(n).model_for(requested) for n in candidates}
-                upstream_of = routing.upstream
-
-                def framed(name: str) -> Mapping[str, Any] | None:
-                    return self.context.translate(body, models[name], upstream_of(name))
-
-                return Placement(
-                    self.context, self, routing, candidates, body,
-                    label=endpoint_label(request.path), sizings={}, models=models,
-                    go=_never, counting=answer, translate=framed,
-                )  # fmt: skip
+            requested = upstream_model or body["model"]
+            label = endpoint_label(request.path)
+            placement = counting(self.context, self, routing, rule, requested, body, label, answer)
+            if placement is not None:
+                return placement
 
         if self.context.tokenizer is not None:  # exact: the upstream's tokenizer endpoint
             label = endpoint_label(request.path)
@@ -704,10 +681,6 @@ class Gateway:
             self.metrics.errors.labels(code).inc()
         if logger.isEnabledFor(logging.INFO):
             logger.info("%s", orjson.dumps(_redacted(record, self.secrets.redact)).decode())
-
-
-def _never(name: str, sizing: Sizing | None, counted: Count | None) -> Response:
-    raise AssertionError("a count is answered, never sent")
 
 
 def _too_many_containers(body: bytes, limit: int) -> bool:

@@ -30,10 +30,11 @@ from typing import Any
 from tpx.gateway.context.asked import Asked, Count, Host, Outcome
 from tpx.gateway.context.gate import ContextGate, Sizing
 from tpx.gateway.context.preflight import Verdict, preflight
-from tpx.gateway.routing import Routing
+from tpx.gateway.routing import Routed, Routing, Rule
+from tpx.gateway.settings import ModelRoute
 from tpx.gateway.wire import Response
 
-__all__ = ["Placement", "context_record"]
+__all__ = ["Placement", "context_record", "counting", "placing"]
 
 #: What the core makes of a placed request: (upstream, its sizing, its count) -> response or
 #: turn; for count_tokens: the count -> response.
@@ -184,6 +185,8 @@ class Placement:
             result = self.go(name, self.sizings.get(name), self.checked[name][1])
         if isinstance(result, Response):
             self.host.count(self.label, result.status)
+        elif hasattr(result, "placement"):  # a turn: a failover checks the next upstream
+            result.placement = self
         return result
 
     def abandon(self) -> None:
@@ -218,5 +221,64 @@ class Placement:
         return self.body.get("max_tokens") != before
 
 
+def placing(
+    gate: ContextGate,
+    host: Host,
+    routing: Routing,
+    routed: Routed,
+    body: dict[str, Any],
+    size: int,
+    route: ModelRoute | None,
+    label: str,
+    log: dict[str, Any],
+    go: Go,
+) -> Placement | None:
+    """The placement of a routed ``/v1/messages`` body of *size* bytes (ids unsigned),
+    ``None`` when it cannot come near the window of any upstream of its route (nothing to
+    count: balancing picks). *go*: the core's exchange framed for an upstream."""
+    candidates = routed.rule.upstreams
+    models = {n: routing.upstream(n).model_for(routed.requested) for n in candidates}
+    sizings = {
+        n: gate.sizing(body, models[n], size, route, routing.upstream(n)) for n in candidates
+    }
+    if all(s is None for s in sizings.values()):
+        return None
+    return Placement(
+        gate, host, routing, candidates, body,
+        label=label, sizings=sizings, models=models, go=go, log=log,
+    )  # fmt: skip
+
+
+def counting(
+    gate: ContextGate,
+    host: Host,
+    routing: Routing,
+    rule: Rule,
+    requested: str,
+    body: dict[str, Any],
+    label: str,
+    answer: Callable[[Count], Any],
+) -> Placement | None:
+    """The placement of a routed ``count_tokens`` body: counted for the upstream of *rule*
+    balancing picks first, with its endpoint (``None``: no upstream of the route has one,
+    the estimate counts as with one upstream)."""
+    candidates = rule.upstreams
+    if all(routing.upstream(n).tokenizer is None for n in candidates):
+        return None
+    models = {n: routing.upstream(n).model_for(requested) for n in candidates}
+
+    def framed(name: str) -> Mapping[str, Any] | None:
+        return gate.translate(body, models[name], routing.upstream(name))
+
+    return Placement(
+        gate, host, routing, candidates, body,
+        label=label, sizings={}, models=models, go=_never, counting=answer, translate=framed,
+    )  # fmt: skip
+
+
 def _same(count: Count) -> Count:
     return count
+
+
+def _never(name: str, sizing: Sizing | None, counted: Count | None) -> Any:
+    raise AssertionError("a count is answered, never sent")
