@@ -30,6 +30,7 @@ import httpx2
 
 from tpx.errors import ConfigurationError
 from tpx.gateway.context.asked import Asked, ask, ask_sync
+from tpx.gateway.context.placement import Placement
 from tpx.gateway.core import Forward, Gateway, Request, Response, Turn
 from tpx.gateway.drive import forward, forward_sync, run_turn, run_turn_sync
 from tpx.gateway.pool import UpstreamPool
@@ -112,6 +113,7 @@ class GatewayTransport(httpx2.BaseTransport):
         result = self.gateway.handle(_request(request, request.read()))
         if isinstance(result, Asked):  # the upstream's tokenizer counts first (bounded)
             result = result.resume(ask_sync(result, self.upstream))
+        assert not isinstance(result, Placement)  # no [[upstreams]] in the sync client
         if isinstance(result, Response):
             return _response(result, request.method)
         if isinstance(result, Forward):
@@ -142,8 +144,11 @@ class AsyncGatewayTransport(httpx2.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         result = self.gateway.handle(_request(request, await request.aread()))
         if isinstance(result, Asked):  # the upstream's tokenizer counts first (bounded)
-            assert isinstance(self.upstream, AsyncUpstream)  # no tokenizer with [[upstreams]]
+            assert isinstance(self.upstream, AsyncUpstream)  # [[upstreams]]: a Placement
             result = result.resume(await ask(result, self.upstream))
+        if isinstance(result, Placement):  # [[upstreams]] near a window: where it fits
+            assert isinstance(self.upstream, UpstreamPool)
+            result = result.resume(await self.upstream.place(result))
         if isinstance(result, Response):
             return _response(result, request.method)
         if isinstance(result, Forward):  # ANTHROPIC: one upstream

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from tpx.gateway.context.asked import Asked, ask
 from tpx.gateway.context.discover import start_discovery
+from tpx.gateway.context.placement import Placement
 from tpx.gateway.core import Forward, Gateway, Request, Response, Turn, error_body, new_request_id
 from tpx.gateway.drive import forward, run_turn
 from tpx.gateway.offload import Offload
@@ -127,6 +128,17 @@ class GatewayApp:
                 result = (
                     await self.offload.resume(result, outcome) if large else result.resume(outcome)
                 )
+            if isinstance(result, Placement):  # [[upstreams]] near a window: where it fits
+                assert isinstance(self.upstream, UpstreamPool)
+                placed = await _unless_gone(self._place(result, large), receive)
+                if placed is None:  # the client left meanwhile: nothing goes upstream
+                    result.abandon()
+                    return
+                resume = result.resume
+                turn: Response | Turn = (
+                    await self.offload.call(resume, *placed) if large else resume(*placed)
+                )
+                result = turn
             if isinstance(result, Response):
                 await _send(tracked, result, head=scope["method"] == "HEAD")
             elif isinstance(result, Forward):  # ANTHROPIC: one upstream
@@ -146,6 +158,12 @@ class GatewayApp:
                     500, (("content-type", "application/json"), ("request-id", request_id)), data
                 ),
             )
+
+    async def _place(self, placement: Placement, large: bool) -> tuple[str | None]:
+        """Where the pool places *placement* (a large body counted on the thread pool, as
+        the core counts it)."""
+        assert isinstance(self.upstream, UpstreamPool)
+        return (await self.upstream.place(placement, self.offload.call if large else None),)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:

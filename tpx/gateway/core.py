@@ -47,6 +47,7 @@ from tpx.gateway import history
 from tpx.gateway.bodies import BodyReader, Decoded
 from tpx.gateway.context.asked import Asked, Count
 from tpx.gateway.context.gate import ContextGate, Sizing
+from tpx.gateway.context.placement import Placement, context_record, counting, placing
 from tpx.gateway.context.preflight import Verdict
 from tpx.gateway.history import (
     Refusal,
@@ -147,7 +148,7 @@ class Gateway:
 
     def handle(
         self, request: Request, *, admitted: bool = False
-    ) -> Response | Turn | Forward | Asked:
+    ) -> Response | Turn | Forward | Asked | Placement:
         """Answer *request*: a :class:`Response`, or a :class:`Turn` / :class:`Forward`
         that needs the upstream (see the module docstring). *admitted*: :meth:`preflight`
         let this very request (its method, path and headers) through, so its route, method
@@ -203,7 +204,9 @@ class Gateway:
             self._method(method, "GET" if route == MODELS else "POST", route)
         return route
 
-    def _handle(self, request: Request, admitted: bool) -> Response | Turn | Forward | Asked:
+    def _handle(
+        self, request: Request, admitted: bool
+    ) -> Response | Turn | Forward | Asked | Placement:
         request_id = new_request_id()
         try:
             if admitted:  # preflight checked it: one check per request
@@ -295,7 +298,7 @@ class Gateway:
 
     def _messages(
         self, request: Request, request_id: str, sent: _Sent | None = None
-    ) -> Response | Turn | Asked:
+    ) -> Response | Turn | Asked | Placement:
         settings = self.settings
         log: dict[str, Any] = {"request_id": request_id, "endpoint": "messages", "pid": _PID}
         session = request.headers.get("x-claude-code-session-id")
@@ -326,6 +329,11 @@ class Gateway:
             log["error"] = f"GATEWAY_{refusal.status}"
             self.log(log, failed=True)
             raise
+        if routed is not None:  # [[upstreams]]: each upstream its window and count
+            place = functools.partial(
+                self._placed, request, request_id, sent, log, decoded, routed, pending, problem
+            )
+            return self._placement(request, body, routed, log, place)
         sizing = self._context_sizing(body, upstream_model, len(request.body))
         go = functools.partial(
             self._exchange, request, request_id, sent, log, decoded, upstream_model,
@@ -461,6 +469,60 @@ class Gateway:
         turn.routed = routed
         return turn
 
+    def _placement(
+        self,
+        request: Request,
+        body: dict[str, Any],
+        routed: Routed,
+        log: dict[str, Any],
+        place: Callable[[str, Sizing | None, Count | None], Response | Turn],
+    ) -> Response | Turn | Placement:
+        """A routed turn: sent as balancing picks when it cannot come near the window of any
+        upstream of its route, else placed on one it fits (tpx.gateway.context.placement)."""
+        alias = self.context.resolve(body["model"])
+        route = alias[1] if alias is not None else self.settings.route(body["model"])
+        label = endpoint_label(request.path)
+        routing = self.settings.routing
+        assert routing is not None
+        size = len(request.body)
+        placement = placing(
+            self.context, self, routing, routed, body, size, route, label, log, place
+        )
+        if placement is None:  # fits everywhere: the pool balances
+            return place(routed.rule.upstreams[0], None, None)
+        return placement
+
+    def _placed(
+        self,
+        request: Request,
+        request_id: str,
+        sent: _Sent | None,
+        log: dict[str, Any],
+        decoded: Decoded,
+        routed: Routed,
+        pending: list[str],
+        problem: str | None,
+        name: str,
+        sizing: Sizing | None,
+        counted: Count | None,
+    ) -> Response | Turn:
+        """The exchange of a routed turn framed for upstream *name*."""
+        routing = self.settings.routing
+        assert routing is not None
+        upstream = routing.upstream(name)
+        model = upstream.model_for(routed.requested)
+        routed.upstream = name
+        routed.framed = (model, upstream.profile.name, upstream.family)
+        log["upstream"] = name
+        if model is not None:
+            log["upstream_model"] = model
+        signer = family_signer(self.settings.signer, upstream.family)
+        translation = {"profile": upstream.profile, "thinking_secret": signer}
+        return self._exchange(
+            request, request_id, sent, log, decoded, model, translation, routed, pending,
+            problem, sizing, counted,
+        )  # fmt: skip
+
     def _routed(
         self, request: Request, body: dict[str, Any], requested: str | None
     ) -> tuple[Routed, str | None, dict[str, Any]]:
@@ -501,15 +563,7 @@ class Gateway:
             return None
         tokens = counted.tokens if counted is not None else self.context.estimate(sizing)
         verdict = self.context.decide(body, sizing, tokens)
-        log["context"] = {
-            "input_tokens": verdict.input_tokens,
-            "window": verdict.window,
-            "clamped": verdict.clamped,
-            # who counted: an estimate leans to overcount (a refusal on it may be early)
-            "counted": "tokenizer" if counted is not None and counted.exact else "estimate",
-        }
-        if counted is not None and counted.fallback is not None:  # the endpoint gave none
-            log["context"]["fallback"] = counted.fallback
+        log["context"] = context_record(verdict, counted)
         return verdict
 
     def _observer(self, actions: list[str], trace: list[dict[str, Any]] | None) -> Any:
@@ -528,7 +582,7 @@ class Gateway:
 
     # -- count_tokens / models -------------------------------------------------------------
 
-    def _count(self, request: Request, request_id: str) -> Response | Forward | Asked:
+    def _count(self, request: Request, request_id: str) -> Response | Forward | Asked | Placement:
         body: dict[str, Any] = self._decode(request, count_tokens=True).value
         body.pop("stream", None)
         upstream_model = self._route(body)
@@ -555,6 +609,17 @@ class Gateway:
 
         def answer(count: Count) -> Response:
             return json_response(200, orjson.dumps({"input_tokens": count.tokens}), request_id)
+
+        routing = self.settings.routing
+        if routing is not None and self.context.active:  # counted as its route's upstream
+            rule = route(
+                routing, facts_of(body, request.headers, len(request.body), routing.options)
+            )
+            requested = upstream_model or body["model"]
+            label = endpoint_label(request.path)
+            placement = counting(self.context, self, routing, rule, requested, body, label, answer)
+            if placement is not None:
+                return placement
 
         if self.context.tokenizer is not None:  # exact: the upstream's tokenizer endpoint
             label = endpoint_label(request.path)

@@ -46,6 +46,8 @@ __all__ = [
     "Health",
     "Plan",
     "first",
+    "pass_over",
+    "preference",
     "retarget",
     "retryable_status",
 ]
@@ -122,6 +124,8 @@ class Plan:
     waited: bool = False  #: a retry-after was waited for once already
     #: the cooldowns its failures set: upstream -> when the cooldown ends (monotonic seconds)
     cooled: dict[str, float] = attrs.Factory(dict)
+    #: upstreams whose window the request does not fit (never sent there: :func:`pass_over`)
+    unfit: set[str] = attrs.Factory(set)
 
     @property
     def attempts(self) -> int:
@@ -267,3 +271,34 @@ def retarget(
         return GiveUp("no other upstream in the route")
     plan.tried.append(name)
     return Attempt(name)
+
+
+def preference(dispatcher: Dispatcher, candidates: Iterable[str], now: float) -> list[str]:
+    """*candidates* in the order balancing takes them: the available ones, least loaded
+    first, then the rest, the one whose cooldown ends first first (a routed request near a
+    window is placed on the first it fits: tpx.gateway.context.placement)."""
+    names = list(dict.fromkeys(candidates))
+    order: list[str] = []
+    while (name := dispatcher.pick(names, now, exclude=order)) is not None:
+        order.append(name)
+    rest = [n for n in names if n not in order]
+    return order + sorted(rest, key=lambda n: dispatcher.health[n].cooling_until)
+
+
+def pass_over(dispatcher: Dispatcher, plan: Plan, now: float) -> Attempt | GiveUp:
+    """The attempt :func:`retarget` chose goes to an upstream whose window the request does
+    not fit (counted for that upstream): it is not sent there (not an attempt, no cooldown);
+    the next candidate as :func:`retarget` picks it, the upstreams it does not fit left out,
+    else none: the last attempt's outcome goes to the client."""
+    name = plan.tried.pop()
+    plan.unfit.add(name)
+    skip = [*plan.tried, *plan.unfit]
+    if plan.attempts >= dispatcher.options.max_attempts:
+        return GiveUp("max_attempts")
+    following = dispatcher.pick(plan.candidates, now, exclude=skip)
+    if following is None:
+        following = dispatcher.soonest(plan.candidates, exclude=skip)
+    if following is None:
+        return GiveUp("no other upstream of the route the request fits")
+    plan.tried.append(following)
+    return Attempt(following)

@@ -365,7 +365,13 @@ async def _drain(queue: asyncio.Queue[bytes | Exception | None]) -> None:
 
 
 def run_turn_sync(turn: Turn, upstream: SyncUpstream) -> Iterator[Response | bytes]:
-    """:func:`run_turn` over the sync upstream (no pings: the reader is in-process)."""
+    """:func:`run_turn` over the sync upstream (no pings: the reader is in-process), holding
+    one of its slots (``limits.max_upstream``) until the turn's iterator is closed."""
+    with upstream.slots:
+        yield from _turn_sync(turn, upstream)
+
+
+def _turn_sync(turn: Turn, upstream: SyncUpstream) -> Iterator[Response | bytes]:
     try:
         response = upstream.open(turn.call)
     except ModelError as error:

@@ -29,15 +29,20 @@ import ctypes
 import logging
 import multiprocessing
 import signal
+from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool, ProcessPoolExecutor
+from typing import Any, TypeVar
 
 import attrs
 
 from tpx.gateway.context.asked import Asked, Outcome
+from tpx.gateway.context.placement import Placement
 from tpx.gateway.core import Forward, Gateway, Request, Response, Turn
 from tpx.gateway.wire import COUNT, endpoint_label
 from tpx.transport.exchange import Provider
+
+_T = TypeVar("_T")
 
 __all__ = ["READY_TIMEOUT", "Offload"]
 
@@ -88,7 +93,7 @@ class Offload:
         if (
             settings.provider is Provider.TPX
             and settings.limits.count_processes > 0
-            and self.gateway.context.tokenizer is None  # else the upstream counts
+            and not self.gateway.context.asks  # else the upstream counts
         ):
             pool = ProcessPoolExecutor(
                 settings.limits.count_processes,
@@ -107,7 +112,7 @@ class Offload:
                 return
             self._counts = pool
 
-    async def handle(self, request: Request) -> Response | Turn | Forward | Asked:
+    async def handle(self, request: Request) -> Response | Turn | Forward | Asked | Placement:
         loop = asyncio.get_running_loop()
         counts = self._counts
         if counts is not None and request.path.rstrip("/") == COUNT:
@@ -133,6 +138,11 @@ class Offload:
             self._thread_pool(), asked.resume, outcome
         )
         return result
+
+    async def call(self, work: Callable[..., _T], *args: Any) -> _T:
+        """*work* (a large request's counts and translation) on the thread pool."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._thread_pool(), work, *args)
 
     @property
     def processes(self) -> bool:

@@ -16,7 +16,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import attrs
@@ -24,6 +24,8 @@ import httpx2
 
 from tpx.errors import ModelError
 from tpx.errors import TimeoutError as UpstreamTimeout
+from tpx.gateway.context.asked import Outcome, ask
+from tpx.gateway.context.placement import Placement
 from tpx.gateway.dispatch import (
     Attempt,
     Dispatcher,
@@ -31,6 +33,8 @@ from tpx.gateway.dispatch import (
     GiveUp,
     Plan,
     first,
+    pass_over,
+    preference,
     retarget,
     retry_after,
     retryable_status,
@@ -134,7 +138,12 @@ class UpstreamPool:
         plan = turn.plan = Plan(routed.rule.upstreams)
         reports = self._reports(turn)
         now = self._clock()
-        step: Attempt | GiveUp = first(self.dispatcher, plan, now)
+        step: Attempt | GiveUp
+        if turn.placement is not None:  # placed on an upstream it fits (self.place)
+            plan.tried.append(routed.upstream)
+            step = Attempt(routed.upstream)
+        else:
+            step = first(self.dispatcher, plan, now)
         tried: list[dict[str, Any]] = []
         left: str | None = None  #: the upstream of the attempt before
         accepted = False  #: that attempt's upstream took the request
@@ -148,7 +157,9 @@ class UpstreamPool:
                     reports.first(turn.request_id, name, now)
                 else:
                     reports.next(turn.request_id, left, name, now, generating=accepted)
-            turn.target(self.routing.upstream(name))
+            placement = turn.placement
+            again = placement is not None and placement.apply(name)  # clamped for it
+            turn.target(self.routing.upstream(name), again=again)
             client = self.clients[name]
             response, failure, error = await self._attempt(turn, client, name)
             accepted = failure is None or failure.kind in ("timeout", "network")
@@ -174,6 +185,13 @@ class UpstreamPool:
             left = name
             if failure.retryable:
                 self.metrics.upstream_cooldowns.labels(name).inc()
+            # the next upstream's window (its endpoint asked, as a tokenizer call: one more
+            # of the pool's slots, within its timeout, while this turn keeps its own)
+            while isinstance(step, Attempt) and not await self.fits(turn, step.upstream):
+                step = pass_over(self.dispatcher, plan, self._clock())  # never sent there
+            moved = isinstance(step, Attempt) and step.upstream != name
+            if moved and turn.placement is not None and turn.started:
+                step = GiveUp("bytes reached the client")  # a ping went out while counting
             if isinstance(step, GiveUp):
                 if len(tried) > 1:
                     turn.annotate("attempts", tried)
@@ -184,6 +202,54 @@ class UpstreamPool:
                 raise error
             self.metrics.upstream_failovers.labels(name).inc()
             await self.end_attempt(response, name)  # closed before the next attempt: one at a time
+
+    # -- the context window of each upstream ([[upstreams]] near a window) -------------------
+
+    async def place(
+        self, placement: Placement, run: Callable[..., Awaitable[Any]] | None = None
+    ) -> str | None:
+        """Where a routed request near a window goes (:mod:`tpx.gateway.context.placement`):
+        its route's upstreams in the order balancing takes them, each counted and checked for
+        its window, the first it fits (``None``: none, it is refused); hand the answer to
+        :meth:`Placement.resume`. count_tokens: the first, counted for it. *run*: where the
+        counting runs (a large body: the thread pool; ``None``: here)."""
+        order = preference(self.dispatcher, placement.candidates, self._clock())
+        if placement.counting is not None:
+            order = order[:1]
+        for name in order:
+            outcome = await self._count(placement, name)
+            fits = (
+                placement.check(name, outcome)
+                if run is None
+                else await run(placement.check, name, outcome)
+            )
+            if fits:
+                return name
+        return None
+
+    async def fits(self, turn: Turn, name: str) -> bool:
+        """Does *turn* fit the window of *name*, which a failover would send it to? Counted
+        for *name* (its endpoint asked once) when not checked yet; a turn no upstream of its
+        route could come near the window of fits every one."""
+        placement = turn.placement
+        if placement is None:
+            return True
+        known = placement.known(name)
+        if known is None:
+            known = placement.check(name, await self._count(placement, name))
+        return known
+
+    async def _count(self, placement: Placement, name: str) -> Outcome | None:
+        """What *name*'s tokenizer endpoint gives for *placement* (``None``: not asked), the
+        call holding one of the pool's slots and one of *name*'s ``concurrency``."""
+        asked = placement.asked(name)
+        if asked is None:
+            return None
+        holds = [self.slots]
+        limit = self._limits.get(name)
+        if limit is not None:
+            holds.append(limit)
+        return await ask(asked, self.clients[name], holds)
 
     def _reports(self, turn: Turn) -> Reports | None:
         """The reports of a monitored turn (``tpx serve --monitor``), else ``None``."""

@@ -34,6 +34,7 @@ from typing import Any
 import attrs
 
 from tpx.errors import ConfigurationError
+from tpx.gateway.context.tokenizer import TOKENIZERS, TokenizerEndpoint
 from tpx.gateway.credential import Credential
 from tpx.gateway.token_command import TIMEOUT
 from tpx.transport._config import _check_credential
@@ -79,6 +80,13 @@ class UpstreamConfig:
     context_window: int | None = None
     #: what the thinking it produces is signed as: another family never gets it back
     family: str = ""
+    #: its tokenizer endpoint (``tokenizer = true``: its profile's; a kind's name: that
+    #: kind's), which count_tokens and the preflight ask for a request routed here; None:
+    #: the estimate counts (tpx.gateway.context.placement)
+    tokenizer: TokenizerEndpoint | None = None
+    #: seconds and reply bytes the endpoint may take (None: ``[context]``'s)
+    tokenizer_timeout: float | None = None
+    tokenizer_bytes: int | None = None
 
     def model_for(self, requested: str | None) -> str | None:
         """The model sent to this upstream for a request asking for *requested*."""
@@ -91,7 +99,7 @@ class UpstreamConfig:
             f"UpstreamConfig(name={self.name!r}, base_url={self.base_url!r}, "
             f"profile={self.profile.name!r}, models={self.models!r}, weight={self.weight}, "
             f"concurrency={self.concurrency}, context_window={self.context_window}, "
-            f"family={self.family!r}, credential=<redacted>)"
+            f"family={self.family!r}, tokenizer={self.tokenizer!r}, credential=<redacted>)"
         )
 
     __str__ = __repr__
@@ -381,17 +389,57 @@ def _upstream(
     concurrency = _positive(_field(entry, "concurrency", int, where), f"{where}.concurrency")
     window = _positive(_field(entry, "context_window", int, where), f"{where}.context_window")
     family = _field(entry, "family", str, where) or (models[0] if models else name)
+    profile = get_profile(_field(entry, "profile", str, where))
+    timeout = _field(entry, "tokenizer_timeout", (int, float), where)
+    size = _field(entry, "tokenizer_bytes", int, where)
     return UpstreamConfig(
         name=name,
         base_url=base,
         credential=_credential(entry, where, environ, fallback),
-        profile=get_profile(_field(entry, "profile", str, where)),
+        profile=profile,
         models=models,
         weight=float(weight or 1.0),
         concurrency=concurrency,
         context_window=window,
         family=family,
+        tokenizer=_tokenizer(entry, profile.name, where),
+        tokenizer_timeout=_positive(timeout, f"{where}.tokenizer_timeout"),
+        tokenizer_bytes=_positive(size, f"{where}.tokenizer_bytes"),
     )
+
+
+def _tokenizer(entry: Mapping[str, Any], profile: str, where: str) -> TokenizerEndpoint | None:
+    """The tokenizer endpoint an entry names: ``tokenizer = true`` (its profile's), or the
+    kind of server it is (``"vllm"``, ``"sglang"``, ``"llama.cpp"``: that kind's path and
+    body)."""
+    value = entry.get("tokenizer", False)
+    kinds = ", ".join(f'"{k}"' for k in TOKENIZERS)
+    if isinstance(value, str):
+        endpoint = TOKENIZERS.get(value)
+        if endpoint is None:
+            raise ConfigurationError(
+                f"config file: {where}.tokenizer = {value!r} is not a kind of tokenizer "
+                f"endpoint (one of {kinds}, or true for its profile's)"
+            )
+        return endpoint
+    if not isinstance(value, bool):
+        raise ConfigurationError(
+            f"config file: {where}.tokenizer must be true, false or one of {kinds}"
+        )
+    if not value:
+        if "tokenizer_timeout" in entry or "tokenizer_bytes" in entry:
+            raise ConfigurationError(
+                f"config file: {where} sets tokenizer_timeout or tokenizer_bytes "
+                "without a tokenizer"
+            )
+        return None
+    endpoint = TOKENIZERS.get(profile)
+    if endpoint is None:
+        raise ConfigurationError(
+            f"config file: {where}.tokenizer = true: profile {profile!r} has no tokenizer "
+            f"endpoint (name its kind instead: one of {kinds})"
+        )
+    return endpoint
 
 
 _CONDITIONS = {"background", "thinking", "subagent"}

@@ -13,6 +13,7 @@ import orjson
 from tpx import _safe
 from tpx.errors import ModelError, NetworkError, holds_secret
 from tpx.gateway.context.gate import ContextGate
+from tpx.gateway.context.placement import Placement
 from tpx.gateway.dispatch import Plan
 from tpx.gateway.monitoring import LiveMonitor, SpecViolationError
 from tpx.gateway.redaction import Secrets
@@ -163,6 +164,9 @@ class Turn:
         self._stopped_by: ModelError | None = None  #: the monitor's stop (--monitor)
         self.routed: Routed | None = None  #: its route ([[upstreams]]; tpx.gateway.routing)
         self.plan: Plan | None = None  #: its attempts over the route (tpx.gateway.pool)
+        #: the upstreams it was checked against (``[[upstreams]]``, near a window): a
+        #: failover goes only to one it fits (tpx.gateway.context.placement)
+        self.placement: Placement | None = None
         #: the pool reported its attempts to the monitor (``--monitor``; tpx.gateway.reports)
         self.reported = False
 
@@ -187,11 +191,11 @@ class Turn:
         """One more field of the exchange's log line."""
         self._log[key] = value
 
-    def target(self, upstream: UpstreamConfig) -> None:
+    def target(self, upstream: UpstreamConfig, *, again: bool = False) -> None:
         """Send this turn to *upstream* of its route (balancing, or a failover before any
         reply): framed again when its model, profile or thinking family differ from the
         current framing (thinking another family produced is then dropped, never sent as
-        this one's reasoning)."""
+        this one's reasoning), or *again* (its ``max_tokens`` clamped for that upstream)."""
         routed = self.routed
         assert routed is not None
         assert isinstance(self.exchange, Conversation)
@@ -201,7 +205,7 @@ class Turn:
         if model is not None:
             self._log["upstream_model"] = model
         key = (model, upstream.profile.name, upstream.family)
-        if key == routed.framed:
+        if key == routed.framed and not again:
             return
         signer = family_signer(self.gateway.settings.signer, upstream.family)
         outbound = self.exchange.reframe(

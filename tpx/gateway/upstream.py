@@ -18,6 +18,7 @@ chained to the httpx2 exception, whose request headers hold the credential).
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Generator
 from typing import Any, Generic, TypeVar
@@ -345,13 +346,32 @@ class AsyncUpstream(_Base[httpx2.AsyncClient, httpx2.AsyncBaseTransport]):
 
 
 class SyncUpstream(_Base[httpx2.Client, httpx2.BaseTransport]):
-    """The upstream over a sync ``httpx2.Client`` (in-process sync SDK clients)."""
+    """The upstream over a sync ``httpx2.Client`` (in-process sync SDK clients). A sync
+    client may be shared by many threads: :attr:`slots` bounds their concurrent upstream
+    calls (``limits.max_upstream``) as :attr:`AsyncUpstream.slots` bounds a process's."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        client: httpx2.Client | None = None,
+        transport: httpx2.BaseTransport | None = None,
+        observe: Any = None,
+    ) -> None:
+        super().__init__(settings, client=client, transport=transport, observe=observe)
+        #: concurrent upstream calls of this client's threads, turns and tokenizer calls
+        self.slots = threading.BoundedSemaphore(settings.limits.max_upstream)
 
     def _new_client(self, transport: httpx2.BaseTransport | None) -> httpx2.Client:
+        limit = self.settings.limits.max_upstream
         return httpx2.Client(
             transport=transport,
             timeout=_timeout(self.settings),
-            limits=httpx2.Limits(keepalive_expiry=self.settings.limits.keepalive_expiry),
+            limits=httpx2.Limits(
+                max_connections=limit,
+                max_keepalive_connections=limit,
+                keepalive_expiry=self.settings.limits.keepalive_expiry,
+            ),
             headers=_DEFAULT_HEADERS,
         )
 

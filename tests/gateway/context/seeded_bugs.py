@@ -15,6 +15,8 @@ import sys
 
 PREFLIGHT = "tests/gateway/context/test_tokenizer_preflight.py"
 BOUNDS = "tests/gateway/context/test_tokenizer_bounds.py"
+UPSTREAMS = "tests/gateway/context/test_upstreams_tokenizer.py"
+SYNC = "tests/gateway/context/test_tokenizer_sync_bounds.py"
 
 BUGS = [
     (
@@ -92,7 +94,7 @@ BUGS = [
     ),
     # a refusal on the estimate said to be the endpoint's count
     (
-        "tpx/gateway/core.py",
+        "tpx/gateway/context/placement.py",
         '"counted": "tokenizer" if counted is not None and counted.exact else "estimate",',
         '"counted": "tokenizer",',
         PREFLIGHT,
@@ -206,8 +208,8 @@ BUGS = [
     ),
     (
         "tpx/gateway/context/asked.py",
-        'return "busy"',
-        'return "timeout"',
+        'if isinstance(error, TimeoutError):\n            return "busy"',
+        'if isinstance(error, TimeoutError):\n            return "timeout"',
         BOUNDS,
     ),
     (
@@ -246,6 +248,111 @@ BUGS = [
         "upstream_model, go, maximum, log)",
         "upstream_model, go, maximum)",
         BOUNDS,
+    ),
+    # [[upstreams]]: counted with another upstream's endpoint (the route's first; the first
+    # upstream's client asked), count_tokens not routed, the call not holding its upstream's
+    # concurrency, a failover sent to an upstream it does not fit or not clamped for it, the
+    # model's window in place of the upstream's, the placed upstream not tried first, a
+    # refusal against the upstream with the least room
+    (
+        "tpx/gateway/context/placement.py",
+        "        upstream = self.routing.upstream(name)\n",
+        "        upstream = self.routing.upstream(self.candidates[0])\n",
+        UPSTREAMS,
+    ),
+    (
+        "tpx/gateway/pool.py",
+        "return await ask(asked, self.clients[name], holds)",
+        "return await ask(asked, self.clients[placement.candidates[0]], holds)",
+        UPSTREAMS,
+    ),
+    (
+        "tpx/gateway/core.py",
+        "if routing is not None and self.context.active:  # counted as its route's upstream",
+        "if routing is None and self.context.active:",
+        UPSTREAMS,
+    ),
+    (
+        "tpx/gateway/pool.py",
+        "            holds.append(limit)\n",
+        "            pass\n",
+        UPSTREAMS,
+    ),
+    (
+        "tpx/gateway/pool.py",
+        "while isinstance(step, Attempt) and not await self.fits(turn, step.upstream):",
+        "while isinstance(step, Attempt) and not True:",
+        UPSTREAMS,
+    ),
+    (
+        "tpx/gateway/pool.py",
+        "again = placement is not None and placement.apply(name)",
+        "again = False",
+        UPSTREAMS,
+    ),
+    (
+        "tpx/gateway/context/gate.py",
+        "        if upstream is not None and upstream.context_window is not None:\n",
+        "        if False:\n",
+        UPSTREAMS,
+    ),
+    (
+        "tpx/gateway/pool.py",
+        "        if turn.placement is not None:  # placed on an upstream it fits",
+        "        if False:  #",
+        UPSTREAMS,
+    ),
+    (
+        "tpx/gateway/context/placement.py",
+        "name = max(refused, key=",
+        "name = min(refused, key=",
+        UPSTREAMS,
+    ),
+    # ... not holding one of the pool's slots, not watched for the client leaving, or not
+    # logged when it left
+    (
+        "tpx/gateway/pool.py",
+        "        holds = [self.slots]\n",
+        "        holds = []\n",
+        UPSTREAMS,
+    ),
+    (
+        "tpx/gateway/asgi.py",
+        "placed = await _unless_gone(self._place(result, large), receive)",
+        "placed = await self._place(result, large)",
+        UPSTREAMS,
+    ),
+    (
+        "tpx/gateway/context/placement.py",
+        "            self.host.log(self.log, failed=True)\n",
+        "            pass\n",
+        UPSTREAMS,
+    ),
+    # a failover that counted for the next upstream while a ping reached the client
+    (
+        "tpx/gateway/pool.py",
+        "            if moved and turn.placement is not None and turn.started:\n",
+        "            if moved and False:\n",
+        UPSTREAMS,
+    ),
+    # the sync client: a tokenizer call taking no slot or keeping it, a turn taking none
+    (
+        "tpx/gateway/context/asked.py",
+        "    if not upstream.slots.acquire(timeout=asked.timeout):",
+        "    if not True:",
+        SYNC,
+    ),
+    (
+        "tpx/gateway/context/asked.py",
+        "        upstream.slots.release()\n",
+        "        pass\n",
+        SYNC,
+    ),
+    (
+        "tpx/gateway/drive.py",
+        "    with upstream.slots:\n        yield from _turn_sync(turn, upstream)",
+        "    with contextlib.nullcontext():\n        yield from _turn_sync(turn, upstream)",
+        SYNC,
     ),
 ]
 

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -154,6 +155,9 @@ class _Upstream(Protocol):
 
 
 class _SyncUpstream(Protocol):
+    @property
+    def slots(self) -> threading.BoundedSemaphore: ...
+
     def open(self, call: UpstreamCall) -> httpx2.Response: ...
 
 
@@ -165,18 +169,27 @@ def _failure(error: BaseException) -> str:
     return "error"
 
 
-async def ask(asked: Asked, upstream: _Upstream) -> Outcome:
+async def ask(
+    asked: Asked, upstream: _Upstream, holds: Sequence[asyncio.Semaphore] | None = None
+) -> Outcome:
     """Ask the endpoint (*upstream*: the gateway's upstream client): its status and body,
     or why there are none. Never raises but for cancellation; never takes longer than
     ``asked.timeout`` seconds (waiting for an upstream slot included), never reads more
-    than ``asked.limit`` bytes."""
+    than ``asked.limit`` bytes. *holds*: the slots the call takes (``[[upstreams]]``: the
+    pool's and that upstream's ``concurrency``; default: the client's own)."""
     deadline = asyncio.get_running_loop().time() + asked.timeout
-    slots = upstream.slots
+    taken: list[asyncio.Semaphore] = []
     try:
         async with asyncio.timeout_at(deadline):
-            await slots.acquire()
-    except TimeoutError:  # every upstream slot taken the whole time
-        return "busy"
+            for slots in (upstream.slots,) if holds is None else holds:
+                await slots.acquire()
+                taken.append(slots)
+    except BaseException as error:  # every slot of one kind taken the whole time: busy
+        for held in taken:
+            held.release()
+        if isinstance(error, TimeoutError):
+            return "busy"
+        raise
     began = time.perf_counter()
     try:
         async with asyncio.timeout_at(deadline):
@@ -190,18 +203,30 @@ async def ask(asked: Asked, upstream: _Upstream) -> Outcome:
     except Exception as error:  # the endpoint never fails the request (a timeout included)
         return _failure(error)
     finally:
-        slots.release()
+        for slots in taken:
+            slots.release()
         asked.gateway.metrics.tokenizer_latency.observe(time.perf_counter() - began)
     return response.status_code, body
 
 
 def ask_sync(asked: Asked, upstream: _SyncUpstream) -> Outcome:
-    """:func:`ask` over the sync client: each read waits at most ``asked.timeout`` seconds
-    (the call's timeout), and no read starts past that deadline."""
+    """:func:`ask` over the sync client: it takes one of the client's slots (waiting at most
+    ``asked.timeout`` seconds: none free, ``busy``), each read waits at most what is left of
+    that (the call's timeout), and no read starts past that deadline."""
     deadline = time.monotonic() + asked.timeout
-    began = time.perf_counter()
+    if not upstream.slots.acquire(timeout=asked.timeout):  # every slot taken the whole time
+        return "busy"
     try:
-        response = upstream.open(asked.call)
+        return _asked_sync(asked, upstream, deadline)
+    finally:
+        upstream.slots.release()
+
+
+def _asked_sync(asked: Asked, upstream: _SyncUpstream, deadline: float) -> Outcome:
+    began = time.perf_counter()
+    left = max(deadline - time.monotonic(), 0.001)  # the slot's wait came out of the bound
+    try:
+        response = upstream.open(attrs.evolve(asked.call, timeout=left))
         try:
             decoder = Decoder.of(response, asked.limit, "tokenizer", "context.tokenizer_bytes")
             parts: list[bytes] = []

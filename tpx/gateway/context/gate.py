@@ -20,6 +20,7 @@ from tpx.gateway.context.asked import Asked, Count, Host
 from tpx.gateway.context.preflight import Verdict, maximum_input, may_overflow, preflight
 from tpx.gateway.context.tokenizer import TOKENIZERS, TokenizerEndpoint
 from tpx.gateway.context.window import Window, Windows
+from tpx.gateway.routing import UpstreamConfig, family_signer
 from tpx.gateway.settings import ModelRoute, Settings
 from tpx.transport.exchange import Provider
 from tpx.transport.translate import request_to_openai
@@ -66,6 +67,12 @@ class ContextGate:
             if self.active and self.config.tokenizer and settings.routing is None
             else None
         )
+        #: some upstream's tokenizer endpoint counts (the one upstream's, or an entry's)
+        self.asks = self.tokenizer is not None or (
+            self.active
+            and settings.routing is not None
+            and any(u.tokenizer is not None for u in settings.routing.upstreams)
+        )
         self.aliases: Mapping[str, str] = (
             aliases(self.models()) if self.active and self.config.aliases else {}
         )
@@ -91,35 +98,53 @@ class ContextGate:
     def window(self, upstream_model: str | None, route: ModelRoute | None = None) -> Window:
         return self.windows.of(upstream_model, route.context_window if route else None)
 
+    def window_at(
+        self, upstream: UpstreamConfig | None, model: str | None, route: ModelRoute | None
+    ) -> int:
+        """The window of *model* on *upstream* (``[[upstreams]]``): the entry's own
+        ``context_window`` when it has one, else the model's (:meth:`window`)."""
+        if upstream is not None and upstream.context_window is not None:
+            return upstream.context_window
+        return self.window(model, route).tokens
+
     def sizing(
         self,
         body: dict[str, Any],
         upstream_model: str | None,
         body_bytes: int,
         route: ModelRoute | None = None,
+        upstream: UpstreamConfig | None = None,
     ) -> Sizing | None:
         """What the preflight of a ``/v1/messages`` body (ids already unsigned) counts against:
         ``None`` when it cannot come near its window (nothing to count) or the preflight is
         off; else its window, its ``max_tokens``, the most input the window takes (``M``) and
-        the request translated (what is counted)."""
+        the request translated (what is counted). *upstream*: the ``[[upstreams]]`` entry it
+        goes to (its window, framed with its profile)."""
         if not self.active or not self.config.preflight:
             return None
-        window = self.window(upstream_model, route)
+        window = self.window_at(upstream, upstream_model, route)
         max_tokens = body.get("max_tokens")
         wanted = max_tokens if isinstance(max_tokens, int) else None
-        if not may_overflow(body_bytes, wanted, window.tokens):
+        if not may_overflow(body_bytes, wanted, window):
             return None
-        try:
-            translated = request_to_openai(
-                body,
-                model=upstream_model,
-                profile=self.settings.profile,
-                secret=self.settings.signer,
-            ).body
-        except (ProtocolError, UnsupportedError):
+        translated = self.translate(body, upstream_model, upstream)
+        if translated is None:
             return None  # the exchange refuses it with its own words
-        maximum = maximum_input(window.tokens, wanted, self.config.min_output)
-        return Sizing(window.tokens, wanted, maximum, translated)
+        maximum = maximum_input(window, wanted, self.config.min_output)
+        return Sizing(window, wanted, maximum, translated)
+
+    def translate(
+        self, body: dict[str, Any], model: str | None, upstream: UpstreamConfig | None = None
+    ) -> Mapping[str, Any] | None:
+        """*body* as it goes upstream (what is counted), framed for *upstream* when given
+        (``None``: it cannot be translated)."""
+        profile, signer = self.settings.profile, self.settings.signer
+        if upstream is not None:
+            profile, signer = upstream.profile, family_signer(signer, upstream.family)
+        try:
+            return request_to_openai(body, model=model, profile=profile, secret=signer).body
+        except (ProtocolError, UnsupportedError):
+            return None
 
     def estimate(self, sizing: Sizing) -> int:
         """The preflight's estimate: counting stops once the count passes ``M``."""
@@ -152,6 +177,10 @@ class ContextGate:
         """Where count_tokens stops counting: the largest window any model has (a count
         past it is the count so far, already above every window)."""
         routes = [r.context_window for r in self.settings.routes if r.context_window]
+        routing = self.settings.routing
+        for upstream in routing.upstreams if routing is not None else ():
+            if upstream.context_window:
+                routes.append(upstream.context_window)
         return max([self.windows.largest(), *routes])
 
     def asked(
@@ -163,23 +192,30 @@ class ContextGate:
         proceed: Callable[[Count], Any],
         maximum: int | None,
         log: dict[str, Any] | None = None,
+        upstream: UpstreamConfig | None = None,
     ) -> Asked:
         """A request waiting for the tokenizer endpoint's count (:mod:`.asked`). Its estimate,
         when the endpoint gives none, stops past *maximum* (the preflight's ``M``; ``None``:
         count_tokens, past every window: :meth:`ceiling`). *log*: a turn's line, logged
-        should the client leave while the endpoint is asked."""
-        assert self.tokenizer is not None
+        should the client leave while the endpoint is asked. *upstream*: the
+        ``[[upstreams]]`` entry asked (its endpoint and bounds; ``None``: the one upstream)."""
+        endpoint = self.tokenizer if upstream is None else upstream.tokenizer
+        assert endpoint is not None
+        timeout, limit = self.config.tokenizer_timeout, self.config.tokenizer_bytes
+        if upstream is not None:
+            timeout = upstream.tokenizer_timeout or timeout
+            limit = upstream.tokenizer_bytes or limit
         stop = self.ceiling() if maximum is None else maximum
         return Asked(
             gateway,
             label,
-            self.tokenizer,
+            endpoint,
             translated,
             model,
             lambda: self.count(translated, stop),
             proceed,
-            timeout=self.config.tokenizer_timeout,
-            limit=self.config.tokenizer_bytes,
+            timeout=timeout,
+            limit=limit,
             log=log,
         )
 

@@ -1,6 +1,7 @@
 """Exact counts for ``count_tokens`` from the upstream's own tokenizer endpoint, per profile.
 
-With ``[context] tokenizer = true``, one upstream and a profile whose server exposes its
+With ``[context] tokenizer = true`` (one upstream) or an ``[[upstreams]]`` entry's
+``tokenizer`` (that upstream: :mod:`tpx.gateway.context.placement`), and a server that exposes its
 tokenizer, ``POST /v1/messages/count_tokens`` and the preflight of a turn that may come near
 its window ask the upstream (through the gateway's upstream client, once a request, bounded
 in time and size: :mod:`tpx.gateway.context.asked`):
