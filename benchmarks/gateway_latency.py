@@ -483,6 +483,12 @@ def main() -> None:
         metavar="REV",
         help="also run tpx serve as it is at git revision REV, side by side; print the ratio",
     )
+    parser.add_argument(
+        "--monitor",
+        action="store_true",
+        help="also run tpx serve --monitor, side by side; print the monitor's share of the "
+        "gateway's added latency and CPU",
+    )
     args = parser.parse_args()
     direct_bodies = _Bodies(chat_body)
     messages_bodies = _Bodies(messages_body)
@@ -533,6 +539,18 @@ def main() -> None:
                         messages_bodies,
                     )
                 )
+            if args.monitor:
+                watched = stack.enter_context(
+                    gateway(logdir, up, extra=["--monitor"], name="monitor")
+                )
+                targets.append(
+                    (
+                        "tpx-monitor",
+                        watched.url + "/v1/messages?beta=true",
+                        messages_headers,
+                        messages_bodies,
+                    )
+                )
             if not args.no_floor:
                 floor = stack.enter_context(passthrough(logdir, up))
                 targets.append(("floor", floor.url + "/", json_headers, messages_bodies))
@@ -557,6 +575,8 @@ def main() -> None:
                 procs["tpx-cold"] = cold
             if args.baseline:
                 procs["baseline"] = base_gw
+            if args.monitor:
+                procs["tpx-monitor"] = watched
             if not args.no_floor:
                 procs["floor"] = floor
             if not args.no_litellm:
@@ -584,8 +604,11 @@ def main() -> None:
         "tpx gateway core alone (sans-I/O: handle + reply + log line, no httpx2): "
         f"{alone_ms:.2f} CPU ms/request"
     )
-    if args.baseline:
-        print(baseline_ratio(results, cpu_ms, args.baseline))
+    if args.monitor:
+        print(monitor_share(results, cpu_ms))
+    if args.baseline or args.monitor:
+        if args.baseline:
+            print(baseline_ratio(results, cpu_ms, args.baseline))
         return  # the docs table is the tree's alone
     command = ".venv/bin/python -m benchmarks.gateway_latency " + " ".join(sys.argv[1:])
     table, notes = gateway_table(results, rps, cpu_ms, core_ms, alone_ms, size, args.rounds)
@@ -670,6 +693,31 @@ def baseline_ratio(
     lines.append(
         f"tpx / baseline {rev}, gateway CPU ms per request: {ratio:.3f} "
         f"({cpu_ms['tpx']:.3f} vs {cpu_ms['baseline']:.3f}, {100 * (ratio - 1):+.1f}%)"
+    )
+    return "\n".join(lines)
+
+
+def monitor_share(results: dict[str, dict[str, list[float]]], cpu_ms: dict[str, float]) -> str:
+    """What ``--monitor`` adds, as a share of what the gateway adds over calling the upstream
+    directly: the difference of the two added p50 latencies (each kind) over tpx's, and the
+    difference of their CPU time per request over tpx's own."""
+    base = results["direct"]
+
+    def added(name: str, kind: str) -> float:
+        return _pct(results[name][kind], 0.5) - _pct(base[kind], 0.5)
+
+    lines = []
+    for kind, label in (("plain", "non-streaming"), ("ttfb", "first byte, streaming")):
+        ours, watched = added("tpx", kind), added("tpx-monitor", kind)
+        share = (watched - ours) / ours if ours > 0 else float("inf")
+        lines.append(
+            f"--monitor, added p50 latency ({label}): {(watched - ours) * 1e6:+.0f} us, "
+            f"{share:+.1%} of the gateway's {ours * 1e3:.3f} ms"
+        )
+    extra = cpu_ms["tpx-monitor"] - cpu_ms["tpx"]
+    lines.append(
+        f"--monitor, gateway CPU per request: {extra * 1e3:+.0f} us, "
+        f"{extra / cpu_ms['tpx']:+.1%} of tpx's {cpu_ms['tpx']:.3f} ms"
     )
     return "\n".join(lines)
 
