@@ -107,7 +107,6 @@ def test_new_requests_go_to_a_healthy_upstream() -> None:
                 assert A.NewRequest(at(s, c), t.up[c], health(s)) == at(t, c)
 
 
-
 def test_a_new_request_is_enabled_exactly_at_the_healthy_upstreams() -> None:
     """NewRequest at every health of two upstreams, for each of them and one never seen:
     enabled iff the upstream is in Healthy (the healthy ones, all of them when none is)."""
