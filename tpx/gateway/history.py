@@ -16,7 +16,6 @@ ids in any other form (e.g. Anthropic's ``toolu_...``) pass through untouched.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -256,14 +255,16 @@ def opening(body: Mapping[str, Any]) -> str:
     opening, the system prompt's text and the first message's. Every request of one
     conversation starts so, the same history again or a fork of it (docs/gateway.md,
     "Overlapping requests"); ``cache_control`` and the blocks' other fields are left out,
-    since a client moves them between the requests of one conversation."""
+    since a client moves them between the requests of one conversation.
+
+    The digest is Python's ``hash`` of the texts, as a tuple per part: SipHash, keyed
+    afresh in every process unless ``PYTHONHASHSEED`` fixes the key (so a client cannot aim
+    two openings at one digest), 64 bits; it reads each text once, without encoding it. It
+    names conversations within one gateway process only, which is all the monitor keeps."""
     messages = body.get("messages")
     first = messages[0] if isinstance(messages, list) and messages else None
-    digest = hashlib.sha256()
-    for part in (body.get("system"), first.get("content") if isinstance(first, dict) else None):
-        for text in _texts(part):
-            data = text.encode("utf-8", "surrogatepass")
-            digest.update(len(data).to_bytes(8, "little"))
-            digest.update(data)
-        digest.update(b"\xff" * 8)  # no text's length: the part ends
-    return digest.hexdigest()[:32]
+    parts = (
+        tuple(_texts(body.get("system"))),
+        tuple(_texts(first.get("content") if isinstance(first, dict) else None)),
+    )
+    return format(hash(parts) & 0xFFFF_FFFF_FFFF_FFFF, "016x")

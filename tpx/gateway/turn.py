@@ -431,7 +431,8 @@ class Turn:
     def _signed(self, tool_id: str) -> str:
         if tool_id.startswith(CALLER_ID_PREFIX):
             try:
-                return sign_caller_id(tool_id, self.gateway.settings.secret)
+                settings = self.gateway.settings
+                return sign_caller_id(tool_id, settings.secret, ring=settings.id_keys)
             except ValueError:
                 return tool_id
         return tool_id

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -116,3 +117,40 @@ def test_verified_memo_is_bounded() -> None:
         unsigned = to_caller_id(f"call_{number}", 0)
         assert verify_signed_id(sign_caller_id(unsigned, key), key) == unsigned
     assert 0 < len(ids_module._VERIFIED) <= ids_module._VERIFIED_SIZE
+
+
+def _ring_bug(caller_id: str, key: bytes, *, ring: tuple[bytes, ...] | None = None) -> str:
+    """Seeded bug: a signed id remembered under any ring, its key among the ring's or not."""
+    signed = ids_module.sign_caller_id(caller_id, key)
+    if ring is not None:
+        ids_module._remember(signed, ring, caller_id)
+    return signed
+
+
+def _signed_ids_verify_as_remembered(sign: Callable[..., str]) -> list[str]:
+    """What goes wrong with *sign*'s ``ring``: an id just signed under a ring is taken from
+    the memo with no MAC, the same id a verification gives; a ring without the signing
+    key (a key retired, another gateway's) never takes it."""
+    wrong: list[str] = []
+    key, old, other = b"k" * 32, b"o" * 32, b"x" * 32
+    unsigned = to_caller_id("call_abc", 0, "0123456789ab")
+    ids_module._VERIFIED.clear()
+    signed = sign(unsigned, key, ring=(key, old))
+    if {(signed, (key, old)): unsigned} != ids_module._VERIFIED:
+        wrong.append("not remembered under its ring")
+    if verify_signed_id(signed, (key, old)) != unsigned:
+        wrong.append("the ring does not verify it")
+    ids_module._VERIFIED.clear()
+    if verify_signed_id(signed, (key, old)) != unsigned:  # the MAC's own verdict agrees
+        wrong.append("the MAC disagrees")
+    ids_module._VERIFIED.clear()
+    signed = sign(unsigned, key, ring=(other,))
+    if verify_signed_id(signed, (other,)) is not None:
+        wrong.append("verified under a ring without its key")
+    ids_module._VERIFIED.clear()
+    return wrong
+
+
+def test_a_signed_id_is_remembered_under_its_ring_only() -> None:
+    assert _signed_ids_verify_as_remembered(sign_caller_id) == []
+    assert _signed_ids_verify_as_remembered(_ring_bug) == ["verified under a ring without its key"]

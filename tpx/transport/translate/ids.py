@@ -234,8 +234,13 @@ def _mac(key: bytes, unsigned: str) -> str:
     return digest.hexdigest()[:MAC_LENGTH]
 
 
-def sign_caller_id(caller_id: str, key: bytes) -> str:
+def sign_caller_id(caller_id: str, key: bytes, *, ring: tuple[bytes, ...] | None = None) -> str:
     """*caller_id* (a current-form encoding, nonce included) with its MAC under *key*.
+
+    *ring*: the keys :func:`verify_signed_id` will be given for this id (*key* among them):
+    the signed id is remembered as verified under them, as a verification would (its MAC
+    is right under *key*), so the gateway's next reads of the id it just handed out (its
+    monitor's, the next request's) take no MAC. A *ring* without *key* remembers nothing.
 
     Raises ``ValueError`` for an id that is not a canonical encoding with a nonce.
     """
@@ -243,7 +248,10 @@ def sign_caller_id(caller_id: str, key: bytes) -> str:
     if match is None or match.group(3) is None or decode_caller_id(caller_id) is None:
         raise ValueError("only a canonical caller id with a nonce can be signed")
     kind, pos, nonce, payload = match.groups()
-    return f"tpx{kind}{pos}-{nonce}-{_mac(key, caller_id)}_{payload}"
+    signed = f"tpx{kind}{pos}-{nonce}-{_mac(key, caller_id)}_{payload}"
+    if ring is not None and key in ring:
+        _remember(signed, ring, caller_id)
+    return signed
 
 
 #: (signed id, key) -> the unsigned id, for ids whose MAC :func:`verify_signed_id` found
@@ -278,8 +286,14 @@ def verify_signed_id(signed: str, key: bytes | tuple[bytes, ...]) -> str | None:
             ok |= hmac.compare_digest(mac, _mac(each, unsigned))
     if not ok:
         return None
+    _remember(signed, key, unsigned)
+    return unsigned
+
+
+def _remember(signed: str, key: bytes | tuple[bytes, ...], unsigned: str) -> None:
+    """*signed* verifies under *key* as *unsigned* (its MAC is right): kept in the bounded
+    cache of :func:`verify_signed_id` (a long id is not kept)."""
     if len(signed) <= _VERIFIED_ID_LENGTH:
         if len(_VERIFIED) >= _VERIFIED_SIZE:
             _VERIFIED.clear()
         _VERIFIED[signed, key] = unsigned
-    return unsigned

@@ -107,6 +107,18 @@ def test_new_requests_go_to_a_healthy_upstream() -> None:
                 assert A.NewRequest(at(s, c), t.up[c], health(s)) == at(t, c)
 
 
+def test_a_new_request_is_enabled_exactly_at_the_healthy_upstreams() -> None:
+    """NewRequest at every health of two upstreams, for each of them and one never seen:
+    enabled iff the upstream is in Healthy (the healthy ones, all of them when none is)."""
+    for a in (True, False):
+        for b in (True, False):
+            health: dict[Hashable, bool] = {"u1": a, "u2": b}
+            for u in ("u1", "u2", "u3"):
+                enabled = A.NewRequest(A.INIT, u, health) is not None
+                assert enabled == (u in A.Healthy(health)), (health, u)
+    assert A.NewRequest(A.INIT, "u1", {}) is None
+
+
 # ------------------------------------------------------------------- the attempt monitor
 
 

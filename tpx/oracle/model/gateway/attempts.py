@@ -74,7 +74,8 @@ def Healthy(health: Mapping[Hashable, bool]) -> frozenset[Hashable]:
 
 def NewRequest(s: Attempts, u: Hashable, health: Mapping[Hashable, bool]) -> Attempts | None:
     """``NewRequest(c)`` with the witness *u* of ``\\E u \\in Route(c)`` (UpstreamSteps)."""
-    if u not in Healthy(health):
+    ok = health.get(u)
+    if not ok and (ok is None or any(health.values())):  # u not in Healthy(health)
         return None
     return Attempts(u, 1, False, 0, 0)
 
