@@ -40,7 +40,8 @@ matches one. Two rules, by who reads the text:
   (a 404 naming the model it asked for, a 400 quoting its message): a guess that is not
   the whole secret comes back exactly as any other guess would. (A 401, refused before
   the request was read, quotes none of it: there a fragment of the credential withholds
-  the text, whole too.)
+  the text, whole too.) tpx's own refusal of a request that quotes it (a role, a tool id)
+  follows the same rule.
 * A text only the credential's holder sees (a log line) goes through :func:`redact`,
   which also removes every 8-character run of a secret and a secret's start cut short.
   Its cost is linear in the text; the gateway cuts each log field first. A text of tpx's

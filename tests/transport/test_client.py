@@ -1103,3 +1103,42 @@ def test_receive_accepts_none_as_no_headers() -> None:
         with pytest.raises(TypeError):
             ex.receive(status, headers, b"{}")  # type: ignore[arg-type]
         assert ex.phase == "req"  # nothing changed
+
+
+# -- a refused request that quotes the credential ------------------------------------------
+
+
+_ROLE = {"model": "m", "max_tokens": 8, "messages": [{"role": "{}", "content": "hi"}]}
+_ANSWER = {
+    "model": "m",
+    "max_tokens": 8,
+    "messages": [
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "{}", "content": "x"}]}
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("provider", "request_body"),
+    [("TPX", _ROLE), ("ANTHROPIC", _ANSWER), ("TPX", _ANSWER)],
+    ids=["role-TPX", "tool_use_id-ANTHROPIC", "tool_use_id-TPX"],
+)
+def test_a_refusal_quoting_the_whole_credential_is_withheld_whole(
+    provider: str, request_body: dict[str, Any]
+) -> None:
+    secret = KEY if provider == "ANTHROPIC" else TOKEN
+    t, rec = anthropic(ok({})) if provider == "ANTHROPIC" else tpx_(ok({}))
+    leaky = orjson.loads(orjson.dumps(request_body).replace(b"{}", secret.encode()))
+    with t, pytest.raises(errors.ModelError) as caught:
+        t.create(leaky)
+    shown = str(caught.value) + repr(caught.value) + orjson.dumps(caught.value.body()).decode()
+    assert secret not in shown
+    assert errors.WITHHELD in shown
+    assert caught.value.__cause__ is None
+    assert caught.value.__context__ is None
+    assert rec.seen == []
+    # a guess that is not the whole credential is quoted as any other input is
+    guess = orjson.loads(orjson.dumps(request_body).replace(b"{}", secret[:-1].encode()))
+    with t, pytest.raises(errors.ModelError) as other:
+        t.create(guess)
+    assert errors.WITHHELD not in str(other.value)

@@ -502,8 +502,10 @@ class Exchange:
         if problem is not None:
             if self._pending:
                 self._caller_abort()
-                raise PairingError(f"{problem}; the turn was aborted and nothing was sent")
-            raise PairingError(f"{problem}; nothing was sent")
+                raise self._withheld(
+                    PairingError(f"{problem}; the turn was aborted and nothing was sent")
+                )
+            raise self._withheld(PairingError(f"{problem}; nothing was sent"))
         streaming = request.get("stream") is True
         try:
             outbound, wire_ids, wire_model = self._frame(request, streaming)
@@ -512,7 +514,7 @@ class Exchange:
         except Exception as exc:  # unforeseen: still the request's doing, nothing was sent
             refused = _caller_error(f"the request cannot be framed ({type(exc).__name__})")
         if refused is not None:
-            raise detached(refused)  # outside the handler: no chained context
+            raise detached(self._withheld(refused))  # outside the handler: no chained context
         if len(wire_ids) != len(answered):
             # e.g. a tool_result turn followed by an empty assistant turn: the history is
             # malformed (the Messages API requires non-empty assistant content there)
@@ -672,12 +674,17 @@ class Exchange:
         self._require("ProviderFail", self._phase == "req")
         return self._provider_fail(error)
 
-    def _provider_fail(self, error: ModelError) -> ModelError:
-        detached(error)
+    def _withheld(self, error: ModelError) -> ModelError:
+        """*error* with its message withheld whole when a whole form of the credential
+        stands in it. Whole or not at all: the text may quote the caller's input, and
+        what is replaced would show which part matched (:mod:`tpx.errors`)."""
         if self._secrets and holds_secret(error.message, self._secrets):
-            # whole or not at all: the text may quote the caller's input (tpx.errors)
             error.message = f"{self._provider.name}: {WITHHELD}"
             error.args = (error.message,)
+        return error
+
+    def _provider_fail(self, error: ModelError) -> ModelError:
+        detached(self._withheld(error))
         if error.provider is None:
             error.provider = self._provider.name
         self._pending = frozenset()
