@@ -90,6 +90,7 @@ mutate: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m pytest benchmarks -m "" -p no:xdist --benchmark-only -q
+	$(PY) -m benchmarks.routing_cost
 	$(MAKE) bench-gateway
 
 ## The gateway's added latency vs the upstream called directly and vs LiteLLM's proxy, side by side

@@ -32,14 +32,12 @@ Each step is HTTP, scripted from the step itself:
                    gateway counted that probe (``/metrics``)
 =================  ========================================================================
 
-After each step the abstraction (:func:`observe`) computes the observed variables from what
-the clients and the upstreams saw -- never from the gateway -- and they must equal the
-behaviour's (:data:`~conformance.failover_behaviours.OBSERVED`); ``OneGeneration``
-(generations started per client request), ``NoDuplicateDelivery`` and
-``FailoverBeforeFirstByte`` are named when the observed values break them. Through ``tpx
-serve --monitor``, a step the monitor stopped (its violation counter went up: the client got
-its ``MODEL_SPEC_VIOLATION`` answer, which would otherwise pass for a failure the spec
-allows) fails the replay at that step, naming the monitor's property.
+After each step the observed variables, computed from what the clients and the upstreams saw
+-- never from the gateway -- must equal the behaviour's (:mod:`conformance.failover_abstraction`
+names the property they break). Through ``tpx serve --monitor``, a step the monitor stopped
+(its violation counter went up: the client got its ``MODEL_SPEC_VIOLATION`` answer, which
+would otherwise pass for a failure the spec allows) fails the replay at that step, naming the
+monitor's property.
 """
 
 from __future__ import annotations
@@ -47,26 +45,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncIterator
 from typing import Any
 
 import attrs
 import httpx2
 import orjson
 
-from conformance.failover_behaviours import OBSERVED, actor, next_of, project
+from conformance.failover_abstraction import Abstraction, Conv, FailoverError
+from conformance.failover_behaviours import actor, next_of
 from conformance.failover_gateway import FailoverGateway, cooling, metrics, probes_ok, violations
 from conformance.pool_upstreams import Act, Arrival, PoolUpstreams
 from tpx.audit.harness import GATEWAY_KEY
 from tpx.oracle.behaviours import Behaviour
 from tpx.oracle.model.gateway import Config
-from tpx.oracle.values import Function, ModelValue, Record
+from tpx.oracle.values import ModelValue, Record
 
 __all__ = ["FailoverError", "FailoverReplayer", "Modes"]
 
 _KEYS = itertools.count(1)
 GUARD_S = 60.0  # a hang guard only: every wait is for an event
-NONE = ModelValue("NONE")
 #: the refusals that move a request elsewhere, in rotation
 FAILOVER_REFUSALS: tuple[tuple[int, str | None], ...] = (
     (503, None),
@@ -77,14 +74,6 @@ FAILOVER_REFUSALS: tuple[tuple[int, str | None], ...] = (
 )
 
 
-class FailoverError(AssertionError):
-    def __init__(self, message: str, *, violated: list[str], step: int, action: str) -> None:
-        super().__init__(message)
-        self.violated = tuple(dict.fromkeys(violated))
-        self.step = step
-        self.action = action
-
-
 @attrs.frozen
 class Modes:
     """How the steps that can be taken several ways are taken (module doc)."""
@@ -93,22 +82,6 @@ class Modes:
     broken: str = "fail"  #: ``fail`` or ``break`` (a ProviderFail after a FirstByte)
     #: every conversation streams (``first_byte_timeout`` applies to streams only)
     stream_all: bool = False
-
-
-@attrs.define(eq=False)
-class Conv:
-    c: ModelValue
-    key: str
-    stream: bool
-    request: str = "none"
-    turn: int = 0
-    outcome: str = "none"
-    task: asyncio.Future[httpx2.Response] | None = None
-    response: httpx2.Response | None = None
-    chunks: AsyncIterator[bytes] | None = None
-    body: bytes = b""
-    first: bool = False
-    gone: bool = False
 
 
 class FailoverReplayer:
@@ -134,8 +107,8 @@ class FailoverReplayer:
         #: how long an ended exchange's upstream request may take to close (a hang guard)
         self.ended_s = GUARD_S
         self.refusals = itertools.count()
-        #: upstream -> the arrival seq of its last healthy probe answer
-        self.probed_at: dict[str, int] = {}
+        #: the observed variables, from what the clients and the upstreams saw
+        self.abstraction = Abstraction(upstreams, config)
         #: upstreams the gateway cools down beyond the spec's failovers (a timeout, a stream
         #: broken after its first byte): recovered after the behaviour
         self.extra_cooled: set[str] = set()
@@ -162,7 +135,7 @@ class FailoverReplayer:
         failed = True
         try:
             await self._monitor_stopped()
-            self._judge(convs, None, behaviour.init, 0, "Init")
+            self.abstraction.judge(convs, None, behaviour.init, 0, "Init", self.gateway.bug)
             before = behaviour.init
             for n, (action, expected) in enumerate(behaviour.steps, start=1):
                 c = actor(before, expected, action, self.config)
@@ -187,7 +160,7 @@ class FailoverReplayer:
                         step=n,
                         action=label,
                     )
-                self._judge(convs, before, expected, n, label)
+                self.abstraction.judge(convs, before, expected, n, label, self.gateway.bug)
                 before = expected
             failed = False
         finally:
@@ -472,7 +445,7 @@ class FailoverReplayer:
         before = probes_ok(samples, name)
         probed = self.upstreams.upstreams[name].allow_probe()
         await self._guard(probed.wait(), f"a recovery probe of {name}")
-        self.probed_at[name] = next(self.upstreams.seq)
+        self.abstraction.probed_at[name] = next(self.upstreams.seq)
         for _ in range(int(self.guard_s / 0.005)):
             if probes_ok(await metrics(self.http, self.gateway), name) > before:
                 return
@@ -515,7 +488,7 @@ class FailoverReplayer:
                     ex.acts.put_nowait(Act("drop"))
                     with contextlib.suppress(FailoverError):
                         await self._guard(ex.done.wait(), "the upstream finishing")
-        unhealthy = {u.name for u, ok in self._health(convs).items() if not ok}
+        unhealthy = {u.name for u, ok in self.abstraction.health(convs).items() if not ok}
         samples = await metrics(self.http, self.gateway)
         for name in sorted(unhealthy | self.extra_cooled):
             if cooling(samples, name):  # else no probe will come (nor is one needed)
@@ -524,88 +497,6 @@ class FailoverReplayer:
         for cv in convs.values():
             self.upstreams.forget(cv.key)
         await self._quiet({})
-
-    # -- the abstraction ------------------------------------------------------------------
-
-    def _health(self, convs: dict[ModelValue, Conv]) -> dict[ModelValue, bool]:
-        """An upstream is unhealthy once a request moved from it to another upstream, until
-        it answers a recovery probe healthy."""
-        moved: dict[str, int] = {}
-        for cv in convs.values():
-            arrivals = self.upstreams.arrivals.get(cv.key, [])
-            for a, b in itertools.pairwise(arrivals):
-                if a.upstream != b.upstream:
-                    moved[a.upstream] = max(moved.get(a.upstream, 0), b.seq)
-        return {
-            u: moved.get(u.name, 0) <= self.probed_at.get(u.name, -1) or u.name not in moved
-            for u in self.config.Upstreams
-        }
-
-    def observe(self, convs: dict[ModelValue, Conv]) -> Record:
-        per: dict[str, dict[ModelValue, Any]] = {
-            n: {} for n in OBSERVED if n not in ("provider", "health")
-        }
-        for c, cv in convs.items():
-            arrivals = self.upstreams.arrivals.get(cv.key, [])
-            last = arrivals[-1] if arrivals else None
-
-            def timed_out(a: Arrival, cv: Conv = cv, last: Arrival | None = last) -> bool:
-                return a.closed and a.status is None and not (cv.gone and a is last)
-
-            per["turn"][c] = cv.turn
-            per["request"][c] = cv.request
-            per["lastOutcome"][c] = cv.outcome
-            if cv.task is None:
-                per["phase"][c] = "idle"
-            elif last is not None and last.complete:
-                per["phase"][c] = "resp"
-            else:
-                per["phase"][c] = "req"
-            per["up"][c] = ModelValue(last.upstream) if last else NONE
-            per["attempts"][c] = len(arrivals)
-            per["reached"][c] = bool(last and (last.taken or timed_out(last)))
-            per["gens"][c] = sum(1 for a in arrivals if a.taken or timed_out(a))
-            per["fwd"][c] = 1 if cv.first else 0
-        record: dict[str, Any] = {
-            "provider": self.config.TPX,
-            "health": Function(self._health(convs)),
-        }
-        record.update({n: Function(v) for n, v in per.items()})
-        return Record({n: record[n] for n in OBSERVED})
-
-    def _judge(
-        self,
-        convs: dict[ModelValue, Conv],
-        before: Record | None,
-        expected: Record,
-        n: int,
-        label: str,
-    ) -> None:
-        observed = self.observe(convs)
-        spec = project(expected)
-        problems: list[tuple[str, str]] = []
-        if any(g > 1 for g in observed["gens"].values()):
-            problems.append(("OneGeneration", "two generations of one client request"))
-        if any(f > 1 for f in observed["fwd"].values()):
-            problems.append(("NoDuplicateDelivery", "a reply's first byte twice"))
-        if before is not None:
-            prior = project(before)
-            for c in self.config.Convs:
-                if prior["fwd"][c] and observed["up"][c] != prior["up"][c]:
-                    problems.append(("FailoverBeforeFirstByte", f"{c} moved after its first byte"))
-        for name in OBSERVED:
-            if observed[name] != spec[name]:
-                problems.append(
-                    ("Refinement", f"{name}: observed {observed[name]}, spec {spec[name]}")
-                )
-        if problems:
-            raise FailoverError(
-                f"step {n} {label} (bug {self.gateway.bug}):\n  "
-                + "\n  ".join(f"{p}: {m}" for p, m in problems),
-                violated=[p for p, _ in problems],
-                step=n,
-                action=label,
-            )
 
 
 async def _first_of(guard_s: float, *futures: asyncio.Future[Any]) -> None:

@@ -41,11 +41,21 @@ COUNT_B = 3 * WORDS + 6
 MIN_OUTPUT = 1024
 
 
+def _event(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    chunk = {"id": "c1", "object": "chat.completion.chunk", "model": "m", "choices": [choice]}
+    return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+
+#: a streamed reply (Chat Completions events)
+_STREAM = _event({"role": "assistant", "content": "ok"}) + _event({}, "stop") + b"data: [DONE]\n\n"
+
+
 class _Fake:
     """One upstream: ``/tokenize`` counts *factor* tokens a word (``vllm``: ``{"count"}`` of
     the chat; ``llama.cpp``: ``{"tokens"}`` of the text); chat completions answer *status*
-    (200: a reply), held until :attr:`release` is set when *hold*. Keeps each chat request's
-    body and counts the tokenizer calls."""
+    (200: a reply, streamed when asked), held until :attr:`release` is set when *hold*.
+    Keeps each chat request's body and counts the tokenizer calls."""
 
     def __init__(
         self, kind: str, factor: int, status: int = 200, hold: bool = False, held: bool = False
@@ -85,6 +95,11 @@ class _Fake:
             while self.hold and not self.release.is_set():
                 await asyncio.sleep(0.01)
             status = self.status
+            if status == 200 and data.get("stream"):  # a streamed turn: its events
+                events = [(b"content-type", b"text/event-stream")]
+                await send({"type": "http.response.start", "status": 200, "headers": events})
+                await send({"type": "http.response.body", "body": _STREAM})
+                return
             reply = _reply() if status == 200 else {"error": {"message": "overloaded"}}
         headers = [(b"content-type", b"application/json")]
         await send({"type": "http.response.start", "status": status, "headers": headers})
