@@ -41,7 +41,7 @@ from conformance.audit_peers_confirm import Confirmed, check_traces, html_proble
 from tpx.audit import report
 from tpx.audit.cli import UPSTREAM_KEY
 from tpx.audit.findings import CHECKS, Result
-from tpx.audit.harness import GATEWAY_KEY, Harness
+from tpx.audit.harness import GATEWAY_KEY, Harness, terminate
 from tpx.audit.run import JOBS, audit_gateway
 
 ROOT = Path(__file__).parents[1]
@@ -91,16 +91,6 @@ def _wait_up(url: str, popen: subprocess.Popen[bytes], log: Path, seconds: float
     raise RuntimeError(f"{url} never answered:\n{log.read_text(errors='replace')[-3000:]}")
 
 
-def _stop(popen: subprocess.Popen[bytes]) -> None:
-    if popen.poll() is None:
-        popen.terminate()
-        try:
-            popen.wait(30)
-        except subprocess.TimeoutExpired:
-            popen.kill()
-            popen.wait(30)
-
-
 @contextmanager
 def litellm(harness: Harness, work: Path) -> Iterator[str]:
     upstream = harness.upstream_url
@@ -146,7 +136,7 @@ def litellm(harness: Harness, work: Path) -> Iterator[str]:
         _wait_up(url + "/health/liveliness", popen, log)
         yield url
     finally:
-        _stop(popen)
+        terminate(popen)
 
 
 @contextmanager
@@ -186,7 +176,7 @@ def ccr(harness: Harness, work: Path) -> Iterator[str]:
         yield url
     finally:
         subprocess.run([str(CCR), "stop"], env=env, capture_output=True, timeout=60, check=False)
-        _stop(popen)
+        terminate(popen)
 
 
 @contextmanager

@@ -46,6 +46,7 @@ __all__ = [
     "launch",
     "serve_env",
     "stop_serving",
+    "terminate",
 ]
 
 T = TypeVar("T")
@@ -137,9 +138,8 @@ def launch(
     return popen, match, tail, drainer
 
 
-def stop_serving(popen: subprocess.Popen[str], drain: threading.Thread) -> None:
-    """End a process :func:`launch` started (terminated; killed if it outlives 30 s) and the
-    thread reading its stderr."""
+def terminate(popen: subprocess.Popen[Any]) -> None:
+    """End *popen* if it runs: terminated; killed if it outlives that by 30 s."""
     if popen.poll() is None:
         popen.terminate()
         try:
@@ -147,6 +147,12 @@ def stop_serving(popen: subprocess.Popen[str], drain: threading.Thread) -> None:
         except subprocess.TimeoutExpired:
             popen.kill()
             popen.wait(30)
+
+
+def stop_serving(popen: subprocess.Popen[str], drain: threading.Thread) -> None:
+    """End a process :func:`launch` started (:func:`terminate`) and the thread reading its
+    stderr."""
+    terminate(popen)
     drain.join(30)
     if popen.stderr is not None:
         popen.stderr.close()
