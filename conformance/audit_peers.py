@@ -38,6 +38,7 @@ import httpx2
 
 from benchmarks.gateway_latency import LITELLM_VENV, LITELLM_VERSION, litellm_python
 from conformance.audit_peers_confirm import Confirmed, check_traces, html_problems
+from tests.e2e.procs import free_port
 from tpx.audit import report
 from tpx.audit.cli import UPSTREAM_KEY
 from tpx.audit.findings import CHECKS, Result
@@ -68,14 +69,6 @@ QUIET_LOGS = {
 LITELLM_WORKERS = os.cpu_count() or 1
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _wait_up(url: str, popen: subprocess.Popen[bytes], log: Path, seconds: float = 180) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -95,7 +88,7 @@ def _wait_up(url: str, popen: subprocess.Popen[bytes], log: Path, seconds: float
 def litellm(harness: Harness, work: Path) -> Iterator[str]:
     upstream = harness.upstream_url
     litellm_python()
-    port = _free_port()
+    port = free_port()
     entries = [
         {
             "model_name": name,
