@@ -38,10 +38,11 @@ import httpx2
 
 from benchmarks.gateway_latency import LITELLM_VENV, LITELLM_VERSION, litellm_python
 from conformance.audit_peers_confirm import Confirmed, check_traces, html_problems
+from tests.e2e.procs import free_port
 from tpx.audit import report
 from tpx.audit.cli import UPSTREAM_KEY
 from tpx.audit.findings import CHECKS, Result
-from tpx.audit.harness import GATEWAY_KEY, Harness
+from tpx.audit.harness import GATEWAY_KEY, Harness, terminate
 from tpx.audit.run import JOBS, audit_gateway
 
 ROOT = Path(__file__).parents[1]
@@ -68,14 +69,6 @@ QUIET_LOGS = {
 LITELLM_WORKERS = os.cpu_count() or 1
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _wait_up(url: str, popen: subprocess.Popen[bytes], log: Path, seconds: float = 180) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -91,21 +84,11 @@ def _wait_up(url: str, popen: subprocess.Popen[bytes], log: Path, seconds: float
     raise RuntimeError(f"{url} never answered:\n{log.read_text(errors='replace')[-3000:]}")
 
 
-def _stop(popen: subprocess.Popen[bytes]) -> None:
-    if popen.poll() is None:
-        popen.terminate()
-        try:
-            popen.wait(30)
-        except subprocess.TimeoutExpired:
-            popen.kill()
-            popen.wait(30)
-
-
 @contextmanager
 def litellm(harness: Harness, work: Path) -> Iterator[str]:
     upstream = harness.upstream_url
     litellm_python()
-    port = _free_port()
+    port = free_port()
     entries = [
         {
             "model_name": name,
@@ -146,7 +129,7 @@ def litellm(harness: Harness, work: Path) -> Iterator[str]:
         _wait_up(url + "/health/liveliness", popen, log)
         yield url
     finally:
-        _stop(popen)
+        terminate(popen)
 
 
 @contextmanager
@@ -186,7 +169,7 @@ def ccr(harness: Harness, work: Path) -> Iterator[str]:
         yield url
     finally:
         subprocess.run([str(CCR), "stop"], env=env, capture_output=True, timeout=60, check=False)
-        _stop(popen)
+        terminate(popen)
 
 
 @contextmanager

@@ -11,7 +11,6 @@ every few milliseconds, and nothing waits on time unless ``first_byte_timeout`` 
 from __future__ import annotations
 
 import collections
-import os
 import re
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from pathlib import Path
 import attrs
 import httpx2
 
-from tpx.audit.harness import GATEWAY_KEY, GATEWAY_SECRET, OAUTH_TOKEN
+from tpx.audit.harness import OAUTH_TOKEN, launch, serve_env, stop_serving
 
 __all__ = ["FailoverGateway", "config_text", "cooling", "metrics", "probes_ok", "violations"]
 
@@ -87,50 +86,15 @@ class FailoverGateway:
         folder = tempfile.TemporaryDirectory(prefix="tpx-failover-")
         config = Path(folder.name) / "gateway.toml"
         config.write_text(config_text(urls, first_byte_timeout=first_byte_timeout), "utf-8")
-        env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
-        env.update(
-            {
-                "TPX_GATEWAY_KEY": GATEWAY_KEY,
-                "TPX_GATEWAY_SECRET": GATEWAY_SECRET.decode(),
-                "TPX_THINKING_SECRET": "conformance-thinking-secret",
-                "TPX_OAUTH_TOKEN": OAUTH_TOKEN,
-                "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
-            }
-        )
+        env = serve_env()
+        env["TPX_OAUTH_TOKEN"] = OAUTH_TOKEN
         cmd = [sys.executable, "-m", "conformance.serve"]
         if bug is not None:
             cmd += ["--bug", bug]
         cmd += ["--", "serve", "--host", "127.0.0.1", "--port", "0", "--config", str(config)]
         if monitor:
             cmd.append("--monitor")
-        popen = subprocess.Popen(
-            cmd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert popen.stderr is not None
-        tail: collections.deque[str] = collections.deque(maxlen=200)
-        match = None
-        for line in popen.stderr:
-            tail.append(line.rstrip("\n"))
-            match = _LISTENING.search(line)
-            if match:
-                break
-        if match is None:
-            popen.wait(30)
-            popen.stderr.close()
-            raise RuntimeError("tpx serve did not start:\n" + "\n".join(tail))
-        stream = popen.stderr
-
-        def drain() -> None:
-            for line in stream:
-                tail.append(line.rstrip("\n"))
-
-        drainer = threading.Thread(target=drain, daemon=True)
-        drainer.start()
+        popen, match, tail, drainer = launch(cmd, env, _LISTENING)
         gw = cls(match.group(1), bug, monitor, popen, tail, drainer, folder)
         for _ in range(3000):
             try:
@@ -148,16 +112,7 @@ class FailoverGateway:
         return "\n".join(self.tail)
 
     def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(30)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(30)
-        self.drain.join(30)
-        if self.popen.stderr is not None:
-            self.popen.stderr.close()
+        stop_serving(self.popen, self.drain)
         self.folder.cleanup()
 
 

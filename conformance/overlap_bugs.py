@@ -24,6 +24,7 @@ import pytest
 
 import tpx.gateway.asgi
 from conformance.gateway_bugs import GatewayBug
+from tests.gateway.conftest import request_body
 from tpx.gateway.history import opening
 from tpx.oracle.model.gateway.monitor import GatewayMonitor
 
@@ -45,13 +46,7 @@ def _crossed_reply(mp: pytest.MonkeyPatch) -> None:
         if scope.get("type") != "http" or scope.get("path") != "/v1/messages":
             await real(self, scope, receive, send)
             return
-        chunks: list[bytes] = []
-        more = True
-        while more:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
+        body = await request_body(receive)
         key = opening(orjson.loads(body))
         running = first.get(key)
         if running is not None:  # "a retry of the request in flight: it gets that reply"

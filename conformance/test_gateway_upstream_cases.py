@@ -27,7 +27,6 @@ transport), nothing mocked in between.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import socket
 import threading
@@ -53,7 +52,7 @@ from conformance.test_gateway_upstream_live import (
     _turn,
     status,
 )
-from tests.gateway.scripted import ScriptedUpstream, Step, answer
+from tests.gateway.scripted import ScriptedUpstream, Step, answer, until_closed
 from tpx.gateway.context.config import ContextConfig
 from tpx.gateway.core import Gateway
 from tpx.gateway.settings import Limits, Settings
@@ -262,20 +261,6 @@ def test_a_stream_refused_after_pings_ends_with_an_error_event(code: int) -> Non
     assert event["request_id"] == reply.headers["request-id"]
     assert {**event, "request_id": ""} == {**refused, "request_id": ""}
     assert len(upstream.requests) == 2
-
-
-def until_closed(closed: threading.Event) -> Step:
-    """Hold the request without answering; set *closed* when the client closes the
-    connection (the hang guard: the connection's own 30 s timeout)."""
-
-    def step(conn: socket.socket, head: bytes, request: bytes) -> bool:
-        with contextlib.suppress(OSError):
-            while conn.recv(1024):
-                pass
-            closed.set()
-        return False
-
-    return step
 
 
 def test_a_client_leaving_during_pings_stops_the_upstream_request() -> None:

@@ -52,7 +52,7 @@ from conformance.test_gateway_upstream_live import (
     status,
 )
 from tests.gateway.conftest import serving
-from tests.gateway.scripted import ScriptedUpstream, Step, answer
+from tests.gateway.scripted import ScriptedUpstream, Step, answer, held_until_closed
 from tpx.gateway import drive
 from tpx.gateway.asgi import create_app
 from tpx.gateway.context.config import ContextConfig
@@ -300,11 +300,7 @@ def done_but_open(closed: threading.Event) -> Step:
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
             b"transfer-encoding: chunked\r\n\r\n" + piece(data)
         )
-        with contextlib.suppress(OSError):
-            while conn.recv(1024):
-                pass
-            closed.set()
-        return False
+        return held_until_closed(conn, closed)
 
     return step
 
@@ -456,11 +452,7 @@ def answered_late(release: threading.Event, closed: threading.Event) -> Step:
             b"transfer-encoding: chunked\r\n\r\n%x\r\n%s\r\n" % (len(data), data)
         )
         conn.settimeout(GUARD_S)  # a hang guard only
-        with contextlib.suppress(OSError):
-            while conn.recv(1024):
-                pass
-            closed.set()
-        return False
+        return held_until_closed(conn, closed)
 
     return step
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.audit.test_report import free_port, serve_for_audit
+from tests.audit.test_report import serve_for_audit
+from tests.e2e.procs import free_port
 
 REPO = Path(__file__).parents[2]
 

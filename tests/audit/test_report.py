@@ -8,7 +8,6 @@ import contextlib
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
+from tests.e2e.procs import free_port
 from tpx.audit import report
 from tpx.audit.cli import UPSTREAM_API_KEY, UPSTREAM_KEY
 from tpx.audit.findings import CHECKS, Failure, Result
@@ -96,12 +96,6 @@ def test_the_json_report_names_the_trace_files(tmp_path: Path) -> None:
     assert [f["check"] for f in doc["failures"]] == ["MessageId", "CountTokens"]
     assert doc["failures"][0]["trace_file"].endswith("r.traces/MessageId.itf.json")
     assert {c["name"]: c["status"] for c in doc["checks"]}["Models"] == "n/a"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_an_endpoint_that_is_not_there_exits_2(capsys: pytest.CaptureFixture[str]) -> None:

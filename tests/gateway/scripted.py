@@ -88,6 +88,26 @@ def drop_after(seconds: float) -> Step:
     return step
 
 
+def held_until_closed(conn: socket.socket, closed: threading.Event) -> bool:
+    """The end of a step that answers no further: read (and drop) whatever comes until the
+    client closes the connection, then set *closed*; the connection does not stay open."""
+    with contextlib.suppress(OSError):
+        while conn.recv(1024):
+            pass
+        closed.set()
+    return False
+
+
+def until_closed(closed: threading.Event) -> Step:
+    """Hold the request without answering; set *closed* when the client closes the
+    connection (the hang guard: the connection's own 30 s timeout)."""
+
+    def step(conn: socket.socket, head: bytes, body: bytes) -> bool:
+        return held_until_closed(conn, closed)
+
+    return step
+
+
 def answer_then_close(closed: threading.Event) -> Step:
     """Answer (keep-alive, as far as the client can tell), then close; *closed* is set once
     the connection is closed."""

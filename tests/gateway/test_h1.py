@@ -19,7 +19,7 @@ import uvloop
 from tpx.gateway.h1 import H1Transport, fast_transport_allowed
 from tpx.gateway.upstream import AsyncUpstream
 
-from .conftest import make_settings
+from .conftest import make_settings, request_body
 from .test_netio import _certificate
 
 RUNNERS: dict[str, Callable[[Coroutine[Any, Any, Any]], Any]] = {
@@ -333,12 +333,7 @@ def test_a_streamed_request_body_goes_chunked_to_a_real_server() -> None:
     async def app(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        more = True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
+        body = await request_body(receive)
         seen.append(body)
         data = gzip.compress(body[::-1])
         await send(

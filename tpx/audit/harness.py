@@ -36,7 +36,18 @@ import uvicorn
 
 from tpx.audit.upstream import FakeUpstreams
 
-__all__ = ["API_KEY", "GATEWAY_KEY", "GATEWAY_SECRET", "OAUTH_TOKEN", "Gateway", "Harness"]
+__all__ = [
+    "API_KEY",
+    "GATEWAY_KEY",
+    "GATEWAY_SECRET",
+    "OAUTH_TOKEN",
+    "Gateway",
+    "Harness",
+    "launch",
+    "serve_env",
+    "stop_serving",
+    "terminate",
+]
 
 T = TypeVar("T")
 
@@ -68,19 +79,83 @@ class Gateway:
     drain: threading.Thread
 
     def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(30)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(30)
-        self.drain.join(30)
-        if self.popen.stderr is not None:
-            self.popen.stderr.close()
+        stop_serving(self.popen, self.drain)
 
     def output(self) -> str:
         return "\n".join(self.tail)
+
+
+def serve_env() -> dict[str, str]:
+    """The environment of a ``tpx serve`` child: this process's ``PATH``, ``HOME``, ``LANG``
+    and ``TMPDIR``, the gateway's key and secrets, and this process's import path."""
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
+    env.update(
+        {
+            "TPX_GATEWAY_KEY": GATEWAY_KEY,
+            "TPX_GATEWAY_SECRET": GATEWAY_SECRET.decode(),
+            "TPX_THINKING_SECRET": "conformance-thinking-secret",
+            # the children import what this process imports
+            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        }
+    )
+    return env
+
+
+def launch(
+    cmd: list[str], env: dict[str, str], listening: re.Pattern[str]
+) -> tuple[subprocess.Popen[str], re.Match[str], collections.deque[str], threading.Thread]:
+    """Start ``tpx serve`` as *cmd* and read its stderr up to its start-up line (the first
+    that *listening* matches): the process, that match, the last 200 lines of its stderr,
+    and the daemon thread that goes on reading them into that tail."""
+    popen = subprocess.Popen(
+        cmd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert popen.stderr is not None
+    tail: collections.deque[str] = collections.deque(maxlen=200)
+    match = None
+    for line in popen.stderr:  # blocks until the start-up line (or the process ends)
+        tail.append(line.rstrip("\n"))
+        match = listening.search(line)
+        if match:
+            break
+    if match is None:
+        popen.wait(30)
+        popen.stderr.close()
+        raise RuntimeError("tpx serve did not start:\n" + "\n".join(tail))
+    stream = popen.stderr
+
+    def drain() -> None:  # the per-exchange log lines: keep the last ones
+        for line in stream:
+            tail.append(line.rstrip("\n"))
+
+    drainer = threading.Thread(target=drain, daemon=True)
+    drainer.start()
+    return popen, match, tail, drainer
+
+
+def terminate(popen: subprocess.Popen[Any]) -> None:
+    """End *popen* if it runs: terminated; killed if it outlives that by 30 s."""
+    if popen.poll() is None:
+        popen.terminate()
+        try:
+            popen.wait(30)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait(30)
+
+
+def stop_serving(popen: subprocess.Popen[str], drain: threading.Thread) -> None:
+    """End a process :func:`launch` started (:func:`terminate`) and the thread reading its
+    stderr."""
+    terminate(popen)
+    drain.join(30)
+    if popen.stderr is not None:
+        popen.stderr.close()
 
 
 def _until_healthy(gw: Gateway) -> None:
@@ -179,16 +254,7 @@ class Harness:
         ping_interval: float | None,
         monitor: bool,
     ) -> Gateway:
-        env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
-        env.update(
-            {
-                "TPX_GATEWAY_KEY": GATEWAY_KEY,
-                "TPX_GATEWAY_SECRET": GATEWAY_SECRET.decode(),
-                "TPX_THINKING_SECRET": "conformance-thinking-secret",
-                # the children import what this process imports
-                "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
-            }
-        )
+        env = serve_env()
         if has_key:
             env["ANTHROPIC_API_KEY"] = API_KEY
             env["ANTHROPIC_BASE_URL"] = self.upstream_url
@@ -210,35 +276,7 @@ class Harness:
             config = Path(self._configs.name) / f"ping-{ping_interval}.toml"
             config.write_text(f"[limits]\nping_interval = {ping_interval!r}\n", encoding="utf-8")
             cmd += ["--config", str(config)]
-        popen = subprocess.Popen(
-            cmd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert popen.stderr is not None
-        tail: collections.deque[str] = collections.deque(maxlen=200)
-        match = None
-        for line in popen.stderr:  # blocks until the start-up line (or the process ends)
-            tail.append(line.rstrip("\n"))
-            match = _LISTENING.search(line)
-            if match:
-                break
-        if match is None:
-            popen.wait(30)
-            stream_out = popen.stderr
-            stream_out.close()
-            raise RuntimeError("tpx serve did not start:\n" + "\n".join(tail))
-        stream = popen.stderr
-
-        def drain() -> None:  # the per-exchange log lines: keep the last ones
-            for line in stream:
-                tail.append(line.rstrip("\n"))
-
-        drainer = threading.Thread(target=drain, daemon=True)
-        drainer.start()
+        popen, match, tail, drainer = launch(cmd, env, _LISTENING)
         url, provider = match.group(1), match.group(2)
         gw = Gateway(
             has_key, has_token, bug, ping_interval, monitor, url, provider, popen, tail, drainer

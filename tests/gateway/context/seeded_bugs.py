@@ -239,8 +239,8 @@ BUGS = [
     ),
     (
         "tpx/gateway/context/asked.py",
-        "            self.gateway.log(self.log, failed=True)\n",
-        "            pass\n",
+        "        host.log(log, failed=True)\n",
+        "        pass\n",
         BOUNDS,
     ),
     (
@@ -323,9 +323,9 @@ BUGS = [
         UPSTREAMS,
     ),
     (
-        "tpx/gateway/context/placement.py",
-        "            self.host.log(self.log, failed=True)\n",
-        "            pass\n",
+        "tpx/gateway/context/asked.py",
+        "        host.log(log, failed=True)\n",
+        "        pass\n",
         UPSTREAMS,
     ),
     # a failover that counted for the next upstream while a ping reached the client

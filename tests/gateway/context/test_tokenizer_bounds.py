@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import threading
-import time
-from collections.abc import Callable
 from typing import Any
 
 import httpx2
@@ -20,18 +17,21 @@ import orjson
 import pytest
 
 from tpx.gateway.asgi import GatewayApp, create_app
-from tpx.gateway.context.config import ContextConfig
-from tpx.gateway.settings import Settings
 from tpx.gateway.upstream import AsyncUpstream
-from tpx.transport.translate.profiles import get_profile
 
-from ..conftest import make_settings, serving
+from ..conftest import (
+    GUARD,
+    lifespan,
+    post_unread,
+    released,
+    request_body,
+    serving,
+    tokenizer_settings,
+    until,
+)
 from .test_gateway_context import _reply
 
 WINDOW = 200_000
-#: How long a test waits for something the other side does before it fails (a hang guard:
-#: every wait ends as soon as the thing happened).
-GUARD = 20.0
 COUNTED = {  # a body the preflight counts (max_tokens asks for the whole window)
     "model": "m",
     "max_tokens": WINDOW,
@@ -55,56 +55,22 @@ class _Fake:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+            await lifespan(receive, send)
             return
-        more = True
-        while more:
-            more = (await receive()).get("more_body", False)
+        await request_body(receive)
         tokenize = scope["path"] == "/tokenize"
         if tokenize:
             self.tokenize += 1
         else:
             self.turns += 1
         held = self.hold == ("tokenize" if tokenize else "turns")
-        if held and not await self._held(receive):
+        if held and not await released(self.release, receive):
             self.left += tokenize
             return
         body = b'{"count": 7}' if tokenize else orjson.dumps(_reply())
         headers = [(b"content-type", b"application/json")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
-
-    async def _held(self, receive: Any) -> bool:
-        """Wait for :attr:`release` (True) or the caller's going away (False)."""
-        gone = asyncio.ensure_future(receive())
-        try:
-            while not self.release.is_set():
-                if gone.done():
-                    return False  # after the body, the only message is the disconnect
-                await asyncio.sleep(0.01)
-            return True
-        finally:
-            gone.cancel()
-
-
-def _until(done: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + GUARD
-    while not done():
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.01)
-
-
-def _settings(url: str, max_upstream: int, timeout: float) -> Settings:
-    return make_settings(
-        "TPX",
-        base_url=url,
-        model="m",
-        profile=get_profile("vllm"),
-        limits={"max_upstream": max_upstream},
-        context=ContextConfig(tokenizer=True, tokenizer_timeout=timeout, discover=False),
-    )
 
 
 def _sample(app: GatewayApp, name: str, labels: dict[str, str] | None = None) -> float:
@@ -122,7 +88,7 @@ def test_with_every_upstream_slot_taken_the_tokenizer_is_not_asked_and_the_estim
 ):
     fake = _Fake(hold="turns")
     with serving(fake) as upstream_url:
-        app = create_app(_settings(upstream_url, max_upstream=2, timeout=0.3))
+        app = create_app(tokenizer_settings(upstream_url, max_upstream=2, timeout=0.3))
         with serving(app) as url:
 
             async def main() -> tuple[list[httpx2.Response], list[httpx2.Response]]:
@@ -131,7 +97,7 @@ def test_with_every_upstream_slot_taken_the_tokenizer_is_not_asked_and_the_estim
                         asyncio.ensure_future(http.post("/v1/messages", json=SPARED))
                         for _ in range(2)
                     ]
-                    await asyncio.to_thread(_until, lambda: fake.turns == 2, "two turns sent")
+                    await asyncio.to_thread(until, lambda: fake.turns == 2, "two turns sent")
                     counts = await asyncio.gather(
                         *[http.post("/v1/messages/count_tokens", json=SMALL) for _ in range(4)]
                     )
@@ -150,13 +116,13 @@ def test_with_every_upstream_slot_taken_the_tokenizer_is_not_asked_and_the_estim
 def test_a_tokenizer_call_holds_an_upstream_slot_and_its_latency_is_its_own() -> None:
     fake = _Fake(hold="tokenize")
     with serving(fake) as upstream_url:
-        app = create_app(_settings(upstream_url, max_upstream=1, timeout=GUARD))
+        app = create_app(tokenizer_settings(upstream_url, max_upstream=1, timeout=GUARD))
         slots = _upstream(app).slots
         with serving(app) as url, httpx2.Client(base_url=url, timeout=GUARD) as http:
             held: list[bool] = []
 
             def watch() -> None:
-                _until(lambda: fake.tokenize == 1, "the tokenizer asked")
+                until(lambda: fake.tokenize == 1, "the tokenizer asked")
                 held.append(slots.locked())  # the one slot is the tokenizer call's
                 fake.release.set()
 
@@ -174,19 +140,6 @@ def test_a_tokenizer_call_holds_an_upstream_slot_and_its_latency_is_its_own() ->
     assert _sample(app, "tpx_gateway_tokenizer_latency_seconds_count") == 1
 
 
-def _post(url: str, path: str, body: dict[str, Any]) -> socket.socket:
-    """A request sent on a socket of its own, its response not read."""
-    host, port = url.removeprefix("http://").split(":")
-    data = orjson.dumps(body)
-    head = (
-        f"POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(data)}\r\n\r\n"
-    )
-    sock = socket.create_connection((host, int(port)), timeout=GUARD)
-    sock.sendall(head.encode() + data)
-    return sock
-
-
 @pytest.mark.parametrize("path", ["/v1/messages", "/v1/messages/count_tokens"])
 def test_a_client_gone_while_the_tokenizer_is_asked_cancels_the_call(
     path: str, caplog: pytest.LogCaptureFixture
@@ -195,15 +148,15 @@ def test_a_client_gone_while_the_tokenizer_is_asked_cancels_the_call(
     fake = _Fake(hold="tokenize")
     turn = path == "/v1/messages"
     with serving(fake) as upstream_url:
-        app = create_app(_settings(upstream_url, max_upstream=1, timeout=GUARD))
+        app = create_app(tokenizer_settings(upstream_url, max_upstream=1, timeout=GUARD))
         with serving(app) as url:
-            sock = _post(url, path, COUNTED if turn else SMALL)
-            _until(lambda: fake.tokenize == 1, "the tokenizer asked")
+            sock = post_unread(url, path, COUNTED if turn else SMALL)
+            until(lambda: fake.tokenize == 1, "the tokenizer asked")
             sock.close()
-            _until(lambda: fake.left == 1, "the tokenizer call cancelled")
+            until(lambda: fake.left == 1, "the tokenizer call cancelled")
             if turn:
-                _until(lambda: "client_gone" in caplog.text, "the turn's line logged")
-            _until(lambda: not _upstream(app).slots.locked(), "its slot given back")
+                until(lambda: "client_gone" in caplog.text, "the turn's line logged")
+            until(lambda: not _upstream(app).slots.locked(), "its slot given back")
             fake.release.set()
     assert fake.turns == 0  # nothing went upstream
     assert _sample(app, "tpx_gateway_tokenizer_fallbacks_total", {"reason": "timeout"}) == 0

@@ -17,7 +17,7 @@ from tpx.gateway.core import Gateway
 from tpx.gateway.upstream import AsyncUpstream
 from tpx.transport.translate.profiles import get_profile
 
-from ..conftest import make_settings, serving
+from ..conftest import lifespan, make_settings, request_body, serving
 from .test_gateway_context import _reply
 
 WINDOW = 200_000
@@ -31,13 +31,9 @@ class _Server:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+            await lifespan(receive, send)
             return
-        more = True
-        while more:
-            more = (await receive()).get("more_body", False)
+        await request_body(receive)
         if scope["path"] != "/tokenize":
             await self._send(send, orjson.dumps(_reply()))
             return

@@ -18,11 +18,9 @@ from tpx.gateway.settings import Settings
 from tpx.gateway.upstream import SyncUpstream
 from tpx.sdk import GatewayTransport
 
-from ..conftest import serving
+from ..conftest import GUARD, lifespan, serving, tokenizer_settings, until
 from .test_gateway_context import _reply
-from .test_tokenizer_bounds import _settings, _until
 
-GUARD = 20.0  # a hang guard: every wait ends as soon as the thing happened
 SMALL = {"model": "m", "messages": [{"role": "user", "content": "word " * 50}]}
 SPARED = {"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
 
@@ -70,7 +68,8 @@ def _fallbacks(gateway: Gateway, reason: str) -> float:
 def test_a_sync_turn_holds_the_slot_a_tokenizer_call_would_take() -> None:
     fake = _Fake(hold="turns")
     http, gateway, _ = _client(
-        _settings("http://upstream.test", max_upstream=1, timeout=0.3), httpx2.MockTransport(fake)
+        tokenizer_settings("http://upstream.test", max_upstream=1, timeout=0.3),
+        httpx2.MockTransport(fake),
     )
     with http:
         replies: list[httpx2.Response] = []
@@ -78,7 +77,7 @@ def test_a_sync_turn_holds_the_slot_a_tokenizer_call_would_take() -> None:
             target=lambda: replies.append(http.post("/v1/messages", json=SPARED))
         )
         turn.start()
-        _until(lambda: fake.turns == 1, "the turn sent")
+        until(lambda: fake.turns == 1, "the turn sent")
         counted = http.post("/v1/messages/count_tokens", json=SMALL)
         fake.release.set()
         turn.join(GUARD)
@@ -92,12 +91,13 @@ def test_a_sync_turn_holds_the_slot_a_tokenizer_call_would_take() -> None:
 def test_a_sync_tokenizer_call_holds_a_slot_and_gives_it_back() -> None:
     fake = _Fake(hold="tokenize")
     http, gateway, upstream = _client(
-        _settings("http://upstream.test", max_upstream=2, timeout=GUARD), httpx2.MockTransport(fake)
+        tokenizer_settings("http://upstream.test", max_upstream=2, timeout=GUARD),
+        httpx2.MockTransport(fake),
     )
     free: list[int] = []
 
     def watch() -> None:
-        _until(lambda: fake.tokenize == 1, "the tokenizer asked")
+        until(lambda: fake.tokenize == 1, "the tokenizer asked")
         free.append(_free(upstream))
         fake.release.set()
 
@@ -120,16 +120,16 @@ def test_a_sync_tokenizer_endpoint_that_never_answers_gives_the_estimate() -> No
 
     async def never(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+            await lifespan(receive, send)
             return
         while (await receive())["type"] != "http.disconnect":
             pass
         gone.set()  # the gateway closed the call
 
     with serving(never) as url:
-        http, gateway, upstream = _client(_settings(url, max_upstream=1, timeout=0.3), None)
+        http, gateway, upstream = _client(
+            tokenizer_settings(url, max_upstream=1, timeout=0.3), None
+        )
         with http:
             counted = http.post("/v1/messages/count_tokens", json=SMALL)
         assert gone.wait(GUARD)

@@ -25,13 +25,10 @@ from tpx.gateway.context.tokenizer import TOKENIZERS
 from tpx.gateway.pool import UpstreamPool
 from tpx.gateway.settings import Settings, load_settings
 
-from ..conftest import serving
+from ..conftest import GUARD, lifespan, post_unread, released, request_body, serving, until
 from .test_gateway_context import _reply
-from .test_tokenizer_bounds import _post as _socket
-from .test_tokenizer_bounds import _until
 
 ENV = {"TPX_OAUTH_TOKEN": "tok", "TPX_BASE_URL": "http://127.0.0.1:9/v1"}
-GUARD = 20.0  # a hang guard: every wait ends as soon as the thing happened
 WORDS = 2000
 TEXT = "word " * WORDS
 #: what each fake's endpoint counts for a one-message request of TEXT: vLLM's count (one a
@@ -72,21 +69,13 @@ class _Fake:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+            await lifespan(receive, send)
             return
-        parts: list[bytes] = []
-        more = True
-        while more:
-            message = await receive()
-            parts.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        data = orjson.loads(b"".join(parts))
+        data = orjson.loads(await request_body(receive))
         status = 200
         if scope["path"] == "/tokenize":
             self.tokenized += 1
-            if self.held and not await self._held(receive):
+            if self.held and not await released(self.release, receive):
                 self.left += 1
                 return
             reply = self._count(data)
@@ -104,18 +93,6 @@ class _Fake:
         headers = [(b"content-type", b"application/json")]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": orjson.dumps(reply)})
-
-    async def _held(self, receive: Any) -> bool:
-        """Wait for :attr:`release` (True) or the caller's going away (False)."""
-        gone = asyncio.ensure_future(receive())
-        try:
-            while not self.release.is_set():
-                if gone.done():
-                    return False  # after the body, the only message is the disconnect
-                await asyncio.sleep(0.01)
-            return True
-        finally:
-            gone.cancel()
 
     def _count(self, data: dict[str, Any]) -> dict[str, Any]:
         if self.kind == "llama.cpp":
@@ -363,7 +340,7 @@ def test_the_endpoint_call_holds_its_upstreams_concurrency_slot(tmp_path: Path) 
         assert isinstance(pool, UpstreamPool)
         held = threading.Thread(target=_post, args=(url, "/v1/messages", small))
         held.start()
-        _until(lambda: len(a.sent) == 1, "the turn reached a")
+        until(lambda: len(a.sent) == 1, "the turn reached a")
         counted = _post(url, "/v1/messages/count_tokens", _turn("a-model"))
         a.release.set()
         held.join(GUARD)
@@ -388,13 +365,13 @@ def test_a_client_gone_while_a_routed_upstreams_endpoint_is_asked_ends_the_reque
     with slow as (url, app):
         pool = app.upstream
         assert isinstance(pool, UpstreamPool)
-        sock = _socket(url, "/v1/messages", _turn("ab-model"))
-        _until(lambda: a.tokenized == 1, "a's endpoint asked")
+        sock = post_unread(url, "/v1/messages", _turn("ab-model"))
+        until(lambda: a.tokenized == 1, "a's endpoint asked")
         held = (pool.slots.locked(), pool._limits["a"]._value)
         sock.close()
-        _until(lambda: a.left == 1, "the call cancelled")
-        _until(lambda: "client_gone" in caplog.text, "the turn's line logged")
-        _until(lambda: not pool.slots.locked(), "the pool's slot given back")
+        until(lambda: a.left == 1, "the call cancelled")
+        until(lambda: "client_gone" in caplog.text, "the turn's line logged")
+        until(lambda: not pool.slots.locked(), "the pool's slot given back")
         a.release.set()
         given_back = pool._limits["a"]._value
     assert held == (True, 1)  # the pool's one slot and one of a's two

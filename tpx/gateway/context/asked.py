@@ -45,7 +45,7 @@ from tpx.gateway.inflate import Decoder, raw_chunks_sync, read_body
 from tpx.gateway.metrics import Metrics
 from tpx.gateway.wire import Response, UpstreamCall
 
-__all__ = ["Asked", "Count", "Outcome", "ask", "ask_sync"]
+__all__ = ["Asked", "Count", "Outcome", "ask", "ask_sync", "log_gone"]
 
 logger = logging.getLogger("tpx.gateway")
 
@@ -123,9 +123,7 @@ class Asked:
         if self._resumed:
             raise RuntimeError("a request's count is asked for once")
         self._resumed = True
-        if self.log is not None:
-            self.log["client_gone"] = True
-            self.gateway.log(self.log, failed=True)
+        log_gone(self.gateway, self.log)
 
     def count(self, outcome: Outcome) -> Count:
         """The count *outcome* gives, else the estimate (logged, counted in the metrics)."""
@@ -145,6 +143,14 @@ class Asked:
         )
         self.gateway.metrics.tokenizer_fallbacks.labels(reason).inc()
         return Count(self.estimate(), exact=False, fallback=reason)
+
+
+def log_gone(host: Host, log: dict[str, Any] | None) -> None:
+    """A request whose client left while an endpoint was asked: a turn's line (*log*) is
+    logged, with ``client_gone`` (``count_tokens`` has none)."""
+    if log is not None:
+        log["client_gone"] = True
+        host.log(log, failed=True)
 
 
 class _Upstream(Protocol):

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tpx.gateway.context.asked import Asked, Count, Host, Outcome
+from tpx.gateway.context.asked import Asked, Count, Host, Outcome, log_gone
 from tpx.gateway.context.gate import ContextGate, Sizing
 from tpx.gateway.context.preflight import Verdict, preflight
 from tpx.gateway.routing import Routed, Routing, Rule
@@ -195,9 +195,7 @@ class Placement:
         if self._ended:
             raise RuntimeError("a request is placed once")
         self._ended = True
-        if self.log is not None:
-            self.log["client_gone"] = True
-            self.host.log(self.log, failed=True)
+        log_gone(self.host, self.log)
 
     def apply(self, name: str) -> bool:
         """The turn goes to *name* (a failover; checked, fits): ``max_tokens`` clamped for

@@ -1,7 +1,9 @@
-"""Shared paths and cfg helpers for the gateway mirror's tests."""
+"""Shared paths, cfg helpers and the mutants' one-change check for the gateway mirror's
+tests."""
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 from tpx.oracle.tlc.cfg import load_cfg, render_cfg, with_constants
@@ -19,6 +21,19 @@ MUTANTS = ROOT / "spec" / "mutants" / "gateway"
 
 def mvs(*names: str) -> frozenset[ModelValue]:
     return frozenset(ModelValue(n) for n in names)
+
+
+def assert_one_change(spec_lines: list[str], body: list[str], action: str, name: str) -> None:
+    """Mutant *name*'s *body* (its module renamed back to the spec's) differs from
+    *spec_lines*, and only inside the definition of *action* (from its ``action(c) ==`` line
+    to the blank line after it)."""
+    hunks = [
+        op for op in difflib.SequenceMatcher(a=spec_lines, b=body).get_opcodes() if op[0] != "equal"
+    ]
+    assert hunks, name
+    start = next(i for i, line in enumerate(spec_lines) if line.startswith(f"{action}(c) =="))
+    end = next(i for i in range(start + 1, len(spec_lines)) if spec_lines[i] == "")
+    assert all(start <= i1 <= i2 <= end for _, i1, i2, _, _ in hunks), (name, hunks)
 
 
 def write_cfg(path: Path, base: Path = CFG, **constants: TLAValue) -> Path:

@@ -4,7 +4,6 @@ and TLC's counterexample is a behaviour of the mirror's mutant, step for step.""
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Iterator
 from itertools import chain, combinations, pairwise, permutations
 from pathlib import Path
@@ -21,7 +20,7 @@ from tpx.oracle.model.gateway.state import EXCEPT, Config, InFlight, State, Tool
 from tpx.oracle.tlc import load_cfg, run_tlc
 from tpx.oracle.values import ModelValue
 
-from .conftest import CFG, DEEP_CFG, FAILOVER_CFG, MUTANTS, SPEC
+from .conftest import CFG, DEEP_CFG, FAILOVER_CFG, MUTANTS, SPEC, assert_one_change
 
 ConvAction = Callable[[State, ModelValue, Config], Iterator[State]]
 
@@ -259,17 +258,7 @@ def test_every_mutant_is_one_documented_change_with_the_shipped_cfg() -> None:
         assert f"MODULE {name} " in rest[0]
         assert load_cfg(MUTANTS / f"{name}.cfg") == load_cfg(cfg_path(name))
         body = [rest[0].replace(name, "TpxGateway"), *rest[1:]]
-        hunks = [
-            op
-            for op in difflib.SequenceMatcher(a=spec_lines, b=body).get_opcodes()
-            if op[0] != "equal"
-        ]
-        assert hunks, name
-        # every changed line is inside the replaced action's definition
-        replaced = CASES[name][0]
-        start = next(i for i, line in enumerate(spec_lines) if line.startswith(f"{replaced}(c) =="))
-        end = next(i for i in range(start + 1, len(spec_lines)) if spec_lines[i] == "")
-        assert all(start <= i1 <= i2 <= end for _, i1, i2, _, _ in hunks), (name, hunks)
+        assert_one_change(spec_lines, body, CASES[name][0], name)
 
 
 @pytest.mark.parametrize("name", list(CASES))

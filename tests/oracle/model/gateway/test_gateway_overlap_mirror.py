@@ -5,7 +5,6 @@ names, TLC's counterexample a behaviour of the mirror's mutant."""
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable, Iterator
 from itertools import pairwise
@@ -31,7 +30,7 @@ from tpx.oracle.model.registry import check_mirrored, lookup
 from tpx.oracle.tlc import dump_graph, load_cfg, run_tlc
 from tpx.oracle.values import ModelValue, TLAValue
 
-from .conftest import MUTANTS, ROOT, mvs, write_cfg
+from .conftest import MUTANTS, ROOT, assert_one_change, mvs, write_cfg
 
 SPEC = ROOT / "spec" / "TpxGatewayOverlap.tla"
 CFG = SPEC.with_suffix(".cfg")
@@ -236,16 +235,7 @@ def test_every_overlap_mutant_is_one_documented_change() -> None:
         assert CASES[name][2] in first
         assert load_cfg(OVERLAP_MUTANTS / f"{name}.cfg") == load_cfg(CASES[name][3])
         body = [rest[0].replace(name, "TpxGatewayOverlap"), *rest[1:]]
-        hunks = [
-            op
-            for op in difflib.SequenceMatcher(a=spec_lines, b=body).get_opcodes()
-            if op[0] != "equal"
-        ]
-        assert hunks, name
-        replaced = CASES[name][0]
-        start = next(i for i, line in enumerate(spec_lines) if line.startswith(f"{replaced}(c) =="))
-        end = next(i for i in range(start + 1, len(spec_lines)) if spec_lines[i] == "")
-        assert all(start <= i1 <= i2 <= end for _, i1, i2, _, _ in hunks), (name, hunks)
+        assert_one_change(spec_lines, body, CASES[name][0], name)
     for module in ("TpxGateway.tla", "TpxTransport.tla"):  # staged beside the mutants
         assert (OVERLAP_MUTANTS / module).read_bytes() == (ROOT / "spec" / module).read_bytes()
 
