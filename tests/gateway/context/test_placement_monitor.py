@@ -25,12 +25,11 @@ from conformance.pool_bugs import POOL_BUGS
 from tpx.gateway.asgi import GatewayApp, create_app
 from tpx.gateway.settings import load_settings
 
-from ..conftest import serving
+from ..conftest import GUARD, serving
 from .test_upstreams_tokenizer import (
     COUNT_A,
     COUNT_B,
     ENV,
-    GUARD,
     MIN_OUTPUT,
     _config,
     _Fake,
