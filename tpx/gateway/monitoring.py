@@ -324,13 +324,9 @@ class LiveMonitor:
         """:meth:`attempt`, :meth:`accept` and, for a stream that begins, :meth:`first_byte`
         at once (one lock): request *key* went to *upstream*, which answered it."""
         with self._lock:
-            attempts = self.attempts
-            action, failure = "NewRequest", attempts.send(key, upstream)
-            if failure is None:
-                action, failure = "UpstreamAccept", attempts.accept(key)
-            if failure is None and stream:
-                action, failure = "FirstByte", attempts.first_byte(key)
-        self._attempt_step(key, action, failure)
+            action, failure = self.attempts.answered(key, upstream, first_byte=stream)
+        if failure is not None:
+            self._attempt_step(key, action, failure)
 
     def accept(self, key: str) -> None:
         """The current attempt of request *key* wrote a byte of the request to its upstream
