@@ -281,8 +281,13 @@ def opening(body: Mapping[str, Any]) -> str:
     names conversations within one gateway process only, which is all the monitor keeps."""
     messages = body.get("messages")
     first = messages[0] if isinstance(messages, list) and messages else None
-    parts = (
-        tuple(_texts(body.get("system"))),
-        tuple(_texts(first.get("content") if isinstance(first, dict) else None)),
-    )
-    return format(hash(parts) & 0xFFFF_FFFF_FFFF_FFFF, "016x")
+    system = body.get("system")
+    content = first.get("content") if isinstance(first, dict) else None
+    if type(content) is str and (system is None or type(system) is str):  # _texts, inline
+        parts: tuple[tuple[str, ...], tuple[str, ...]] = (
+            () if system is None else (system,),
+            (content,),
+        )
+    else:
+        parts = (tuple(_texts(system)), tuple(_texts(content)))
+    return f"{hash(parts) & 0xFFFF_FFFF_FFFF_FFFF:016x}"

@@ -63,8 +63,6 @@ __all__ = ["LiveMonitor", "SpecViolationError"]
 logger = logging.getLogger("tpx.gateway")
 #: The tool_result ids of a request's last user turn, or what reads them (when it is refused).
 Answers = tuple[str, ...] | Callable[[], tuple[str, ...]]
-#: How many (obligations, pending) verdicts the monitor remembers.
-_AGREED = 1024
 
 
 class SpecViolationError(ModelError):
@@ -155,8 +153,6 @@ class LiveMonitor:
         self._gone: set[str] = set()
         #: each live request's obligations and answers, read from the client's bytes
         self._asked: dict[str, tuple[frozenset[str], Answers]] = {}
-        #: whether the obligations a client sent agree with the exchange's (see start)
-        self._agrees: dict[tuple[frozenset[str], frozenset[str]], bool] = {}
         self.violations = Counter(
             "tpx_gateway_monitor_violations",
             "Steps the gateway monitor stopped (the spec does not allow them), by property",
@@ -229,28 +225,15 @@ class LiveMonitor:
         if violation is not None:
             self._stopped(key, violation)
         pending = snapshot.pending
-        if obligations is not None and obligations != pending:
-            agrees = self._agrees.get((obligations, pending))
-            if agrees is None:
-                agrees = self._agree(obligations, pending)
-            if not agrees:
-                self._check(key, "Resume", attrs.evolve(snapshot, pending=obligations))
-
-    def _agree(self, obligations: frozenset[str], pending: frozenset[str]) -> bool:
-        """Whether the client's *obligations* name the exchange's *pending* on the wire
-        (remembered: a function of the two values alone)."""
-        agrees = (
+        if (
+            obligations is not None
+            and obligations != pending
             # TPX: the same caller ids once unsigned name the same wire ids (to_wire maps
             # a caller id through its unsigned one)
-            (self._unsigned is not None and frozenset(map(self._unsigned, obligations)) == pending)
-            or self.monitor.same_ids(obligations, pending)
-        )
-        with self._lock:
-            agreed = self._agrees
-            if len(agreed) >= _AGREED:
-                agreed.clear()  # bounded; amortized O(1)
-            agreed[obligations, pending] = agrees
-        return agrees
+            and (self._unsigned is None or frozenset(map(self._unsigned, obligations)) != pending)
+            and not self.monitor.same_ids(obligations, pending)
+        ):
+            self._check(key, "Resume", attrs.evolve(snapshot, pending=obligations))
 
     def observer(
         self,

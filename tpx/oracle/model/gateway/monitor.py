@@ -77,7 +77,6 @@ graphs (each step, each step with one variable broken, a new conversation resumi
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
@@ -331,7 +330,11 @@ class GatewayMonitor:
         still no other conversation's (spec/TpxGatewayOverlap.tla, ForkNoCrossPairing).
         Forgotten with the exchange."""
         self._of[exchange] = conversation
-        self._members.setdefault(conversation, set()).add(exchange)
+        members = self._members.get(conversation)
+        if members is None:
+            self._members[conversation] = {exchange}
+        else:
+            members.add(exchange)
 
     def _conversation(self, exchange: Hashable) -> Hashable:
         """The conversation of an exchange key (:meth:`joins`; else the key itself)."""
@@ -613,14 +616,16 @@ class GatewayMonitor:
         reads = self._caller_reads if caller_side else self._wire_reads
         immutable = type(raw) is frozenset or type(raw) is tuple
         if immutable:
-            with contextlib.suppress(TypeError):  # unhashable: ids() refuses it
+            try:
                 hit = reads.get(raw)
-                if hit is not None:
-                    return hit
+            except TypeError:  # unhashable: ids() refuses it
+                hit = None
+            if hit is not None:
+                return hit
         to_wire = self._to_wire
         value = ids(raw, name, repeats=to_wire is not None and not caller_side)
         held: frozenset[str] = _NONE
-        if to_wire is not None and caller_side:
+        if to_wire is not None and caller_side and value:
             held = frozenset(value)
             value = idset([*map(to_wire, value)])
         if immutable:  # every id a string, or none: hashable
