@@ -1,7 +1,8 @@
 """Added latency of ``tpx serve`` (and of LiteLLM's proxy) over calling the upstream directly.
 
     python -m benchmarks.gateway_latency [--rounds 300] [--no-litellm] [--no-floor]
-                                         [--baseline REV [--repeat N]] (make bench-gateway)
+                                         [--baseline REV [--repeat N]] [--monitor]
+                                         (make bench-gateway)
 
 One run, side by side, all on loopback, against the same scripted fake OpenAI upstream
 (tests/e2e/fake_openai.py):
@@ -24,6 +25,12 @@ One run, side by side, all on loopback, against the same scripted fake OpenAI up
   says whether the tree is slower than REV. The docs table is not written by such a run.
   ``--repeat N`` measures N times in the one run (the same servers) and prints each
   repetition's ratios, then their median and range: how far one ratio can be trusted.
+- ``tpx-monitor`` (``--monitor``): a second ``tpx serve``, with ``--monitor`` (every spec
+  step of every request checked live), in front of the same upstream, in the same run: the
+  monitor's share of the gateway's added latency, (added p50 with the monitor - added p50
+  without) / added p50 without, each kind, and of its CPU per request. Such a run writes
+  that comparison (docs/performance.md, section ``monitor-gateway``) instead of the
+  gateway's own table.
 
 The request is the first turn Claude Code 2.1.197 really sent (tests/fixtures/clients/
 claude-code/2.1.197/bash/002-post-v1-messages.json: 24 tools, about 75 KB) as it was sent
@@ -492,6 +499,12 @@ def main() -> None:
         metavar="REV",
         help="also run tpx serve as it is at git revision REV, side by side; print the ratio",
     )
+    parser.add_argument(
+        "--monitor",
+        action="store_true",
+        help="also run tpx serve --monitor, side by side; print and write the monitor's share "
+        "of the gateway's added latency",
+    )
     args = parser.parse_args()
     direct_bodies = _Bodies(chat_body)
     messages_bodies = _Bodies(messages_body)
@@ -542,6 +555,18 @@ def main() -> None:
                         messages_bodies,
                     )
                 )
+            if args.monitor:
+                watched = stack.enter_context(
+                    gateway(logdir, up, extra=["--monitor"], name="monitor")
+                )
+                targets.append(
+                    (
+                        "tpx-monitor",
+                        watched.url + "/v1/messages?beta=true",
+                        messages_headers,
+                        messages_bodies,
+                    )
+                )
             if not args.no_floor:
                 floor = stack.enter_context(passthrough(logdir, up))
                 targets.append(("floor", floor.url + "/", json_headers, messages_bodies))
@@ -566,6 +591,8 @@ def main() -> None:
                 procs["tpx-cold"] = cold
             if args.baseline:
                 procs["baseline"] = base_gw
+            if args.monitor:
+                procs["tpx-monitor"] = watched
             if not args.no_floor:
                 procs["floor"] = floor
             if not args.no_litellm:
@@ -599,12 +626,20 @@ def main() -> None:
         "tpx gateway core alone (sans-I/O: handle + reply + log line, no httpx2): "
         f"{alone_ms:.2f} CPU ms/request"
     )
+    command = ".venv/bin/python -m benchmarks.gateway_latency " + " ".join(sys.argv[1:])
+    if args.monitor:
+        print(monitor_share(results, cpu_ms))
+        if not args.baseline:
+            table, notes = monitor_table(results, cpu_ms, size, args.rounds)
+            written = write_section("monitor-gateway", command.strip(), table, notes=notes)
+            if written is not None:
+                print(f"table written to {written}")
     if args.baseline:
         print(baseline_ratio(results, cpu_ms, args.baseline))
         if args.repeat > 1:
             print(ratio_spread(repetitions, args.baseline))
-        return  # the docs table is the tree's alone
-    command = ".venv/bin/python -m benchmarks.gateway_latency " + " ".join(sys.argv[1:])
+    if args.baseline or args.monitor:
+        return  # the gateway's table is the tree's alone
     table, notes = gateway_table(results, rps, cpu_ms, core_ms, alone_ms, size, args.rounds)
     written = write_section("gateway", command.strip(), table, notes=notes)
     if written is not None:
@@ -728,6 +763,74 @@ def ratio_spread(
             f"{min(values):.3f}..{max(values):.3f}; each: {each}"
         )
     return "\n".join(lines)
+
+
+def _monitor_added(results: dict[str, dict[str, list[float]]], kind: str) -> tuple[float, float]:
+    """The added p50 latency (seconds) of ``tpx`` and of ``tpx-monitor`` for *kind*."""
+    base = _pct(results["direct"][kind], 0.5)
+    return _pct(results["tpx"][kind], 0.5) - base, _pct(results["tpx-monitor"][kind], 0.5) - base
+
+
+def _share(ours: float, watched: float) -> float:
+    """The monitor's share of the gateway's added latency: (with - without) / without."""
+    return (watched - ours) / ours if ours > 0 else float("inf")
+
+
+def monitor_share(results: dict[str, dict[str, list[float]]], cpu_ms: dict[str, float]) -> str:
+    """What ``--monitor`` adds, as a share of what the gateway adds over calling the upstream
+    directly: the difference of the two added p50 latencies (each kind) over tpx's, and the
+    difference of their CPU time per request over tpx's own."""
+    lines = []
+    for kind, label in (("plain", "non-streaming"), ("ttfb", "first byte, streaming")):
+        ours, watched = _monitor_added(results, kind)
+        lines.append(
+            f"--monitor, added p50 latency ({label}): {(watched - ours) * 1e6:+.0f} us, "
+            f"{_share(ours, watched):+.1%} of the gateway's {ours * 1e3:.3f} ms"
+        )
+    extra = cpu_ms["tpx-monitor"] - cpu_ms["tpx"]
+    lines.append(
+        f"--monitor, gateway CPU per request: {extra * 1e3:+.0f} us, "
+        f"{extra / cpu_ms['tpx']:+.1%} of tpx's {cpu_ms['tpx']:.3f} ms"
+    )
+    return "\n".join(lines)
+
+
+def monitor_table(
+    results: dict[str, dict[str, list[float]]], cpu_ms: dict[str, float], size: int, rounds: int
+) -> tuple[str, list[str]]:
+    """``tpx serve`` with and without ``--monitor`` side by side (docs/performance.md): the
+    added p50 latency of each, the monitor's share of it, and the CPU per request."""
+    rows: list[tuple[object, ...]] = []
+    for kind, label in (("plain", "non-streaming"), ("ttfb", "first byte, streaming")):
+        ours, watched = _monitor_added(results, kind)
+        rows.append(
+            (
+                label,
+                f"+{ours * 1e3:.3f} ms",
+                f"+{watched * 1e3:.3f} ms",
+                f"{(watched - ours) * 1e6:+.0f} us",
+                f"**{_share(ours, watched):+.1%}**",
+            )
+        )
+    extra = cpu_ms["tpx-monitor"] - cpu_ms["tpx"]
+    rows.append(
+        (
+            "CPU per request",
+            f"{cpu_ms['tpx']:.3f} ms",
+            f"{cpu_ms['tpx-monitor']:.3f} ms",
+            f"{extra * 1e3:+.0f} us",
+            f"{extra / cpu_ms['tpx']:+.1%}",
+        )
+    )
+    headers = ("p50", "`tpx` added", "`tpx-monitor` added", "the monitor adds", "its share")
+    notes = [
+        f"Request: the recorded {size / 1024:.1f} KB Claude Code turn (no tool loop: one "
+        f"`Resume`, `CallerSend`, `ProviderReply`, `Deliver` each), {rounds} rounds per target "
+        "and kind, interleaved; added = a target's p50 minus `direct`'s; share = (added with "
+        "the monitor - added without) / added without.",
+        "CPU per request: each server's process CPU time over the measured requests.",
+    ]
+    return markdown_table(headers, rows), notes
 
 
 def report(results: dict[str, dict[str, list[float]]], rps: float) -> None:

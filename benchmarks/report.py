@@ -26,7 +26,16 @@ DOC = ROOT / "docs" / "performance.md"
 ENV = "TPX_BENCH_DOC"
 
 #: Every section a benchmark writes (docs/performance.md holds one marker pair each).
-SECTIONS = ("translate", "native", "monitor", "explore", "replay", "gateway", "routing")
+SECTIONS = (
+    "translate",
+    "native",
+    "monitor",
+    "explore",
+    "replay",
+    "gateway",
+    "routing",
+    "monitor-gateway",
+)
 
 
 class ReportError(Exception):

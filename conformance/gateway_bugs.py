@@ -67,6 +67,7 @@ import pytest
 
 import tpx.gateway.asgi
 import tpx.gateway.core
+import tpx.gateway.exchanges
 import tpx.gateway.turn
 import tpx.gateway.upstream
 import tpx.transport.exchange
@@ -130,7 +131,7 @@ def _selection_drift(mp: pytest.MonkeyPatch) -> None:
             return real(other, pending, **kwargs)
         return real(provider, pending, **kwargs)
 
-    mp.setattr(tpx.gateway.core, "Conversation", drifting)
+    mp.setattr(tpx.gateway.exchanges, "Conversation", drifting)
 
 
 def _retry_dup(mp: pytest.MonkeyPatch) -> None:

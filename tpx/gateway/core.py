@@ -15,6 +15,12 @@ query, headers, body bytes) and returns one of
   tokenizer count (``[context] tokenizer``): the shell asks, then :meth:`Asked.resume` gives
   one of the above.
 
+This module reads a request: its route, method and key (a refusal before the body is read:
+:meth:`Gateway.preflight`), its size, its body, its model route and its pairing, and answers
+``count_tokens``, ``/v1/models`` and the log line; what a read ``/v1/messages`` request
+becomes (its exchange framed for an upstream, the context-window preflight, the in-flight
+slot, the monitor's ``Resume``) is :mod:`tpx.gateway.exchanges`'.
+
 Each turn runs its own :class:`~tpx.transport.exchange.Exchange` (one spec instance per
 conversation turn) seeded with the obligations its history carries
 (:mod:`tpx.gateway.history`); only the boot-time provider selection
@@ -29,26 +35,22 @@ deliberate difference from the seed spec, whose ProviderFail discards ``pending`
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import os
 import secrets
-import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import attrs
 import orjson
 
 from tpx import _safe
-from tpx.errors import PairingError, ProtocolError, UnsupportedError
-from tpx.gateway import history
+from tpx.errors import ProtocolError, UnsupportedError
 from tpx.gateway.bodies import BodyReader, Decoded
 from tpx.gateway.context.asked import Asked, Count
-from tpx.gateway.context.gate import ContextGate, Sizing
-from tpx.gateway.context.placement import Placement, context_record, counting, placing
-from tpx.gateway.context.preflight import Verdict
+from tpx.gateway.context.gate import ContextGate
+from tpx.gateway.context.placement import Placement, counting
+from tpx.gateway.exchanges import Exchanges, Read, Sent
 from tpx.gateway.history import (
     Refusal,
     pairing_problem,
@@ -57,11 +59,11 @@ from tpx.gateway.history import (
     validate_request,
 )
 from tpx.gateway.metrics import CONTENT_TYPE, Metrics
-from tpx.gateway.monitoring import LiveMonitor, SpecViolationError
+from tpx.gateway.monitoring import LiveMonitor
 from tpx.gateway.redaction import Secrets, prepared
-from tpx.gateway.routing import Routed, facts_of, family_signer, route
+from tpx.gateway.routing import Routed, facts_of, route
 from tpx.gateway.settings import Settings
-from tpx.gateway.turn import Conversation, Forward, Turn
+from tpx.gateway.turn import Forward, Turn
 from tpx.gateway.wire import (
     COUNT,
     JSON,
@@ -76,12 +78,9 @@ from tpx.gateway.wire import (
     error_body,
     error_response,
     json_response,
-    model_error_response,
     new_request_id,
-    snapshot_record,
 )
-from tpx.oracle.tracecheck_gateway import EXCHANGE_TRACE
-from tpx.transport.exchange import ExchangeSnapshot, Provider
+from tpx.transport.exchange import Provider
 from tpx.transport.translate import request_to_openai
 
 __all__ = [
@@ -100,15 +99,15 @@ __all__ = [
 logger = logging.getLogger("tpx.gateway")
 
 _PID = os.getpid()
-#: the log-record key of an exchange holding an in-flight slot (removed before logging)
-_SLOT = "#slot"
 os.register_at_fork(after_in_child=lambda: globals().update(_PID=os.getpid()))
 
 
-class Gateway:
-    """The sans-I/O gateway (one per process; holds no per-conversation state)."""
+class Gateway(Exchanges):
+    """The sans-I/O gateway (one per process; holds no per-conversation state). What it
+    does with a ``/v1/messages`` request once read is :class:`~tpx.gateway.exchanges.Exchanges`'."""
 
     def __init__(self, settings: Settings, *, metrics: Metrics | None = None) -> None:
+        super().__init__()
         self.settings = settings
         self.metrics = metrics or Metrics()
         # what every TPX exchange translates with: the upstream's profile and the thinking
@@ -123,10 +122,6 @@ class Gateway:
         self.bodies = BodyReader(settings.limits.tail_cache)
         self._action_counters: dict[str, Any] = {}
         self._request_counters: dict[tuple[str, int], Any] = {}
-        #: exchanges in flight (limits.max_in_flight), under a lock: big bodies are handled
-        #: on worker threads
-        self._in_flight = 0
-        self._slots = threading.Lock()
         self.monitor: LiveMonitor | None = None
         #: the context-window contract: windows, aliases, preflight, error wording
         self.context = ContextGate(settings)
@@ -238,7 +233,7 @@ class Gateway:
                 )
             if path == COUNT:
                 return self._count(request, request_id)
-            sent = _Sent.read(request.body, self.bodies) if self.monitor is not None else None
+            sent = Sent.read(request.body, self.bodies) if self.monitor is not None else None
             return self._messages(request, request_id, sent)
         except Refusal as refusal:
             self.metrics.errors.labels(f"GATEWAY_{refusal.status}").inc()
@@ -265,7 +260,7 @@ class Gateway:
     # -- /v1/messages ------------------------------------------------------------------------
 
     def _decode(
-        self, request: Request, *, count_tokens: bool = False, sent: _Sent | None = None
+        self, request: Request, *, count_tokens: bool = False, sent: Sent | None = None
     ) -> Decoded:
         if sent is not None and sent.body is request.body:  # parsed once, at the boundary
             assert sent.decoded is not None
@@ -282,12 +277,12 @@ class Gateway:
     def _route(self, body: dict[str, Any]) -> str | None:
         """Apply the model map: the upstream model for TPX (``None``: the caller's)."""
         alias = self.context.resolve(body["model"])  # a claude-tpx-... alias (GET /v1/models)
-        route = alias[1] if alias is not None else self.settings.route(body["model"])
-        ceiling = route.max_tokens if route is not None else None
+        model_route = alias[1] if alias is not None else self.settings.route(body["model"])
+        ceiling = model_route.max_tokens if model_route is not None else None
         current = body.get("max_tokens")
         if ceiling is not None and isinstance(current, int) and current > ceiling:
             body["max_tokens"] = ceiling
-        target = route.model if route is not None and route.model else None
+        target = model_route.model if model_route is not None and model_route.model else None
         if alias is not None:
             target = alias[0]
         if self.settings.provider is Provider.TPX:
@@ -297,7 +292,7 @@ class Gateway:
         return None
 
     def _messages(
-        self, request: Request, request_id: str, sent: _Sent | None = None
+        self, request: Request, request_id: str, sent: Sent | None = None
     ) -> Response | Turn | Asked | Placement:
         settings = self.settings
         log: dict[str, Any] = {"request_id": request_id, "endpoint": "messages", "pid": _PID}
@@ -329,256 +324,17 @@ class Gateway:
             log["error"] = f"GATEWAY_{refusal.status}"
             self.log(log, failed=True)
             raise
+        read = Read(request, request_id, sent, log, decoded, pending, problem)
         if routed is not None:  # [[upstreams]]: each upstream its window and count
-            place = functools.partial(
-                self._placed, request, request_id, sent, log, decoded, routed, pending, problem
-            )
-            return self._placement(request, body, routed, log, place)
+            return self._placement(read, routed, functools.partial(self._placed, read, routed))
         sizing = self._context_sizing(body, upstream_model, len(request.body))
-        go = functools.partial(
-            self._exchange, request, request_id, sent, log, decoded, upstream_model,
-            translation, routed, pending, problem, sizing,
-        )  # fmt: skip
+        go = functools.partial(self._exchange, read, upstream_model, translation, routed, sizing)
         if sizing is not None and self.context.tokenizer is not None:  # the upstream's counts
             label = endpoint_label(request.path)
             maximum = sizing.maximum
             translated = sizing.translated
             return self.context.asked(self, label, translated, upstream_model, go, maximum, log)
         return go(None)
-
-    def _exchange(
-        self,
-        request: Request,
-        request_id: str,
-        sent: _Sent | None,
-        log: dict[str, Any],
-        decoded: Decoded,
-        upstream_model: str | None,
-        translation: dict[str, Any],
-        routed: Routed | None,
-        pending: list[str],
-        problem: str | None,
-        sizing: Sizing | None,
-        counted: Count | None,
-    ) -> Response | Turn:
-        """The exchange of a ``/v1/messages`` request, its preflight counted (*counted*: the
-        tokenizer endpoint's count or its fallback; ``None``: the estimate)."""
-        settings = self.settings
-        body: dict[str, Any] = decoded.value
-        actions: list[str] = []
-        log["actions"] = actions
-        monitor = self.monitor  # --monitor: its traces replace the raw exchange traces
-        trace: list[dict[str, Any]] | None = (
-            [] if settings.trace_dir is not None and monitor is None else None
-        )
-        observer = self._observer(actions, trace)
-        if monitor is not None:
-            observer = monitor.observer(request_id, pending, observer)
-        exchange = Conversation(
-            settings.provider,
-            pending,
-            model=upstream_model,
-            prepared=self.secrets,
-            observer=observer,
-            **translation,
-        )
-        if trace is not None:
-            trace.append(
-                {
-                    "#trace": EXCHANGE_TRACE,
-                    "#action": "Resume",
-                    **snapshot_record(exchange.snapshot()),
-                }
-            )
-            log["#trace"] = trace
-        try:
-            if monitor is not None:
-                # Resume: the obligations of the history AS THE CLIENT SENT IT (the spec's
-                # pending), not what the core derived from it
-                monitor.start(
-                    request_id,
-                    exchange.snapshot(),
-                    sent.obligations if sent else None,
-                    sent.answers if sent else None,
-                    conversation=sent.opening if sent else None,
-                )
-            if settings.provider is Provider.NONE:
-                error = exchange.no_provider()
-                log["error"] = error.code
-                self.log(log, failed=True)
-                return model_error_response(error, request_id)
-            verdict = self._context_preflight(body, sizing, counted, log)
-            if verdict is not None and verdict.refusal is not None:
-                # the preflight refusal (the spec's PromptTooLong): nothing goes on the wire
-                too_long = verdict.refusal
-                if monitor is not None:
-                    monitor.preflight_refused(
-                        request_id,
-                        exchange.snapshot(),
-                        input_tokens=verdict.input_tokens,
-                        maximum=verdict.maximum if verdict.maximum is not None else 0,
-                    )
-                log["error"] = "GATEWAY_400"
-                self.metrics.errors.labels("GATEWAY_400").inc()
-                self.log(log, failed=True)
-                return error_response(400, "invalid_request_error", too_long, request_id)
-            if not self._take_slot():  # MaxInFlight: CallerSend is not enabled
-                log["error"] = "GATEWAY_529"
-                self.log(log, failed=True)
-                self.metrics.errors.labels("GATEWAY_529").inc()
-                return error_response(
-                    529,
-                    "overloaded_error",
-                    f"The gateway has {settings.limits.max_in_flight} requests in flight; "
-                    "retry shortly",
-                    request_id,
-                )
-            log[_SLOT] = True  # released when the exchange's line is logged
-            # orjson parsed the body: its depth is checked at C speed, once (a tail kept
-            # by the body reader: its verdict was taken when it was kept)
-            outbound = exchange.send(body, shallow=not decoded.too_deep())
-        except SpecViolationError as stop:  # --monitor: fail closed
-            log["error"] = stop.code
-            self.log(log, failed=True)
-            return model_error_response(stop, request_id)
-        except PairingError as error:  # CallerAbort (pending) or refused (nothing pending)
-            log["error"] = error.code
-            if monitor is not None and not actions:  # refused: the spec's CallerAbort
-                try:
-                    monitor.refused(request_id, exchange.snapshot())
-                except SpecViolationError as stop:
-                    log["error"] = stop.code
-                    self.log(log, failed=True)
-                    return model_error_response(stop, request_id)
-            self.log(log, failed=True)
-            message = problem or error.message
-            return error_response(400, "invalid_request_error", message, request_id)
-        except (ProtocolError, UnsupportedError) as error:
-            log["error"] = error.code
-            self.log(log, failed=True)
-            return error_response(400, "invalid_request_error", error.message, request_id)
-        headers = list(outbound.headers)
-        if settings.provider is Provider.ANTHROPIC:
-            beta = request.headers.get("anthropic-beta")
-            if beta:
-                headers.append(("anthropic-beta", beta))
-        call = UpstreamCall(
-            outbound.method, outbound.path, tuple(headers), outbound.body, exchange.streaming
-        )
-        turn = Turn(self, request_id, call, exchange, log)
-        turn.routed = routed
-        return turn
-
-    def _placement(
-        self,
-        request: Request,
-        body: dict[str, Any],
-        routed: Routed,
-        log: dict[str, Any],
-        place: Callable[[str, Sizing | None, Count | None], Response | Turn],
-    ) -> Response | Turn | Placement:
-        """A routed turn: sent as balancing picks when it cannot come near the window of any
-        upstream of its route, else placed on one it fits (tpx.gateway.context.placement)."""
-        alias = self.context.resolve(body["model"])
-        route = alias[1] if alias is not None else self.settings.route(body["model"])
-        label = endpoint_label(request.path)
-        routing = self.settings.routing
-        assert routing is not None
-        size = len(request.body)
-        placement = placing(
-            self.context, self, routing, routed, body, size, route, label, log, place
-        )
-        if placement is None:  # fits everywhere: the pool balances
-            return place(routed.rule.upstreams[0], None, None)
-        return placement
-
-    def _placed(
-        self,
-        request: Request,
-        request_id: str,
-        sent: _Sent | None,
-        log: dict[str, Any],
-        decoded: Decoded,
-        routed: Routed,
-        pending: list[str],
-        problem: str | None,
-        name: str,
-        sizing: Sizing | None,
-        counted: Count | None,
-    ) -> Response | Turn:
-        """The exchange of a routed turn framed for upstream *name*."""
-        routing = self.settings.routing
-        assert routing is not None
-        upstream = routing.upstream(name)
-        model = upstream.model_for(routed.requested)
-        routed.upstream = name
-        routed.framed = (model, upstream.profile.name, upstream.family)
-        log["upstream"] = name
-        if model is not None:
-            log["upstream_model"] = model
-        signer = family_signer(self.settings.signer, upstream.family)
-        translation = {"profile": upstream.profile, "thinking_secret": signer}
-        return self._exchange(
-            request, request_id, sent, log, decoded, model, translation, routed, pending,
-            problem, sizing, counted,
-        )  # fmt: skip
-
-    def _routed(
-        self, request: Request, body: dict[str, Any], requested: str | None
-    ) -> tuple[Routed, str | None, dict[str, Any]]:
-        """The route of a request ([[upstreams]]; tpx.gateway.routing): framed for the first
-        upstream of its rule (the driver may send it to another: ``Turn.target``)."""
-        routing = self.settings.routing
-        assert routing is not None
-        facts = facts_of(body, request.headers, len(request.body), routing.options)
-        rule = route(routing, facts)
-        upstream = routing.upstream(rule.upstreams[0])
-        model = upstream.model_for(requested or body["model"])
-        framed = (model, upstream.profile.name, upstream.family)
-        routed = Routed(rule, body, requested or body["model"], upstream.name, framed)
-        signer = family_signer(self.settings.signer, upstream.family)
-        return routed, model, {"profile": upstream.profile, "thinking_secret": signer}
-
-    def _context_sizing(
-        self, body: dict[str, Any], upstream_model: str | None, size: int
-    ) -> Sizing | None:
-        """What the preflight (TPX) counts against, ``None`` when nothing is counted: only a
-        body that may come near its window is (tpx.gateway.context.preflight)."""
-        alias = self.context.resolve(body["model"])
-        route = alias[1] if alias is not None else self.settings.route(body["model"])
-        return self.context.sizing(body, upstream_model, size, route)
-
-    def _context_preflight(
-        self,
-        body: dict[str, Any],
-        sizing: Sizing | None,
-        counted: Count | None,
-        log: dict[str, Any],
-    ) -> Verdict | None:
-        """The preflight (TPX): its verdict (``refusal``: ``prompt is too long: N tokens > M
-        maximum`` when the request cannot fit its model's context window; else its
-        ``max_tokens`` lowered to what the window leaves when needed), ``None`` when it was
-        not counted. *counted*: the tokenizer endpoint's count (``None``: the estimate)."""
-        if sizing is None:
-            return None
-        tokens = counted.tokens if counted is not None else self.context.estimate(sizing)
-        verdict = self.context.decide(body, sizing, tokens)
-        log["context"] = context_record(verdict, counted)
-        return verdict
-
-    def _observer(self, actions: list[str], trace: list[dict[str, Any]] | None) -> Any:
-        counters = self._action_counters
-
-        def observe(action: str, snapshot: ExchangeSnapshot) -> None:
-            actions.append(action)
-            counter = counters.get(action)
-            if counter is None:  # labels() takes a lock: resolve each action's child once
-                counter = counters[action] = self.metrics.actions.labels(action)
-            counter.inc()
-            if trace is not None:
-                trace.append({"#action": action, **snapshot_record(snapshot)})
-
-        return observe
 
     # -- count_tokens / models -------------------------------------------------------------
 
@@ -659,23 +415,8 @@ class Gateway:
 
     # -- logging -----------------------------------------------------------------------------
 
-    def _take_slot(self) -> bool:
-        """One more exchange in flight, if fewer than ``limits.max_in_flight`` are."""
-        with self._slots:
-            if self._in_flight >= self.settings.limits.max_in_flight:
-                return False
-            self._in_flight += 1
-            return True
-
-    @property
-    def in_flight(self) -> int:
-        """/v1/messages exchanges in flight (sent upstream, their line not yet logged)."""
-        return self._in_flight
-
     def log(self, record: dict[str, Any], *, failed: bool) -> None:
-        if record.pop(_SLOT, False):  # the exchange ended: its slot is free
-            with self._slots:
-                self._in_flight -= 1
+        self._free_slot(record)  # the exchange ended: its slot (if it held one) is free
         if self.monitor is not None:  # the exchange ended: its conversation too
             self.monitor.close(record["request_id"])
         trace = record.pop("#trace", None)
@@ -705,40 +446,6 @@ def _too_many_containers(body: bytes, limit: int) -> bool:
         return False
     opens = body.count(b"{")
     return opens > limit or opens + body.count(b"[") > limit
-
-
-@attrs.frozen
-class _Sent:
-    """A ``/v1/messages`` body as the client sent it, read once at the boundary
-    (:meth:`Gateway.handle`, ``--monitor``): its parse (the core reuses it while the body
-    it handles is these very bytes) and its history's obligations (the tool_use ids of the
-    last assistant turn), which the monitor's ``Resume`` takes."""
-
-    body: bytes
-    decoded: Decoded | None
-    obligations: frozenset[str]
-    answers: tuple[str, ...] = ()
-    """the tool_result ids of its last user turn, in order, repeats kept"""
-    opening: str | None = None
-    """its conversation, as the monitor names it (:func:`tpx.gateway.history.opening`)"""
-
-    @classmethod
-    def read(cls, body: bytes, reader: BodyReader) -> _Sent:
-        try:
-            decoded = reader.read(body)
-        except orjson.JSONDecodeError:
-            return cls(b"", None, frozenset())  # not reused: the core refuses it
-        value = decoded.value
-        messages = value.get("messages") if isinstance(value, dict) else None
-        obligations: frozenset[str] = frozenset()
-        answers: tuple[str, ...] = ()
-        opening: str | None = None
-        if isinstance(messages, list):
-            with contextlib.suppress(KeyError, TypeError):  # ill-formed: the core refuses it
-                obligations = frozenset(history.pending_ids(messages))
-                answers = tuple(history.answer_ids(messages))
-            opening = history.opening(value)
-        return cls(body, decoded, obligations, answers, opening)
 
 
 #: The most characters a log field keeps (a client's model name, say): a longer one is cut,

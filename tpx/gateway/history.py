@@ -23,6 +23,8 @@ from tpx.transport.translate.ids import CALLER_ID_PREFIX, decode_caller_id, veri
 
 __all__ = [
     "Refusal",
+    "answer_ids",
+    "asked",
     "last_turns",
     "opening",
     "pairing_problem",
@@ -133,6 +135,24 @@ def pending_ids(messages: list[Any]) -> list[str]:
     """The tool_use ids of the last assistant turn (the run of assistant messages before
     the last user turn), in order."""
     assistant, _, _ = last_turns(messages)
+    return _tool_uses(messages, assistant)
+
+
+def answer_ids(messages: list[Any]) -> list[str]:
+    """The ``tool_use_id`` of every ``tool_result`` of the last user turn, in order, repeats
+    kept (what the client answered; ill-formed blocks skipped: validation refuses them)."""
+    _, start, end = last_turns(messages)
+    return _tool_results(messages, start, end)
+
+
+def asked(messages: list[Any]) -> tuple[list[str], list[str]]:
+    """``(pending_ids(messages), answer_ids(messages))``, the last turns found once."""
+    assistant, start, end = last_turns(messages)
+    return _tool_uses(messages, assistant), _tool_results(messages, start, end)
+
+
+def _tool_uses(messages: list[Any], assistant: int | None) -> list[str]:
+    """The tool_use ids of the assistant turn ending at *assistant*, in order."""
     if assistant is None:
         return []
     first = assistant
@@ -146,17 +166,15 @@ def pending_ids(messages: list[Any]) -> list[str]:
     ]
 
 
-def answer_ids(messages: list[Any]) -> list[str]:
-    """The ``tool_use_id`` of every ``tool_result`` of the last user turn, in order, repeats
-    kept (what the client answered; ill-formed blocks skipped: validation refuses them)."""
-    _, start, end = last_turns(messages)
+def _tool_results(messages: list[Any], start: int, end: int) -> list[str]:
+    """The ``tool_use_id`` of every well-formed ``tool_result`` of ``messages[start:end]``."""
     return [
         block["tool_use_id"]
         for message in messages[start:end]
         for block in _blocks(message)
-        if isinstance(block, Mapping)
+        if (type(block) is dict or isinstance(block, Mapping))
         and block.get("type") == "tool_result"
-        and isinstance(block.get("tool_use_id"), str)
+        and type(block.get("tool_use_id")) is str
     ]
 
 
@@ -263,8 +281,13 @@ def opening(body: Mapping[str, Any]) -> str:
     names conversations within one gateway process only, which is all the monitor keeps."""
     messages = body.get("messages")
     first = messages[0] if isinstance(messages, list) and messages else None
-    parts = (
-        tuple(_texts(body.get("system"))),
-        tuple(_texts(first.get("content") if isinstance(first, dict) else None)),
-    )
-    return format(hash(parts) & 0xFFFF_FFFF_FFFF_FFFF, "016x")
+    system = body.get("system")
+    content = first.get("content") if isinstance(first, dict) else None
+    if type(content) is str and (system is None or type(system) is str):  # _texts, inline
+        parts: tuple[tuple[str, ...], tuple[str, ...]] = (
+            () if system is None else (system,),
+            (content,),
+        )
+    else:
+        parts = (tuple(_texts(system)), tuple(_texts(content)))
+    return f"{hash(parts) & 0xFFFF_FFFF_FFFF_FFFF:016x}"

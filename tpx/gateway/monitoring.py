@@ -61,6 +61,8 @@ from tpx.transport.translate.ids import verify_signed_id, wire_id
 __all__ = ["LiveMonitor", "SpecViolationError"]
 
 logger = logging.getLogger("tpx.gateway")
+#: The tool_result ids of a request's last user turn, or what reads them (when it is refused).
+Answers = tuple[str, ...] | Callable[[], tuple[str, ...]]
 
 
 class SpecViolationError(ModelError):
@@ -150,7 +152,7 @@ class LiveMonitor:
         #: requests whose client left while their exchange was in flight (Turn.abandon)
         self._gone: set[str] = set()
         #: each live request's obligations and answers, read from the client's bytes
-        self._asked: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {}
+        self._asked: dict[str, tuple[frozenset[str], Answers]] = {}
         self.violations = Counter(
             "tpx_gateway_monitor_violations",
             "Steps the gateway monitor stopped (the spec does not allow them), by property",
@@ -193,7 +195,7 @@ class LiveMonitor:
         key: str,
         snapshot: ExchangeSnapshot,
         obligations: frozenset[str] | None = None,
-        answers: tuple[str, ...] | None = None,
+        answers: Answers | None = None,
         *,
         conversation: str | None = None,
     ) -> None:
@@ -206,21 +208,22 @@ class LiveMonitor:
 
         *obligations* are those of the request as the client sent it, read at the
         gateway's boundary (``None``: take the exchange's ``pending``), *answers* the
-        tool_result ids of its last user turn: with both, a refusal of the request is
+        tool_result ids of its last user turn (or what reads them from the request's bytes,
+        called only if the request is refused): with both, a refusal of the request is
         checked to refuse a wrong one (RefusesOnlyWrong). The exchange's own
         state is checked first; when its ``pending`` is not the client's (compared on the
         wire side), the conversation resumes with the client's, the spec's ``pending``, so
         an exchange that lost some is stopped at its next step (a ``CallerSend`` without
         their tool_results)."""
+        monitor = self.monitor
         with self._lock:  # _check, inline
             if conversation is not None:
-                self.monitor.joins(key, conversation)
-            violation = self.monitor.observe_exchange(key, "Resume", snapshot)
+                monitor.joins(key, conversation)
+            violation = monitor.observe_exchange(key, "Resume", snapshot)
+            if violation is None and obligations is not None and answers is not None:
+                self._asked[key] = (obligations, answers)  # judged only if refused
         if violation is not None:
             self._stopped(key, violation)
-        if obligations is not None and answers is not None:
-            with self._lock:  # judged only if refused (rare): no cost on the way through
-                self._asked[key] = (obligations, answers)
         pending = snapshot.pending
         if (
             obligations is not None
@@ -279,7 +282,10 @@ class LiveMonitor:
         asked = self._asked.pop(key, None)
         if asked is None:
             return None
-        return self.monitor.refuses(key, request_kind(*asked, self._verifies))
+        obligations, answers = asked
+        if callable(answers):
+            answers = answers()
+        return self.monitor.refuses(key, request_kind(obligations, answers, self._verifies))
 
     def preflight_refused(
         self, key: str, snapshot: ExchangeSnapshot, *, input_tokens: int, maximum: int
@@ -324,13 +330,9 @@ class LiveMonitor:
         """:meth:`attempt`, :meth:`accept` and, for a stream that begins, :meth:`first_byte`
         at once (one lock): request *key* went to *upstream*, which answered it."""
         with self._lock:
-            attempts = self.attempts
-            action, failure = "NewRequest", attempts.send(key, upstream)
-            if failure is None:
-                action, failure = "UpstreamAccept", attempts.accept(key)
-            if failure is None and stream:
-                action, failure = "FirstByte", attempts.first_byte(key)
-        self._attempt_step(key, action, failure)
+            action, failure = self.attempts.answered(key, upstream, first_byte=stream)
+        if failure is not None:
+            self._attempt_step(key, action, failure)
 
     def accept(self, key: str) -> None:
         """The current attempt of request *key* wrote a byte of the request to its upstream
@@ -386,17 +388,15 @@ class LiveMonitor:
 
     def close(self, key: str) -> None:
         """The exchange ended: forget the conversation; write its trace (``--trace-dir``)."""
-        if self.trace_dir is None:
-            with self._lock:
-                self._gone.discard(key)
-                self._asked.pop(key, None)
-                self.attempts.close(key)
-                self.monitor.forget(key)
-            return
         with self._lock:
-            self._gone.discard(key)
-            self._asked.pop(key, None)
+            if self._gone:
+                self._gone.discard(key)
+            if self._asked:
+                self._asked.pop(key, None)
             self.attempts.close(key)
+            if self.trace_dir is None:
+                self.monitor.forget(key)
+                return
             trace = self.monitor.close(key)
         if trace:
             write_trace(self.trace_dir / trace_file_name(key), trace)

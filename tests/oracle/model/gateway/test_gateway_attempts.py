@@ -183,3 +183,29 @@ def test_attempts_are_bounded() -> None:
     failure = m.resend("r")
     assert failure is not None
     assert failure[0] == "Next"
+
+
+@pytest.mark.parametrize("first_byte", [False, True])
+def test_an_answered_request_takes_the_steps_one_by_one_would(first_byte: bool) -> None:
+    """``answered`` (send, accept, first byte at once; remembered per healthy upstream) ends
+    in the state and trace the steps taken one by one reach, the second time too, and is
+    stopped at an unhealthy upstream as ``send`` is."""
+    one, many = A.AttemptMonitor(), A.AttemptMonitor()
+    for key in ("r1", "r2"):
+        assert one.send(key, "u") is None
+        assert one.accept(key) is None
+        if first_byte:
+            assert one.first_byte(key) is None
+        last = "FirstByte" if first_byte else "UpstreamAccept"
+        assert many.answered(key, "u", first_byte=first_byte) == (last, None)
+        assert many.state(key) == one.state(key)
+        assert many.trace(key) == one.trace(key)
+        many.close(key)
+        one.close(key)
+    assert many.answered("r3", "v", first_byte=first_byte) == (last, None)
+    assert many.accept("r3") is not None  # answered reached it already: stopped
+    many.health.update(u=False)  # u cools down, v is healthy: u is no route
+    action, failure = many.answered("r4", "u", first_byte=first_byte)
+    assert action == "NewRequest"
+    assert failure == ("Next", "NewRequest is not enabled in " + A._show(A.INIT))
+    assert many.state("r4") == A.INIT

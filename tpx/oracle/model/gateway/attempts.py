@@ -136,6 +136,8 @@ INVARIANTS: tuple[tuple[str, Callable[[Attempts], bool]], ...] = (
 
 #: A failed check: the property and why.
 Failure = tuple[str, str]
+#: The last step :meth:`AttemptMonitor.answered` took and its failure.
+Answered = tuple[str, Failure | None]
 
 
 class AttemptMonitor:
@@ -152,6 +154,8 @@ class AttemptMonitor:
         self.health: dict[Hashable, bool] = {}
         self._live: dict[Hashable, Attempts] = {}
         self._steps: dict[Hashable, list[tuple[str, Attempts]]] = {}
+        #: the steps :meth:`answered` took from a healthy upstream, by upstream
+        self._answered: dict[tuple[Hashable, bool], tuple[tuple[str, Attempts], ...]] = {}
 
     def state(self, key: Hashable) -> Attempts:
         return self._live.get(key, INIT)
@@ -190,6 +194,29 @@ class AttemptMonitor:
         self._steps.pop(key, None)
         s = INIT
         return self._take(key, "NewRequest", s, NewRequest(s, upstream, self.health))
+
+    def answered(self, key: Hashable, upstream: Hashable, *, first_byte: bool) -> Answered:
+        """:meth:`send`, :meth:`accept` and, with *first_byte*, :meth:`first_byte` at once (a
+        request whose upstream answered it): the last step taken and its failure, if any.
+
+        With *upstream* healthy the three steps are a function of *upstream* alone (its
+        NewRequest is ``<<u, 1, FALSE, 0, 0>>`` whatever the other upstreams' health), so
+        the steps checked the first time are remembered and taken again as they are."""
+        memo = (upstream, first_byte)
+        if self.health.get(upstream) is True:
+            steps = self._answered.get(memo)
+            if steps is not None:
+                self._live[key] = steps[-1][1]
+                self._steps[key] = [*steps]
+                return steps[-1][0], None
+        action, failure = "NewRequest", self.send(key, upstream)
+        if failure is None:
+            action, failure = "UpstreamAccept", self.accept(key)
+        if failure is None and first_byte:
+            action, failure = "FirstByte", self.first_byte(key)
+        if failure is None and self.health.get(upstream) is True:
+            self._answered[memo] = tuple(self._steps[key])
+        return action, failure
 
     def accept(self, key: Hashable) -> Failure | None:
         """The request's bytes reached its upstream (UpstreamAccept)."""

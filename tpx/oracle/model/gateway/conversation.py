@@ -187,14 +187,14 @@ def CallerSend(s: ConvState, g: Context) -> ConvState | None:
         and InFlight(s, g) < g.MaxInFlight
         and g.verifies
     ):
-        return EXCEPT(
-            s,
-            reqIds=s.pending,
-            wireShape=NativeShape(s.provider),
-            wireIds=s.pending,
-            phase="req",
-            retryable=False,
-        )
+        k, t, p, turn, _, pending, _, _, _, emitted, got, last, _ = s
+        shape = "openai" if p == "TPX" else "messages"  # NativeShape(provider)
+        # EXCEPT(s, reqIds=pending, wireShape=shape, wireIds=pending, phase="req",
+        # retryable=FALSE), as one tuple (the monitor's every step)
+        return _new(
+            ConvState, (k, t, p, turn, "req", pending, pending, shape, pending, emitted, got,
+                        last, False)
+        )  # fmt: skip
     return None
 
 
@@ -225,7 +225,13 @@ def ProviderReply(s: ConvState, g: Context, ids: Ids) -> ConvState | None:
     """ProviderReply(c) with the witness ``ids`` of ``\\E ids \\in SUBSET Ids(c)`` (the ids
     the provider really emitted; any ids of the conversation's own are a subset of Ids(c))."""
     if s.phase == "req":
-        return EXCEPT(s, emitted=ids, wireIds=ids, wireShape=NativeShape(s.provider), phase="resp")
+        k, t, p, turn, _, pending, req, _, _, _, got, last, retryable = s
+        shape = "openai" if p == "TPX" else "messages"  # NativeShape(provider)
+        # EXCEPT(s, emitted=ids, wireIds=ids, wireShape=shape, phase="resp"), as one tuple
+        return _new(
+            ConvState, (k, t, p, turn, "resp", pending, req, shape, ids, ids, got, last,
+                        retryable)
+        )  # fmt: skip
     return None
 
 
@@ -268,14 +274,14 @@ def Retry(s: ConvState, g: Context) -> ConvState | None:
 
 def Deliver(s: ConvState, g: Context) -> ConvState | None:
     if s.phase == "resp":
-        return EXCEPT(
-            s,
-            gotShape="messages" if s.wireShape == "openai" else s.wireShape,
-            pending=s.wireIds,
-            lastOutcome="ok",
-            phase="idle",
-            turn=s.turn + 1,
-        )
+        k, t, p, turn, _, _, req, shape, wire, emitted, _, _, retryable = s
+        got = "messages" if shape == "openai" else shape
+        # EXCEPT(s, gotShape=got, pending=wireIds, lastOutcome="ok", phase="idle",
+        # turn=turn + 1), as one tuple
+        return _new(
+            ConvState, (k, t, p, turn + 1, "idle", wire, req, shape, wire, emitted, got, "ok",
+                        retryable)
+        )  # fmt: skip
     return None
 
 

@@ -77,7 +77,6 @@ graphs (each step, each step with one variable broken, a new conversation resumi
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
@@ -132,6 +131,7 @@ _REQUIRED = (*CONVERSATION_VARS, "provider")
 _ID_VARS = ("pending", "reqIds", "wireIds", "emitted")
 _STARTS = ("Init", "Resume")
 _NONE: frozenset[str] = frozenset()
+_NO_KEYS: frozenset[Hashable] = frozenset()
 _ACTION_NAMES = frozenset({*ACTIONS, "ProviderReply"})
 #: The invariants evaluated on a state that is the spec's successor of a checked one.
 _NOT_LOCAL = tuple((name, inv) for name, inv in INVARIANTS if name not in LOCAL)
@@ -330,7 +330,11 @@ class GatewayMonitor:
         still no other conversation's (spec/TpxGatewayOverlap.tla, ForkNoCrossPairing).
         Forgotten with the exchange."""
         self._of[exchange] = conversation
-        self._members.setdefault(conversation, set()).add(exchange)
+        members = self._members.get(conversation)
+        if members is None:
+            self._members[conversation] = {exchange}
+        else:
+            members.add(exchange)
 
     def _conversation(self, exchange: Hashable) -> Hashable:
         """The conversation of an exchange key (:meth:`joins`; else the key itself)."""
@@ -350,12 +354,14 @@ class GatewayMonitor:
     def forget(self, conversation: Hashable) -> None:
         """:meth:`close` without building the trace."""
         live = self._live.pop(conversation, None)
-        siblings: set[Hashable] = set()
+        siblings: AbstractSet[Hashable] = _NO_KEYS
         whole = self._of.pop(conversation, None)
         if whole is not None:
-            siblings = self._members[whole]
-            siblings.discard(conversation)
-            if not siblings:
+            members = self._members[whole]
+            members.discard(conversation)
+            if members:
+                siblings = members
+            else:
                 del self._members[whole]
         if live is None:
             return
@@ -365,7 +371,11 @@ class GatewayMonitor:
         for name in live.owned:
             if owner.get(name) == conversation:
                 # a sibling exchange holding it keeps it its conversation's
-                heir = next((k for k in siblings if name in self._held_by(k)), None)
+                heir = (
+                    next((k for k in siblings if name in self._held_by(k)), None)
+                    if siblings
+                    else None
+                )
                 if heir is None:
                     del owner[name]
                 else:
@@ -606,14 +616,16 @@ class GatewayMonitor:
         reads = self._caller_reads if caller_side else self._wire_reads
         immutable = type(raw) is frozenset or type(raw) is tuple
         if immutable:
-            with contextlib.suppress(TypeError):  # unhashable: ids() refuses it
+            try:
                 hit = reads.get(raw)
-                if hit is not None:
-                    return hit
+            except TypeError:  # unhashable: ids() refuses it
+                hit = None
+            if hit is not None:
+                return hit
         to_wire = self._to_wire
         value = ids(raw, name, repeats=to_wire is not None and not caller_side)
         held: frozenset[str] = _NONE
-        if to_wire is not None and caller_side:
+        if to_wire is not None and caller_side and value:
             held = frozenset(value)
             value = idset([*map(to_wire, value)])
         if immutable:  # every id a string, or none: hashable
@@ -725,26 +737,35 @@ class GatewayMonitor:
             r = caller.get(raw) or self._read(raw, "reqIds", True)
             raw = snapshot.wire_list or snapshot.wire_ids
             w = wire.get(raw) or self._read(raw, "wireIds", False)
-            # the snapshot as _of_exchange reads it, but for what no exchange reports: the
+            seen, provider = self._provider_seen  # _provider_name, inline
+            if snapshot.provider is not seen:
+                provider = self._provider_name(snapshot)
+            turn = snapshot.turn
+            # the snapshot as _of_exchange reads it (_state_of, as a plain tuple: equal to
+            # the ConvState of the same values), but for what no exchange reports: the
             # selection's credentials and ``retryable`` (the successor's)
-            observed = _state_of(
-                snapshot,
-                expected.hasKey,
-                expected.hasToken,
-                self._provider_name(snapshot),
-                p,
-                r,
-                w,
-                e,
-                expected.retryable,
+            observed: tuple[Any, ...] = (
+                expected[0],
+                expected[1],
+                provider,
+                turn,
+                snapshot.phase,
+                p[0],
+                r[0],
+                snapshot.wire_shape,
+                w[0],
+                e[0],
+                snapshot.got_shape,
+                snapshot.last_outcome,
+                expected[12],
             )
         except (AttributeError, TypeError, BadSnapshot):
             return False
         if (
             observed != expected  # variable by variable (provider: the boot's selection)
-            or type(observed.turn) is not int  # Same: the other numbers are s's
+            or type(turn) is not int  # Same: the other numbers are s's
             # BoundedInv(expected, g), inline: turn <= MaxTurns /\ InFlight <= MaxInFlight
-            or expected.turn > g.MaxTurns
+            or turn > g.MaxTurns
             or g.others_in_flight + (expected.phase != "idle") > g.MaxInFlight
         ):
             return False
