@@ -146,8 +146,18 @@ $(CCR):
 	npm install --prefix .cache/ccr --no-audit --no-fund --loglevel=error \
 	  @musistudio/claude-code-router@$(CCR_VERSION)
 
-.PHONY: audit-peers
-audit-peers: $(STAMP) $(CCR)
+## Debian's Chromium, which shows the audit reports offline (`make audit-peers`); installed
+## like graphviz above; without it the reports are checked as the files are written.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; \
+	  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO=sudo; \
+	  else echo "chromium is missing and cannot be installed without root: run 'sudo apt-get install chromium'; the reports are checked as written until then"; exit 0; fi; \
+	  echo "installing chromium"; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
+.PHONY: audit-peers chromium
+audit-peers: $(STAMP) $(CCR) chromium
 	nice -n 5 $(PY) -m conformance.audit_peers
 
 lint: $(STAMP)
