@@ -118,7 +118,11 @@ class FailoverGateway:
 
 async def metrics(http: httpx2.AsyncClient, gw: FailoverGateway) -> dict[tuple[str, str], float]:
     """``/metrics`` as (name, labels) -> value (labels rendered, sorted)."""
-    text = (await http.get(gw.url + "/metrics")).text
+    return samples_of((await http.get(gw.url + "/metrics")).text)
+
+
+def samples_of(text: str) -> dict[tuple[str, str], float]:
+    """A ``/metrics`` page's text as (name, labels) -> value (labels rendered, sorted)."""
     out: dict[tuple[str, str], float] = {}
     for line in text.splitlines():
         if line.startswith("#"):

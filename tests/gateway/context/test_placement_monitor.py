@@ -21,6 +21,7 @@ import httpx2
 import orjson
 import pytest
 
+from conformance.failover_gateway import samples_of, violations
 from conformance.pool_bugs import POOL_BUGS
 from tpx.gateway.asgi import GatewayApp, create_app
 from tpx.gateway.settings import load_settings
@@ -38,7 +39,6 @@ from .test_upstreams_tokenizer import (
 )
 
 BUG = {bug.name: bug for bug in POOL_BUGS}
-VIOLATIONS = "tpx_gateway_monitor_violations_total"
 
 
 @contextlib.contextmanager
@@ -65,16 +65,9 @@ def _monitored(
             yield url, app
 
 
-def _violations(url: str) -> dict[str, float]:
+def _violations(url: str) -> dict[str, int]:
     """The monitor's violations by property (``/metrics``)."""
-    text = httpx2.get(f"{url}/metrics", timeout=GUARD).text
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith(VIOLATIONS + "{"):
-            labels, _, value = line.rpartition(" ")
-            prop = labels.split('property="', 1)[1].split('"', 1)[0]
-            out[prop] = out.get(prop, 0.0) + float(value)
-    return {p: v for p, v in out.items() if v}
+    return violations(samples_of(httpx2.get(f"{url}/metrics", timeout=GUARD).text))
 
 
 def _stream(url: str, body: dict[str, Any]) -> tuple[int, bytes]:
