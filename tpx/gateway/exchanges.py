@@ -47,6 +47,7 @@ from tpx.transport.exchange import ExchangeSnapshot, Provider
 
 if TYPE_CHECKING:
     from tpx.gateway.redaction import Secrets
+    from tpx.transport.translate.profiles import Profile
 
 __all__ = ["SLOT", "Exchanges", "Read", "Sent"]
 
@@ -323,14 +324,14 @@ class Exchanges:
 
     def _framing(
         self, upstream: UpstreamConfig, requested: str | None
-    ) -> tuple[str | None, tuple[str | None, str, str], dict[str, Any]]:
+    ) -> tuple[str | None, tuple[str | None, Profile, str], dict[str, Any]]:
         """How a request for model *requested* is framed for *upstream*: the model it names
         there, what :attr:`Routed.framed` records, and what its exchange translates with
         (the upstream's profile, the thinking signer of its family)."""
         model = upstream.model_for(requested)
         signer = family_signer(self.settings.signer, upstream.family)
         translation = {"profile": upstream.profile, "thinking_secret": signer}
-        return model, (model, upstream.profile.name, upstream.family), translation
+        return model, (model, upstream.profile, upstream.family), translation
 
     def _model_route(self, model: str) -> ModelRoute | None:
         """The ``[[models]]`` route of a requested *model* (a ``claude-tpx-...`` alias's own)."""

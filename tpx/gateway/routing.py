@@ -372,7 +372,11 @@ def _credential(
 
 
 def _upstream(
-    i: int, entry: Any, environ: Mapping[str, str], fallback: Credential | None
+    i: int,
+    entry: Any,
+    environ: Mapping[str, str],
+    fallback: Credential | None,
+    drop_billing_header: bool = True,
 ) -> UpstreamConfig:
     where = f"upstreams[{i}]"
     if not isinstance(entry, Mapping):
@@ -390,6 +394,10 @@ def _upstream(
     window = _positive(_field(entry, "context_window", int, where), f"{where}.context_window")
     family = _field(entry, "family", str, where) or (models[0] if models else name)
     profile = get_profile(_field(entry, "profile", str, where))
+    drop = _field(entry, "drop_billing_header", bool, where)
+    drop = drop_billing_header if drop is None else drop
+    if drop != profile.drop_billing_header:
+        profile = attrs.evolve(profile, drop_billing_header=drop)
     timeout = _field(entry, "tokenizer_timeout", (int, float), where)
     size = _field(entry, "tokenizer_bytes", int, where)
     return UpstreamConfig(
@@ -497,9 +505,11 @@ def parse_routing(
     data: Mapping[str, Any],
     environ: Mapping[str, str] | None = None,
     fallback: Credential | None = None,
+    drop_billing_header: bool = True,
 ) -> Routing | None:
     """The routing of a parsed config file (``None``: it has no ``[[upstreams]]``).
-    *fallback*: the credential of an upstream that names none (the gateway's own)."""
+    *fallback*: the credential of an upstream that names none (the gateway's own);
+    *drop_billing_header*: an upstream's when its entry does not say (``[context]``'s)."""
     environ = os.environ if environ is None else environ
     raw = data.get("upstreams")
     if raw is None:
@@ -508,7 +518,9 @@ def parse_routing(
         return None
     if not isinstance(raw, list) or not raw:
         raise ConfigurationError("config file: [[upstreams]] must be a non-empty array of tables")
-    upstreams = [_upstream(i, entry, environ, fallback) for i, entry in enumerate(raw)]
+    upstreams = [
+        _upstream(i, entry, environ, fallback, drop_billing_header) for i, entry in enumerate(raw)
+    ]
     names = [u.name for u in upstreams]
     if len(set(names)) != len(names):
         raise ConfigurationError("config file: two [[upstreams]] have the same name")
@@ -528,4 +540,4 @@ class Routed:
     body: Mapping[str, Any]
     requested: str | None
     upstream: str
-    framed: tuple[str | None, str, str]  #: (model, profile, family) of the current framing
+    framed: tuple[str | None, Profile, str]  #: (model, profile, family) of the current framing

@@ -60,6 +60,7 @@ TOML file (every key optional)::
     [context]                     # the context-window contract (tpx.gateway.context.config)
     window = 32768                # the window of [upstream] model / TPX_MODEL
     rewrite_errors = true         # upstream context errors in the Messages wording
+    drop_billing_header = true    # Claude Code's billing-header system block not sent upstream
 
     [[upstreams]], [[routes]], [routing]: many OpenAI-compatible upstreams, per-request
     routes, failover and balancing (tpx.gateway.routing, tpx.gateway.dispatch)
@@ -339,7 +340,8 @@ def load_settings(
     )
     if credential is None and config.secret is not None:
         credential = Credential(config.secret.value)
-    routing = parse_routing(data, environ, credential)
+    context = context_config(data)
+    routing = parse_routing(data, environ, credential, context.drop_billing_header)
     if routing is not None and config.provider is not Provider.TPX:
         raise ConfigurationError(
             "config file: [[upstreams]] are OpenAI-compatible (TPX) deployments; set "
@@ -351,6 +353,8 @@ def load_settings(
     file_profile = _typed(upstream, "profile", str, "upstream")
     env_profile = (environ.get("TPX_PROFILE") or "").strip() or None
     chosen = get_profile(profile or env_profile or file_profile)
+    if chosen.drop_billing_header != context.drop_billing_header:
+        chosen = attrs.evolve(chosen, drop_billing_header=context.drop_billing_header)
     thinking_secret = (environ.get("TPX_THINKING_SECRET") or "").strip() or None
     id_keys = [key.encode() for key in split_secret(environ.get("TPX_GATEWAY_SECRET") or "")]
     secret = id_keys[0] if id_keys else secrets.token_bytes(32)
@@ -380,7 +384,7 @@ def load_settings(
         previous_secrets=tuple(id_keys[1:]),
         metrics_auth=metrics_auth or file_metrics_auth,
         routing=routing,
-        context=context_config(data),
+        context=context,
     )
 
 

@@ -204,7 +204,7 @@ class Turn:
         self._log["upstream"] = upstream.name
         if model is not None:
             self._log["upstream_model"] = model
-        key = (model, upstream.profile.name, upstream.family)
+        key = (model, upstream.profile, upstream.family)
         if key == routed.framed and not again:
             return
         signer = family_signer(self.gateway.settings.signer, upstream.family)

@@ -15,6 +15,8 @@
                             # endpoint (vLLM, SGLang, llama.cpp: tpx.gateway.context.tokenizer)
     tokenizer_timeout = 2.0 # seconds it may take (then the estimate counts)
     tokenizer_bytes = 4194304  # the largest reply read from it (then the estimate counts)
+    drop_billing_header = true  # Claude Code's x-anthropic-billing-header system block is
+                            # not sent upstream (false: it is; [[upstreams]] may say per entry)
 
 ``[[models]]`` entries take ``context_window`` too (the window of that entry's model).
 """
@@ -45,6 +47,7 @@ class ContextConfig:
     tokenizer: bool = False
     tokenizer_timeout: float = 2.0
     tokenizer_bytes: int = 4 << 20
+    drop_billing_header: bool = True
 
 
 _KINDS: Mapping[str, type | tuple[type, ...]] = {
@@ -59,6 +62,7 @@ _KINDS: Mapping[str, type | tuple[type, ...]] = {
     "tokenizer": bool,
     "tokenizer_timeout": (int, float),
     "tokenizer_bytes": int,
+    "drop_billing_header": bool,
 }
 
 
