@@ -91,6 +91,7 @@ mutate: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m pytest benchmarks -m "" -p no:xdist --benchmark-only -q
 	$(PY) -m benchmarks.routing_cost
+	$(PY) -m benchmarks.context_counts
 	$(MAKE) bench-gateway
 
 ## The gateway's added latency vs the upstream called directly and vs LiteLLM's proxy, side by side

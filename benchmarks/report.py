@@ -8,9 +8,11 @@ rows to a :class:`Rows`), which replaces what stands between the section's two m
     <!-- /bench:NAME -->
 
 The section says the command that measured it, the date (UTC) and the machine (OS, CPU
-model, cores, Python, load average), then the table. ``TPX_BENCH_DOC`` names another file
-to write to; set to the empty string, nothing is written. A missing or doubled marker is an
-error (:class:`ReportError`), never a silent skip: the section names are :data:`SECTIONS`.
+model, cores, Python, load average), then the table. A few sections live in another
+document (:data:`HOMES`: the token estimate's figures in docs/context.md and README.md).
+``TPX_BENCH_DOC`` names another file to write to; set to the empty string, nothing is
+written. A missing or doubled marker is an error (:class:`ReportError`), never a silent
+skip: the section names are :data:`SECTIONS`.
 """
 
 from __future__ import annotations
@@ -35,7 +37,15 @@ SECTIONS = (
     "gateway",
     "routing",
     "monitor-gateway",
+    "context-counts",
+    "context-summary",
 )
+
+#: The sections that live in another document than :data:`DOC` (by default).
+HOMES = {
+    "context-counts": ROOT / "docs" / "context.md",
+    "context-summary": ROOT / "README.md",
+}
 
 
 class ReportError(Exception):
@@ -98,13 +108,14 @@ def render(
     return "\n".join(parts)
 
 
-def target(doc: Path | None = None) -> Path | None:
-    """Where sections go: *doc*, else ``$TPX_BENCH_DOC`` (empty: nowhere), else DOC."""
+def target(doc: Path | None = None, name: str | None = None) -> Path | None:
+    """Where sections go: *doc*, else ``$TPX_BENCH_DOC`` (empty: nowhere), else section
+    *name*'s home (:data:`HOMES`, else DOC)."""
     if doc is not None:
         return doc
     chosen = os.environ.get(ENV)
     if chosen is None:
-        return DOC
+        return HOMES.get(name or "", DOC)
     return Path(chosen) if chosen else None
 
 
@@ -133,7 +144,7 @@ def write_section(
     """Write section *name* into the document; returns its path (``None``: not written)."""
     if name not in SECTIONS:
         raise ReportError(f"unknown section {name!r} (known: {', '.join(SECTIONS)})")
-    path = target(doc)
+    path = target(doc, name)
     if path is None:
         return None
     body = render(command, table, notes=notes, when=when, host=host)

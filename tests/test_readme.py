@@ -465,10 +465,21 @@ def test_the_quick_start_with_the_scripted_upstream(tmp_path: Path) -> None:
 
 
 def test_performance_doc_has_one_place_per_benchmark_table() -> None:
-    text = (ROOT / "docs" / "performance.md").read_text()
-    opened = re.findall(r"<!-- bench:([\w-]+) -->", text)
-    closed = re.findall(r"<!-- /bench:([\w-]+) -->", text)
-    assert sorted(opened) == sorted(closed) == sorted(report.SECTIONS)
+    homes = {name: report.HOMES.get(name, report.DOC) for name in report.SECTIONS}
+    for doc in {report.DOC, *report.HOMES.values()}:
+        text = doc.read_text()
+        opened = re.findall(r"<!-- bench:([\w-]+) -->", text)
+        closed = re.findall(r"<!-- /bench:([\w-]+) -->", text)
+        assert sorted(opened) == sorted(closed) == sorted(n for n, d in homes.items() if d == doc)
+
+
+def test_a_section_goes_to_its_home_document(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(report.ENV, raising=False)
+    assert report.target(None, "context-counts") == ROOT / "docs" / "context.md"
+    assert report.target(None, "context-summary") == ROOT / "README.md"
+    assert report.target(None, "routing") == report.DOC
+    monkeypatch.setenv(report.ENV, "")
+    assert report.target(None, "context-counts") is None
 
 
 def test_a_table_replaces_only_its_section(tmp_path: Path) -> None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpx.gateway.context.counting import estimate_tokens
+from tpx.gateway.context.counting import ALLOWANCE, MARGIN, estimate_tokens
 from tpx.gateway.context.preflight import SLACK, may_overflow, preflight
 
 
@@ -64,8 +65,10 @@ def test_what_is_sent_always_fits_and_a_refusal_says_n_greater_than_m(
 def test_only_a_body_near_its_window_is_counted() -> None:
     assert not may_overflow(50_000, 32_000, 200_000)
     assert may_overflow(50_000, 32_000, 32_768)
-    assert may_overflow(100_000, 0, 110_000 + SLACK - 1)
-    assert not may_overflow(100_000, 0, 110_000 + SLACK)
+    edge = 120_000 + ALLOWANCE + SLACK
+    assert may_overflow(100_000, 0, edge - 1)
+    assert not may_overflow(100_000, 0, edge)
+    assert not may_overflow(100_000, 0, edge - 5000, margin=1.1)
 
 
 @settings(deadline=None)  # the first example loads the tokenizer
@@ -73,6 +76,6 @@ def test_only_a_body_near_its_window_is_counted() -> None:
 def test_a_body_the_size_test_passes_never_counts_over_its_window(text: str) -> None:
     body = {"messages": [{"role": "user", "content": text}]}
     size = len(orjson.dumps(body))
-    window = size * 11 // 10 + SLACK
+    window = math.ceil(size * MARGIN) + ALLOWANCE + SLACK
     assert not may_overflow(size, 0, window)
     assert estimate_tokens(body) <= window

@@ -15,6 +15,8 @@
                             # endpoint (vLLM, SGLang, llama.cpp: tpx.gateway.context.tokenizer)
     tokenizer_timeout = 2.0 # seconds it may take (then the estimate counts)
     tokenizer_bytes = 4194304  # the largest reply read from it (then the estimate counts)
+    estimate_margin = 1.2   # the estimate's factor over the cl100k count (at least 1.0;
+                            # docs/context.md has what each tokenizer needs)
     drop_billing_header = true  # Claude Code's x-anthropic-billing-header system block is
                             # not sent upstream (false: it is; [[upstreams]] may say per entry)
 
@@ -29,6 +31,7 @@ from typing import Any
 import attrs
 
 from tpx.errors import ConfigurationError
+from tpx.gateway.context.counting import MARGIN
 from tpx.gateway.context.window import DEFAULT_WINDOW
 
 __all__ = ["ContextConfig", "context_config"]
@@ -47,6 +50,7 @@ class ContextConfig:
     tokenizer: bool = False
     tokenizer_timeout: float = 2.0
     tokenizer_bytes: int = 4 << 20
+    estimate_margin: float = MARGIN
     drop_billing_header: bool = True
 
 
@@ -62,6 +66,7 @@ _KINDS: Mapping[str, type | tuple[type, ...]] = {
     "tokenizer": bool,
     "tokenizer_timeout": (int, float),
     "tokenizer_bytes": int,
+    "estimate_margin": (int, float),
     "drop_billing_header": bool,
 }
 
@@ -81,5 +86,8 @@ def context_config(data: Mapping[str, Any]) -> ContextConfig:
         value: Any = raw
         if kind is not bool and value <= 0:
             raise ConfigurationError(f"config file: context.{key} must be > 0")
-        values[key] = float(value) if key in ("refresh", "tokenizer_timeout") else value
+        if key == "estimate_margin" and value < 1:
+            raise ConfigurationError("config file: context.estimate_margin must be >= 1.0")
+        floats = ("refresh", "tokenizer_timeout", "estimate_margin")
+        values[key] = float(value) if key in floats else value
     return ContextConfig(**values)

@@ -125,7 +125,7 @@ class ContextGate:
         window = self.window_at(upstream, upstream_model, route)
         max_tokens = body.get("max_tokens")
         wanted = max_tokens if isinstance(max_tokens, int) else None
-        if not may_overflow(body_bytes, wanted, window):
+        if not may_overflow(body_bytes, wanted, window, self.config.estimate_margin):
             return None
         translated = self.translate(body, upstream_model, upstream)
         if translated is None:
@@ -219,13 +219,13 @@ class ContextGate:
             log=log,
         )
 
-    @staticmethod
-    def count(translated: Mapping[str, Any], stop_above: int | None = None) -> int:
-        """The input tokens of a translated request (count_tokens and the preflight). With
-        *stop_above*, counting stops once the count passes it."""
+    def count(self, translated: Mapping[str, Any], stop_above: int | None = None) -> int:
+        """The input tokens of a translated request (count_tokens and the preflight), the
+        estimate with the configured margin. With *stop_above*, counting stops once the count
+        passes it."""
         from tpx.gateway.context.counting import estimate_tokens
 
-        return estimate_tokens(translated, stop_above)
+        return estimate_tokens(translated, stop_above, self.config.estimate_margin)
 
     def rewrite(
         self, text: str | bytes, fallback_tokens: int | None = None, window: int | None = None

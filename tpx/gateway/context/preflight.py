@@ -15,7 +15,8 @@ against the window:
 Counting costs time (a tokenizer pass over the translated request), so :func:`may_overflow`
 tells first, from the body's size alone, whether a request can come near its window: a
 cl100k token is at least one byte of the body, the estimate is that count times its margin
-(:data:`tpx.gateway.context.counting.MARGIN`), and the translation adds at most
+(:data:`tpx.gateway.context.counting.MARGIN`, or the configured one) plus its
+:data:`~tpx.gateway.context.counting.ALLOWANCE`, and the translation adds at most
 :data:`SLACK` tokens of framing. (An image counts a flat 765 tokens: a body of many tiny
 images can pass this test and be counted by nobody; the upstream's own error, rewritten,
 covers it.)
@@ -23,8 +24,11 @@ covers it.)
 
 from __future__ import annotations
 
+import math
+
 import attrs
 
+from tpx.gateway.context.counting import ALLOWANCE, MARGIN
 from tpx.transport.translate.overflow import too_long
 
 __all__ = ["SLACK", "Verdict", "maximum_input", "may_overflow", "preflight"]
@@ -50,10 +54,13 @@ class Verdict:
         return self.refusal is not None
 
 
-def may_overflow(body_bytes: int, max_tokens: int | None, window: int) -> bool:
-    """Can a body of *body_bytes* bytes asking for *max_tokens* come near *window*?
-    ``False`` is certain (no need to count); ``True`` means count."""
-    return body_bytes * 11 // 10 + SLACK + (max_tokens or 0) > window
+def may_overflow(
+    body_bytes: int, max_tokens: int | None, window: int, margin: float = MARGIN
+) -> bool:
+    """Can a body of *body_bytes* bytes asking for *max_tokens* come near *window*, counted
+    with the estimate's *margin*? ``False`` is certain (no need to count); ``True`` means
+    count."""
+    return math.ceil(body_bytes * margin) + ALLOWANCE + SLACK + (max_tokens or 0) > window
 
 
 def maximum_input(window: int, max_tokens: int | None, min_output: int = 1024) -> int:
