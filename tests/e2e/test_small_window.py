@@ -83,7 +83,9 @@ def _record(request: dict[str, Any], tmp_path: Path) -> None:
 
 def test_the_preflight_refusal_makes_claude_code_compact_and_finish(tmp_path: Path) -> None:
     conv = f"pre{secrets.token_hex(3)}"
-    run, snap, detail = _run(tmp_path, "vllm", f"window = {WINDOW}", conv)
+    # the fake upstream counts with cl100k itself: the margin its tokenizer needs is 1.0 (with
+    # the default 1.20, Claude Code's own prompt leaves no room in a 30,000-token window)
+    run, snap, detail = _run(tmp_path, "vllm", f"window = {WINDOW}\nestimate_margin = 1.0", conv)
     assert run.returncode == 0, detail
     assert f"tpx-e2e-final {conv}" in run.stdout, detail
     task = snap["tasks"][conv]
