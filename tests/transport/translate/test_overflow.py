@@ -40,6 +40,23 @@ def test_a_servers_context_error_is_found_with_its_numbers(case: dict[str, Any])
     assert overflow_in(body, get_profile(case["profile"]).overflow).form == case["form"]  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c['profile']}-{c['form']}-{c['n']}")
+def test_every_body_says_where_its_server_builds_it(case: dict[str, Any]) -> None:
+    source = case["source"]
+    if "closed" in source:  # a hosted API with no public source: where the wording is quoted
+        assert set(source) == {"closed"}
+        assert source["closed"]
+        return
+    assert set(source) == {"repo", "commit", "path", "where"}
+    assert source["repo"].count("/") == 1
+    assert source["path"]
+    assert source["where"]
+    commit = source["commit"]
+    assert commit is None or (len(commit) == 40 and int(commit, 16) >= 0)
+    if commit is None:  # no stored snapshot of the server has it: the reason is said
+        assert "no stored snapshot" in source["where"]
+
+
 @pytest.mark.parametrize("body", NOT_ABOUT_THE_WINDOW, ids=str)
 def test_other_errors_are_not_context_errors(body: Any) -> None:
     for profile in PROFILES.values():

@@ -9,18 +9,24 @@ them. A :class:`~tpx.transport.translate.profiles.Profile` names the forms its s
 (``overflow``); :func:`overflow_in` finds one in an error body and :func:`too_long` writes the
 Messages wording.
 
-Forms (as the servers word them, late 2026):
+Forms (as the servers word them, late 2026; where each message is built in the server's own
+source is recorded beside its body in ``tests/fixtures/upstream/context_errors.json``):
 
 * OpenAI: ``code: "context_length_exceeded"``, ``This model's maximum context length is M
   tokens. However, your messages resulted in N tokens ...`` (older) or ``Your input exceeds
   the context window of this model ...`` (newer, no numbers).
 * vLLM: ``This model's maximum context length is M tokens. However, you requested N tokens
   (X in the messages, Y in the completion) ...``; newer: ``... maximum context length is M
-  tokens and your request has N input tokens ...``.
+  tokens. However, your request has N input tokens ...`` (the prompt alone), ``'max_tokens' ...
+  is too large: ... maximum context length is M tokens and your request has N input tokens
+  ...`` (with the reply), and, from its renderer, ``You passed N input tokens (or characters)
+  and requested X output tokens. However, the model's context length is only T tokens,
+  resulting in a maximum input length of M tokens ...``.
 * llama.cpp: ``type: "exceed_context_size_error"``, ``the request exceeds the available
   context size ...`` with ``n_prompt_tokens`` and ``n_ctx`` beside the message.
-* Ollama: ``prompt too long; exceeded max context length by K tokens`` or ``the input length
-  exceeds the context length``.
+* Ollama: ``the prompt is longer than the context length currently available to the model
+  ...`` (chat), ``the input length exceeds the context length`` (embeddings), and, from its
+  hosted models, ``prompt too long; exceeded max context length by K tokens``.
 * SGLang: ``The input (N tokens) is longer than the model's context length (M tokens).`` or
   ``Requested token count exceeds the model's maximum context length of M tokens. You
   requested a total of T tokens: N tokens from the input messages ...``.
@@ -77,6 +83,17 @@ FORMS: Mapping[str, OverflowForm] = {
             r"input tokens",
         ),
         _form(
+            "vllm-request-has",
+            r"maximum context length is (?P<m>\d+) tokens\.\s*However, your request has "
+            r"(?P<n>\d+) input tokens",
+        ),
+        _form(
+            "vllm-passed",
+            r"You passed (?:(?P<n>\d+) input tokens|\d+ input characters) and requested \d+ "
+            r"output tokens\.\s*However, the model's context length is only \d+ tokens, "
+            r"resulting in a maximum input length of (?P<m>\d+) tokens",
+        ),
+        _form(
             "llama.cpp-context-size",
             r"(?:exceed_context_size_error\W*)?(?:request \((?P<n>\d+) tokens\) )?"
             r"exceeds the available context size"
@@ -86,6 +103,10 @@ FORMS: Mapping[str, OverflowForm] = {
         ),
         _form("ollama-exceeded", r"prompt too long; exceeded (?:max )?context length"),
         _form("ollama-input-length", r"input length exceeds the context length"),
+        _form(
+            "ollama-prompt-longer",
+            r"prompt is longer than the context length currently available",
+        ),
         _form(
             "sglang-input-longer",
             r"input \((?P<n>\d+) tokens\) is longer than the model's context length "

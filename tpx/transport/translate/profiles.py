@@ -176,7 +176,12 @@ PROFILES: Mapping[str, Profile] = {
             "vllm",
             reasoning="enable_thinking",
             reasoning_back="reasoning_content",
-            overflow=("openai-max-context", "vllm-input-tokens"),
+            overflow=(
+                "openai-max-context",
+                "vllm-request-has",
+                "vllm-input-tokens",
+                "vllm-passed",
+            ),
         ),
         Profile(
             "sglang",
@@ -198,7 +203,7 @@ PROFILES: Mapping[str, Profile] = {
             efforts=("low", "medium", "high"),
             disable_effort="none",
             reasoning_back="reasoning",
-            overflow=("ollama-exceeded", "ollama-input-length"),
+            overflow=("ollama-prompt-longer", "ollama-exceeded", "ollama-input-length"),
         ),
         Profile(
             "deepseek",
