@@ -1,13 +1,14 @@
 """A fake OpenAI-compatible upstream with a small context window (plain ASGI).
 
     python -m tests.e2e.fake_window [--port 0] [--token T] --window N [--profile vllm|llama.cpp]
-                                    [--steps K] [--lines L]
+                                    [--form NAME] [--steps K] [--lines L]
 
 prints ``FAKE_OPENAI_PORT=<port>``, then serves ``POST /v1/chat/completions`` (streaming or not)
 and ``GET /_ledger``. Every request's tokens are counted (tiktoken ``cl100k_base``, tpx's own
 framing: :func:`tpx.gateway.tokens.count_openai_request`); one above ``--window`` is answered
-with the context error the ``--profile`` server sends (HTTP 400, as vLLM or llama.cpp word it),
-streamed or not, and nothing else.
+with the context error the ``--profile`` server sends (HTTP 400, as vLLM or llama.cpp word it;
+with ``--form``, that form's body of ``tests/fixtures/upstream/context_errors.json``, its
+example numbers made the request's tokens and the window), streamed or not, and nothing else.
 
 The task, per conversation (``[conv:ID]`` in the user text): ``--steps`` Bash calls, each
 printing ``--lines`` numbered lines (a few thousand tokens of tool output, so the history
@@ -21,8 +22,10 @@ ledger keeps the first such request as it arrived (``compaction_request``).
 from __future__ import annotations
 
 import argparse
+import re
 import socket
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -44,6 +47,23 @@ from tpx.gateway.tokens import count_openai_request
 
 #: How a request asking for a summary of the conversation (a compaction) reads.
 COMPACTION_MARKERS = ("detailed summary of the conversation", "summary of the conversation so far")
+
+
+#: The context errors as each server builds them (each with where its source builds it).
+ERRORS = Path(__file__).resolve().parents[1] / "fixtures" / "upstream" / "context_errors.json"
+
+
+def fixture_body(profile: str, form: str, tokens: int, window: int) -> tuple[int, JSON]:
+    """The status and body of the fixture's first *profile* case of *form*, its example prompt
+    tokens and maximum (``n`` and ``m``, where it says them) replaced by *tokens* and
+    *window*."""
+    cases = orjson.loads(ERRORS.read_bytes())["cases"]
+    case = next(c for c in cases if c["profile"] == profile and c["form"] == form)
+    text = orjson.dumps(case["body"]).decode()
+    for example, actual in ((case["n"], tokens), (case["m"], window)):
+        if example is not None:
+            text = re.sub(rf"(?<!\d){example}(?!\d)", str(actual), text)
+    return case["status"], orjson.loads(text)
 
 
 def overflow_body(profile: str, tokens: int, window: int) -> JSON:
@@ -84,6 +104,7 @@ class Task:
 class FakeWindow:
     window: int
     profile: str = "vllm"
+    form: str | None = None
     steps: int = 4
     lines: int = 600
     token: str | None = None
@@ -149,7 +170,11 @@ class FakeWindow:
         tokens = count_openai_request(request)
         if tokens > self.window:
             task.refused += 1
-            await _respond(send, 400, overflow_body(self.profile, tokens, self.window))
+            if self.form is not None:
+                status, error = fixture_body(self.profile, self.form, tokens, self.window)
+                await _respond(send, status, error)
+            else:
+                await _respond(send, 400, overflow_body(self.profile, tokens, self.window))
             return
         self.largest = max(self.largest, tokens)
         limit = request.get("max_tokens")
@@ -193,7 +218,8 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--token", default=None)
     parser.add_argument("--window", type=int, required=True)
-    parser.add_argument("--profile", choices=("vllm", "llama.cpp"), default="vllm")
+    parser.add_argument("--profile", default="vllm")
+    parser.add_argument("--form", default=None)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--lines", type=int, default=600)
     args = parser.parse_args()
@@ -203,6 +229,7 @@ def main() -> None:
     app: Any = FakeWindow(
         window=args.window,
         profile=args.profile,
+        form=args.form,
         steps=args.steps,
         lines=args.lines,
         token=args.token,

@@ -4,9 +4,9 @@ request's tokens and answers its server's own context error past the window).
 
 The task's tool outputs outgrow the window. The session must compact and finish: once where the
 gateway's preflight refuses (``[context] window`` set: the upstream never sees a request that
-does not fit), once where the upstream's own error (llama.cpp's wording) is rewritten into the
-Messages API's ``prompt is too long``; with the rewrite switched off the CLI does not recognise
-the error and the task does not finish.
+does not fit), once per server wording where the upstream's own error (llama.cpp's, vLLM's,
+SGLang's, Ollama's, OpenAI's) is rewritten into the Messages API's ``prompt is too long``; with
+the rewrite switched off the CLI does not recognise the error and the task does not finish.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ def _run(
     home: Path | None = None,
     steps: int = STEPS,
     lines: int = 600,
+    form: str | None = None,
 ) -> tuple[Any, dict[str, Any], str]:
     work = tmp_path / "work"
     work.mkdir()
@@ -51,6 +52,8 @@ def _run(
     config.write_text(f"[context]\n{context}\n")
     window = ["--window", str(WINDOW), "--profile", profile, "--steps", str(steps)]
     window += ["--lines", str(lines)]
+    if form is not None:
+        window += ["--form", form]
     prompt = f"Run the listing steps one by one, then report. [conv:{conv}]"
     env = {"TPX_PROFILE": profile, "TPX_MODEL": "small-window-model"}
     with (
@@ -96,11 +99,23 @@ def test_the_preflight_refusal_makes_claude_code_compact_and_finish(tmp_path: Pa
     assert '"error":"GATEWAY_400"' in detail, detail
 
 
+#: (profile, form): the upstream's own context error, as its server words it (None: the fake's
+#: llama.cpp body; else that form's body of tests/fixtures/upstream/context_errors.json).
+REWRITTEN = [
+    ("llama.cpp", None),
+    ("vllm", "vllm-request-has"),
+    ("sglang", "sglang-input-longer"),
+    ("ollama", "ollama-prompt-longer"),
+    ("openai", "openai-max-context"),
+]
+
+
+@pytest.mark.parametrize(("profile", "form"), REWRITTEN, ids=[f or p for p, f in REWRITTEN])
 def test_the_upstreams_context_error_rewritten_makes_claude_code_compact_and_finish(
-    tmp_path: Path,
+    tmp_path: Path, profile: str, form: str | None
 ) -> None:
     conv = f"up{secrets.token_hex(3)}"
-    run, snap, detail = _run(tmp_path, "llama.cpp", "rewrite_errors = true", conv)
+    run, snap, detail = _run(tmp_path, profile, "rewrite_errors = true", conv, form=form)
     assert run.returncode == 0, detail
     assert f"tpx-e2e-final {conv}" in run.stdout, detail
     task = snap["tasks"][conv]
@@ -109,7 +124,7 @@ def test_the_upstreams_context_error_rewritten_makes_claude_code_compact_and_fin
     assert task["compactions"] >= 1, detail
     request = snap["compaction_request"]
     assert request is not None, detail
-    if os.environ.get("TPX_RECORD_COMPACTION") == "1":
+    if os.environ.get("TPX_RECORD_COMPACTION") == "1" and form is None:
         _record(request, tmp_path)
     recorded = json.loads(FIXTURE.read_text())
     assert _compaction_prompt(request) == _compaction_prompt(recorded)
