@@ -130,7 +130,8 @@ load: $(STAMP)
 	mkdir -p .cache && $(PY) -m pytest tests/e2e/test_load.py -m e2e -p no:xdist -q -s --basetemp=.cache/load-tmp
 
 ## Three `tpx serve` replicas sharing their secrets behind HAProxy, the same 1,000
-## conversations, one replica killed mid-run (docs/upstreams.md has the figures).
+## conversations, one replica killed mid-run; writes its figures into docs/upstreams.md and
+## the README (tests/e2e/cluster_figures.py).
 load-cluster: $(STAMP) haproxy
 	mkdir -p .cache && $(PY) -m pytest tests/e2e/test_load_cluster.py -m e2e -p no:xdist -q -s --basetemp=.cache/load-cluster-tmp
 ## `tpx audit` of LiteLLM's proxy (1.108.7, .cache/litellm-venv), claude-code-router (npm, pinned,

@@ -10,7 +10,8 @@ rows to a :class:`Rows`), which replaces what stands between the section's two m
 The section says the command that measured it, the date (UTC) and the machine (OS, CPU
 model, cores, Python, load average), then the table. ``TPX_BENCH_DOC`` names another file
 to write to; set to the empty string, nothing is written. A missing or doubled marker is an
-error (:class:`ReportError`), never a silent skip: the section names are :data:`SECTIONS`.
+error (:class:`ReportError`), never a silent skip: the section names are :data:`SECTIONS`
+(docs/performance.md) and the keys of :data:`ELSEWHERE` (a section of another document).
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ SECTIONS = (
     "routing",
     "monitor-gateway",
 )
+
+#: Sections written into another document than docs/performance.md: name -> that document.
+ELSEWHERE: dict[str, Path] = {
+    "load-cluster": ROOT / "docs" / "upstreams.md",
+    "load-cluster-summary": ROOT / "README.md",
+}
 
 
 class ReportError(Exception):
@@ -86,25 +93,25 @@ def render(
     notes: Sequence[str] = (),
     when: str | None = None,
     host: str | None = None,
+    part_of: str | None = "make bench",
 ) -> str:
     """The body of a section: provenance line, the table, then the notes as a list."""
-    head = (
-        f"Written by `{command}` (part of `make bench`) on {when or now()}; "
-        f"machine: {host or machine()}."
-    )
+    within = f" (part of `{part_of}`)" if part_of else ""
+    head = f"Written by `{command}`{within} on {when or now()}; machine: {host or machine()}."
     parts = [head, "", table]
     if notes:
         parts += ["", *(f"- {note}" for note in notes)]
     return "\n".join(parts)
 
 
-def target(doc: Path | None = None) -> Path | None:
-    """Where sections go: *doc*, else ``$TPX_BENCH_DOC`` (empty: nowhere), else DOC."""
+def target(doc: Path | None = None, name: str | None = None) -> Path | None:
+    """Where sections go: *doc*, else ``$TPX_BENCH_DOC`` (empty: nowhere), else section
+    *name*'s document (:data:`ELSEWHERE`; DOC for the others)."""
     if doc is not None:
         return doc
     chosen = os.environ.get(ENV)
     if chosen is None:
-        return DOC
+        return ELSEWHERE.get(name or "", DOC)
     return Path(chosen) if chosen else None
 
 
@@ -129,14 +136,17 @@ def write_section(
     doc: Path | None = None,
     when: str | None = None,
     host: str | None = None,
+    part_of: str | None = "make bench",
 ) -> Path | None:
-    """Write section *name* into the document; returns its path (``None``: not written)."""
-    if name not in SECTIONS:
-        raise ReportError(f"unknown section {name!r} (known: {', '.join(SECTIONS)})")
-    path = target(doc)
+    """Write section *name* into the document; returns its path (``None``: not written).
+    *part_of*: the target whose run writes it too (``None``: none but *command*)."""
+    if name not in SECTIONS and name not in ELSEWHERE:
+        known = ", ".join((*SECTIONS, *ELSEWHERE))
+        raise ReportError(f"unknown section {name!r} (known: {known})")
+    path = target(doc, name)
     if path is None:
         return None
-    body = render(command, table, notes=notes, when=when, host=host)
+    body = render(command, table, notes=notes, when=when, host=host, part_of=part_of)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:

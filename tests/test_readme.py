@@ -28,6 +28,7 @@ import pytest
 
 from benchmarks import report
 from benchmarks.gateway_latency import gateway_table
+from tests.e2e import cluster_figures
 from tests.e2e.procs import SCRUB, free_port
 
 ROOT = Path(__file__).parents[1]
@@ -471,6 +472,50 @@ def test_performance_doc_has_one_place_per_benchmark_table() -> None:
     assert sorted(opened) == sorted(closed) == sorted(report.SECTIONS)
 
 
+def test_every_other_section_has_one_place_in_its_document() -> None:
+    for name, doc in report.ELSEWHERE.items():
+        text = doc.read_text()
+        assert text.count(f"<!-- bench:{name} -->") == 1, (name, doc)
+        assert text.count(f"<!-- /bench:{name} -->") == 1, (name, doc)
+        assert report.target(name=name) == doc
+
+
+def test_the_load_cluster_figures_go_into_both_documents(tmp_path: Path) -> None:
+    run = cluster_figures.ClusterRun(
+        conversations=1000,
+        turns=4000,
+        served=(1877, 346, 1877),
+        victim=1,
+        killed_at=14.8,
+        seconds=57.5,
+        failed={"529": 100, "APIConnectionError": 2},
+        injected=100,
+        upstream_requests=4100,
+        lost=0,
+        cross_paired=0,
+    )
+    upstreams, readme = tmp_path / "upstreams.md", tmp_path / "README.md"
+    upstreams.write_text("a\n<!-- bench:load-cluster -->\n<!-- /bench:load-cluster -->\nb\n")
+    readme.write_text(
+        "<!-- bench:load-cluster-summary -->\nold\n<!-- /bench:load-cluster-summary -->\n"
+    )
+    cluster_figures.write(run, upstreams, readme)
+    table = upstreams.read_text()
+    assert "Written by `make load-cluster` on " in table
+    assert "(part of" not in table
+    assert "load average" in table
+    assert (
+        "| exchanges per replica (3 behind HAProxy) | 1877, 346 (killed at 14.8 s), 1877 |" in table
+    )
+    assert "| failed attempts of the killed replica, sent again | 2 APIConnectionError |" in table
+    assert "| **conversations lost** | **0** |" in table
+    summary = readme.read_text()
+    assert "old" not in summary
+    assert "1,000 conversations (4,000 turns) through HAProxy to 3 replicas in 58 s" in summary
+    assert "the 2 requests it had in flight were answered on the others when sent again" in summary
+    assert "the 4000 turns, the 100 injected 529s and 0 the killed replica had sent on" in table
+
+
 def test_a_table_replaces_only_its_section(tmp_path: Path) -> None:
     doc = tmp_path / "perf.md"
     doc.write_text(
@@ -484,6 +529,9 @@ def test_a_table_replaces_only_its_section(tmp_path: Path) -> None:
     assert "also kept" in text
     assert "\nkept\n" in text
     assert "Written by `cmd --x` (part of `make bench`) on W; machine: H." in text
+    assert report.render("cmd", "t", when="W", host="H", part_of=None).startswith(
+        "Written by `cmd` on W; machine: H."
+    )
     assert "| a | b |\n|---|---|\n| 1 | 2 |\n\n- n1\n<!-- /bench:monitor -->" in text
     report.write_section("monitor", "cmd --y", table, doc=doc, when="W2", host="H")
     assert doc.read_text().count("Written by") == 1
