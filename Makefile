@@ -97,9 +97,12 @@ bench: $(STAMP)
 ## (benchmarks/gateway_latency.py; installs LiteLLM into .cache/litellm-venv on first use).
 ## BASELINE=REV: `tpx serve` at git revision REV runs in the same run too (a worktree under
 ## .cache/), and the ratio of the two added latencies is printed (the docs table is not written).
+## Then (without BASELINE) what `[[upstreams]]` routing adds to the added latency: `tpx serve`
+## with one upstream and with docs/upstreams.md's routes side by side (benchmarks/routed_latency.py).
 BASELINE ?=
 bench-gateway: $(STAMP)
 	$(PY) -m benchmarks.gateway_latency $(if $(BASELINE),--baseline $(BASELINE))
+	$(if $(BASELINE),,$(PY) -m benchmarks.routed_latency)
 
 ## Red team: all of tests/security against real `tpx serve` processes (the heavy attacks
 ## included: hundreds of MB on loopback; the 10,000-guess oracle attack), their memory read

@@ -36,6 +36,7 @@ SECTIONS = (
     "gateway",
     "routing",
     "monitor-gateway",
+    "routing-gateway",
 )
 
 #: Sections written into another document than docs/performance.md: name -> that document.
