@@ -143,6 +143,7 @@ load-cluster: $(STAMP) haproxy
 ## Each failure's trace is run through `tpx check-trace` and each HTML report read as headless
 ## Chromium shows it offline (Debian's chromium package; without it, the file as written); exit 1
 ## when a counterexample or a report is not confirmed. Offline once LiteLLM and CCR are installed.
+## Then what one audit of `tpx serve` takes, each mode, 8 lanes and 1 (conformance/audit_timing.py).
 CCR_VERSION ?= 2.0.0
 CCR        := .cache/ccr/node_modules/.bin/ccr
 
@@ -163,6 +164,7 @@ chromium:
 .PHONY: audit-peers chromium
 audit-peers: $(STAMP) $(CCR) chromium
 	nice -n 5 $(PY) -m conformance.audit_peers
+	nice -n 5 $(PY) -m conformance.audit_timing
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check tpx tests conformance benchmarks

@@ -43,6 +43,7 @@ SECTIONS = (
 ELSEWHERE: dict[str, Path] = {
     "load-cluster": ROOT / "docs" / "upstreams.md",
     "load-cluster-summary": ROOT / "README.md",
+    "audit-timing": ROOT / "docs" / "audit.md",
 }
 
 

@@ -668,3 +668,20 @@ def test_the_checks_catch_a_broken_page(tmp_path: Path) -> None:
     paths, _ = _path_problems(page)
     assert paths == ["broken.md: `tpx/no_such_module.py` does not exist"]
     assert len(_history_problems(page)) == 1
+
+
+def test_the_audit_timing_table_and_the_peers_cpu_row(tmp_path: Path) -> None:
+    from conformance import audit_peers, audit_timing
+    from tpx.audit.findings import Result
+
+    timings = [
+        audit_timing.Timing("gateway", 8, 536, 1327, 8.25, 5.04, 1.52),
+        audit_timing.Timing("pass-through", 1, 536, 1327, 8.9, 4.0, 1.4),
+    ]
+    text = audit_timing.table(timings)
+    assert "| gateway | 8 | 536 | 1327 | **8.2** | 5.0 | 1.5 |" in text
+    assert "| pass-through (`--messages-upstream`) | 1 | 536 | 1327 | **8.9** | 4.0 | 1.4 |" in text
+    results = {"tpx": Result("u", "gateway"), "ccr": Result("v", "gateway")}
+    assert "CPU ms per request" not in audit_peers.table(results)
+    row = audit_peers.table(results, cpu={"tpx": 1.234}).splitlines()[-1]
+    assert row == "| the endpoint's CPU ms per request | 1.2 | - |"
