@@ -98,9 +98,12 @@ bench: $(STAMP)
 ## (benchmarks/gateway_latency.py; installs LiteLLM into .cache/litellm-venv on first use).
 ## BASELINE=REV: `tpx serve` at git revision REV runs in the same run too (a worktree under
 ## .cache/), and the ratio of the two added latencies is printed (the docs table is not written).
+## Then (without BASELINE) what `[[upstreams]]` routing adds to the added latency: `tpx serve`
+## with one upstream and with docs/upstreams.md's routes side by side (benchmarks/routed_latency.py).
 BASELINE ?=
 bench-gateway: $(STAMP)
 	$(PY) -m benchmarks.gateway_latency $(if $(BASELINE),--baseline $(BASELINE))
+	$(if $(BASELINE),,$(PY) -m benchmarks.routed_latency)
 
 ## Red team: all of tests/security against real `tpx serve` processes (the heavy attacks
 ## included: hundreds of MB on loopback; the 10,000-guess oracle attack), their memory read
@@ -131,7 +134,8 @@ load: $(STAMP)
 	mkdir -p .cache && $(PY) -m pytest tests/e2e/test_load.py -m e2e -p no:xdist -q -s --basetemp=.cache/load-tmp
 
 ## Three `tpx serve` replicas sharing their secrets behind HAProxy, the same 1,000
-## conversations, one replica killed mid-run (docs/upstreams.md has the figures).
+## conversations, one replica killed mid-run; writes its figures into docs/upstreams.md and
+## the README (tests/e2e/cluster_figures.py).
 load-cluster: $(STAMP) haproxy
 	mkdir -p .cache && $(PY) -m pytest tests/e2e/test_load_cluster.py -m e2e -p no:xdist -q -s --basetemp=.cache/load-cluster-tmp
 ## `tpx audit` of LiteLLM's proxy (1.108.7, .cache/litellm-venv), claude-code-router (npm, pinned,
@@ -140,6 +144,7 @@ load-cluster: $(STAMP) haproxy
 ## Each failure's trace is run through `tpx check-trace` and each HTML report read as headless
 ## Chromium shows it offline (Debian's chromium package; without it, the file as written); exit 1
 ## when a counterexample or a report is not confirmed. Offline once LiteLLM and CCR are installed.
+## Then what one audit of `tpx serve` takes, each mode, 8 lanes and 1 (conformance/audit_timing.py).
 CCR_VERSION ?= 2.0.0
 CCR        := .cache/ccr/node_modules/.bin/ccr
 
@@ -160,6 +165,7 @@ chromium:
 .PHONY: audit-peers chromium
 audit-peers: $(STAMP) $(CCR) chromium
 	nice -n 5 $(PY) -m conformance.audit_peers
+	nice -n 5 $(PY) -m conformance.audit_timing
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check tpx tests conformance benchmarks

@@ -9,7 +9,8 @@ rows to a :class:`Rows`), which replaces what stands between the section's two m
 
 The section says the command that measured it, the date (UTC) and the machine (OS, CPU
 model, cores, Python, load average), then the table. A few sections live in another
-document (:data:`HOMES`: the token estimate's figures in docs/context.md and README.md).
+document (:data:`HOMES`: the token estimate's figures in docs/context.md and README.md, the
+cluster's in docs/upstreams.md and README.md, the audit's timing in docs/audit.md).
 ``TPX_BENCH_DOC`` names another file to write to; set to the empty string, nothing is
 written. A missing or doubled marker is an error (:class:`ReportError`), never a silent
 skip: the section names are :data:`SECTIONS`.
@@ -27,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "performance.md"
 ENV = "TPX_BENCH_DOC"
 
-#: Every section a benchmark writes (docs/performance.md holds one marker pair each).
+#: Every section a benchmark writes (its document, HOMES or DOC, holds one marker pair each).
 SECTIONS = (
     "translate",
     "native",
@@ -37,14 +38,21 @@ SECTIONS = (
     "gateway",
     "routing",
     "monitor-gateway",
+    "routing-gateway",
     "context-counts",
     "context-summary",
+    "load-cluster",
+    "load-cluster-summary",
+    "audit-timing",
 )
 
 #: The sections that live in another document than :data:`DOC` (by default).
-HOMES = {
+HOMES: dict[str, Path] = {
     "context-counts": ROOT / "docs" / "context.md",
     "context-summary": ROOT / "README.md",
+    "load-cluster": ROOT / "docs" / "upstreams.md",
+    "load-cluster-summary": ROOT / "README.md",
+    "audit-timing": ROOT / "docs" / "audit.md",
 }
 
 
@@ -96,12 +104,11 @@ def render(
     notes: Sequence[str] = (),
     when: str | None = None,
     host: str | None = None,
+    part_of: str | None = "make bench",
 ) -> str:
     """The body of a section: provenance line, the table, then the notes as a list."""
-    head = (
-        f"Written by `{command}` (part of `make bench`) on {when or now()}; "
-        f"machine: {host or machine()}."
-    )
+    within = f" (part of `{part_of}`)" if part_of else ""
+    head = f"Written by `{command}`{within} on {when or now()}; machine: {host or machine()}."
     parts = [head, "", table]
     if notes:
         parts += ["", *(f"- {note}" for note in notes)]
@@ -140,14 +147,16 @@ def write_section(
     doc: Path | None = None,
     when: str | None = None,
     host: str | None = None,
+    part_of: str | None = "make bench",
 ) -> Path | None:
-    """Write section *name* into the document; returns its path (``None``: not written)."""
+    """Write section *name* into the document; returns its path (``None``: not written).
+    *part_of*: the target whose run writes it too (``None``: none but *command*)."""
     if name not in SECTIONS:
         raise ReportError(f"unknown section {name!r} (known: {', '.join(SECTIONS)})")
     path = target(doc, name)
     if path is None:
         return None
-    body = render(command, table, notes=notes, when=when, host=host)
+    body = render(command, table, notes=notes, when=when, host=host, part_of=part_of)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:

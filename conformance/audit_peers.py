@@ -5,7 +5,9 @@ report (HTML, JSON, traces) into ``.cache/audit-peers/``. Each report is then co
 its files (:mod:`conformance.audit_peers_confirm`): every failure's trace is run through ``tpx
 check-trace``, which must reject it for the failure's property, and the HTML report is read
 as headless Chromium shows it with no network (the table of checks and the first failure's
-trace there); the table says so, and the run exits 1 when anything is not confirmed.
+trace there); the table says so, and the run exits 1 when anything is not confirmed. The
+table also gives each endpoint's CPU time per request (its processes, read from /proc before
+and after its audit; kept beside its reports as ``NAME.cpu.json``).
 
     python -m conformance.audit_peers [--only NAME ...] [--no-docs] [--from-reports] [--jobs N]
 
@@ -24,7 +26,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -37,8 +38,9 @@ import attrs
 import httpx2
 
 from benchmarks.gateway_latency import LITELLM_VENV, LITELLM_VERSION, litellm_python
+from benchmarks.report import machine
 from conformance.audit_peers_confirm import Confirmed, check_traces, html_problems
-from tests.e2e.procs import free_port
+from tests.e2e.procs import cpu_seconds, free_port
 from tpx.audit import report
 from tpx.audit.cli import UPSTREAM_KEY
 from tpx.audit.findings import CHECKS, Result
@@ -85,7 +87,7 @@ def _wait_up(url: str, popen: subprocess.Popen[bytes], log: Path, seconds: float
 
 
 @contextmanager
-def litellm(harness: Harness, work: Path) -> Iterator[str]:
+def litellm(harness: Harness, work: Path) -> Iterator[tuple[str, int]]:
     upstream = harness.upstream_url
     litellm_python()
     port = free_port()
@@ -127,13 +129,13 @@ def litellm(harness: Harness, work: Path) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_up(url + "/health/liveliness", popen, log)
-        yield url
+        yield url, popen.pid
     finally:
         terminate(popen)
 
 
 @contextmanager
-def ccr(harness: Harness, work: Path) -> Iterator[str]:
+def ccr(harness: Harness, work: Path) -> Iterator[tuple[str, int]]:
     upstream = harness.upstream_url
     if not CCR.exists():
         raise RuntimeError(f"{CCR} is missing: make audit-peers installs it")
@@ -166,19 +168,23 @@ def ccr(harness: Harness, work: Path) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_up(url + "/", popen, log, 60)
-        yield url
+        yield url, popen.pid
     finally:
         subprocess.run([str(CCR), "stop"], env=env, capture_output=True, timeout=60, check=False)
         terminate(popen)
 
 
 @contextmanager
-def tpx_serve(harness: Harness, work: Path) -> Iterator[str]:
-    yield harness.gateway(False, True).url
+def tpx_serve(harness: Harness, work: Path) -> Iterator[tuple[str, int]]:
+    gw = harness.gateway(False, True)
+    yield gw.url, gw.popen.pid
 
 
+#: how to run an endpoint: its URL and the process whose CPU time (its children's included) is
+#: the endpoint's
+Runner = Callable[[Harness, Path], AbstractContextManager[tuple[str, int]]]
 #: name -> (its label in the table, how to run it, the key its clients send)
-PEERS: dict[str, tuple[str, Callable[[Harness, Path], AbstractContextManager[str]], str]] = {
+PEERS: dict[str, tuple[str, Runner, str]] = {
     "tpx": ("tpx serve", tpx_serve, GATEWAY_KEY),
     "litellm": (f"LiteLLM proxy {LITELLM_VERSION}", litellm, PEER_KEY),
     "ccr": (f"claude-code-router {CCR_VERSION}", ccr, PEER_KEY),
@@ -226,7 +232,22 @@ def _html_cell(c: Confirmation) -> str:
     return "table and first trace shown" if c.traces else "table shown"
 
 
-def table(results: dict[str, Result], confirmed: dict[str, Confirmation] | None = None) -> str:
+def cpu_ms(names: list[str]) -> dict[str, float]:
+    """Each endpoint's CPU ms per request in its last audit (those with a ``NAME.cpu.json``)."""
+    out = {}
+    for name in names:
+        path = OUT / f"{name}.cpu.json"
+        if path.exists():
+            kept = json.loads(path.read_text())
+            out[name] = kept["cpu_seconds"] * 1e3 / max(kept["requests"], 1)
+    return out
+
+
+def table(
+    results: dict[str, Result],
+    confirmed: dict[str, Confirmation] | None = None,
+    cpu: dict[str, float] | None = None,
+) -> str:
     labels = [PEERS[n][0] for n in results]
     lines = ["| check | " + " | ".join(labels) + " |", "| --- |" + " --- |" * len(labels)]
     for check in CHECKS:
@@ -237,6 +258,12 @@ def table(results: dict[str, Result], confirmed: dict[str, Confirmation] | None 
         + " | ".join(f"{r.seconds:.1f} ({r.behaviours})" for r in results.values())
         + " |"
     )
+    if cpu:
+        lines.append(
+            "| the endpoint's CPU ms per request | "
+            + " | ".join(f"{cpu[n]:.1f}" if n in cpu else "-" for n in results)
+            + " |"
+        )
     if confirmed:
         rows = (
             ("traces `tpx check-trace` rejects for their property", _confirmed_cell),
@@ -265,22 +292,24 @@ def findings(results: dict[str, Result], confirmed: dict[str, Confirmation] | No
     return "\n".join(lines)
 
 
-def write_doc(results: dict[str, Result], confirmed: dict[str, Confirmation]) -> None:
+def write_doc(
+    results: dict[str, Result], confirmed: dict[str, Confirmation], cpu: dict[str, float]
+) -> None:
     text = DOC.read_text(encoding="utf-8")
     head, _, rest = text.partition(BEGIN)
     _, _, tail = rest.partition(END)
-    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
-    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     read = sorted({c.html_by for c in confirmed.values()})
     body = (
-        f"Written by `make audit-peers` on {when} ({machine}); each peer's reports are in "
+        f"Written by `make audit-peers` on {when}; machine: {machine()}; each peer's reports "
+        "are in "
         "`.cache/audit-peers/`. `fail (N)`: N failures of the check (a behaviour stops at its "
         "first); the first counterexample of each is below the table. Each counterexample's "
         "trace was run through `tpx check-trace --spec spec/TpxGateway.tla`, which rejected it "
         "for the property shown; each HTML report was read as "
         + ", ".join(read)
         + " shows it.\n\n"
-        + table(results, confirmed)
+        + table(results, confirmed, cpu)
         + "\n\nWhat each gets wrong, as found (the first counterexample of each failed check):\n\n"
         + (findings(results, confirmed) or "- nothing")
         + "\n"
@@ -298,10 +327,14 @@ def _audit(names: list[str], jobs: int = JOBS) -> dict[str, Result]:
             print(f"== {label}", flush=True)
             with (
                 tempfile.TemporaryDirectory(prefix=f"audit-{name}-") as work,
-                run(harness, Path(work)) as url,
+                run(harness, Path(work)) as (url, pid),
             ):
+                before = cpu_seconds(pid)
                 result = audit_gateway(harness, url, key, jobs=jobs)
+                spent = cpu_seconds(pid) - before
             results[name] = result
+            kept = {"cpu_seconds": spent, "requests": result.requests}
+            (OUT / f"{name}.cpu.json").write_text(json.dumps(kept))
             print(report.summary(result), flush=True)
             report.write(result, OUT / f"{name}.html")
             report.write(result, OUT / f"{name}.json")
@@ -339,9 +372,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{OUT / (name + '.html')}, read by {c.html_by}: "
             + ("; ".join(c.html) or "the table and the first trace shown")
         )
-    print(table(results, confirmed))
+    cpu = cpu_ms(list(results))
+    print(table(results, confirmed, cpu))
     if not args.no_docs:
-        write_doc(results, confirmed)
+        write_doc(results, confirmed, cpu)
     return 0 if all(c.ok for c in confirmed.values()) else 1
 
 

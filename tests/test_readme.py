@@ -28,6 +28,7 @@ import pytest
 
 from benchmarks import report
 from benchmarks.gateway_latency import gateway_table
+from tests.e2e import cluster_figures
 from tests.e2e.procs import SCRUB, free_port
 
 ROOT = Path(__file__).parents[1]
@@ -482,6 +483,50 @@ def test_a_section_goes_to_its_home_document(monkeypatch: pytest.MonkeyPatch) ->
     assert report.target(None, "context-counts") is None
 
 
+def test_every_other_section_has_one_place_in_its_document() -> None:
+    for name, doc in report.HOMES.items():
+        text = doc.read_text()
+        assert text.count(f"<!-- bench:{name} -->") == 1, (name, doc)
+        assert text.count(f"<!-- /bench:{name} -->") == 1, (name, doc)
+        assert report.target(name=name) == doc
+
+
+def test_the_load_cluster_figures_go_into_both_documents(tmp_path: Path) -> None:
+    run = cluster_figures.ClusterRun(
+        conversations=1000,
+        turns=4000,
+        served=(1877, 346, 1877),
+        victim=1,
+        killed_at=14.8,
+        seconds=57.5,
+        failed={"529": 100, "APIConnectionError": 2},
+        injected=100,
+        upstream_requests=4100,
+        lost=0,
+        cross_paired=0,
+    )
+    upstreams, readme = tmp_path / "upstreams.md", tmp_path / "README.md"
+    upstreams.write_text("a\n<!-- bench:load-cluster -->\n<!-- /bench:load-cluster -->\nb\n")
+    readme.write_text(
+        "<!-- bench:load-cluster-summary -->\nold\n<!-- /bench:load-cluster-summary -->\n"
+    )
+    cluster_figures.write(run, upstreams, readme)
+    table = upstreams.read_text()
+    assert "Written by `make load-cluster` on " in table
+    assert "(part of" not in table
+    assert "load average" in table
+    assert (
+        "| exchanges per replica (3 behind HAProxy) | 1877, 346 (killed at 14.8 s), 1877 |" in table
+    )
+    assert "| failed attempts of the killed replica, sent again | 2 APIConnectionError |" in table
+    assert "| **conversations lost** | **0** |" in table
+    summary = readme.read_text()
+    assert "old" not in summary
+    assert "1,000 conversations (4,000 turns) through HAProxy to 3 replicas in 58 s" in summary
+    assert "the 2 requests it had in flight were answered on the others when sent again" in summary
+    assert "the 4000 turns, the 100 injected 529s and 0 the killed replica had sent on" in table
+
+
 def test_a_table_replaces_only_its_section(tmp_path: Path) -> None:
     doc = tmp_path / "perf.md"
     doc.write_text(
@@ -495,6 +540,9 @@ def test_a_table_replaces_only_its_section(tmp_path: Path) -> None:
     assert "also kept" in text
     assert "\nkept\n" in text
     assert "Written by `cmd --x` (part of `make bench`) on W; machine: H." in text
+    assert report.render("cmd", "t", when="W", host="H", part_of=None).startswith(
+        "Written by `cmd` on W; machine: H."
+    )
     assert "| a | b |\n|---|---|\n| 1 | 2 |\n\n- n1\n<!-- /bench:monitor -->" in text
     report.write_section("monitor", "cmd --y", table, doc=doc, when="W2", host="H")
     assert doc.read_text().count("Written by") == 1
@@ -631,3 +679,20 @@ def test_the_checks_catch_a_broken_page(tmp_path: Path) -> None:
     paths, _ = _path_problems(page)
     assert paths == ["broken.md: `tpx/no_such_module.py` does not exist"]
     assert len(_history_problems(page)) == 1
+
+
+def test_the_audit_timing_table_and_the_peers_cpu_row(tmp_path: Path) -> None:
+    from conformance import audit_peers, audit_timing
+    from tpx.audit.findings import Result
+
+    timings = [
+        audit_timing.Timing("gateway", 8, 536, 1327, 8.25, 5.04, 1.52),
+        audit_timing.Timing("pass-through", 1, 536, 1327, 8.9, 4.0, 1.4),
+    ]
+    text = audit_timing.table(timings)
+    assert "| gateway | 8 | 536 | 1327 | **8.2** | 5.0 | 1.5 |" in text
+    assert "| pass-through (`--messages-upstream`) | 1 | 536 | 1327 | **8.9** | 4.0 | 1.4 |" in text
+    results = {"tpx": Result("u", "gateway"), "ccr": Result("v", "gateway")}
+    assert "CPU ms per request" not in audit_peers.table(results)
+    row = audit_peers.table(results, cpu={"tpx": 1.234}).splitlines()[-1]
+    assert row == "| the endpoint's CPU ms per request | 1.2 | - |"

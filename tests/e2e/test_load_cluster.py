@@ -6,7 +6,8 @@ Checked: none lost (every conversation ends with its own final text), none cross
 client's tool_use inputs and the upstream ledger, as in ``make load``); the turns that failed
 are the killed replica's (its in-flight requests: a 502 from HAProxy, or a stream cut short)
 and their retries -- the same body again, as Claude Code retries -- succeed on the others.
-Printed: the command's figures (requests per replica, failed turns, seconds).
+Printed, and written into docs/upstreams.md and the README (:mod:`tests.e2e.cluster_figures`)
+when every check holds: the run's figures (exchanges per replica, failed attempts, seconds).
 
 Loopback only; fixed counts; every phase under ``anyio.fail_after``.
 """
@@ -29,6 +30,7 @@ import httpx2
 import orjson
 import pytest
 
+from tests.e2e import cluster_figures
 from tests.e2e.procs import (
     GATEWAY_KEY,
     HarnessError,
@@ -256,3 +258,17 @@ def test_three_replicas_behind_haproxy_one_killed_none_lost_none_cross_paired(
     # the killed replica lost only what it had in flight: a failed attempt each, at most one
     # per conversation, every one of them answered on a retry (none lost above)
     assert sum(lost.values()) <= CONVERSATIONS, lost
+    run = cluster_figures.ClusterRun(
+        conversations=CONVERSATIONS,
+        turns=tally.turns,
+        served=tuple(served),
+        victim=replicas.index(victim),
+        killed_at=killed_at,
+        seconds=seconds,
+        failed=dict(tally.failed),
+        injected=len(injected),
+        upstream_requests=snap["requests"],
+        lost=sum(finals.get(n) != f"final c{n}" for n in range(CONVERSATIONS)),
+        cross_paired=len(snap["violations"]) + sum(": got " in p for p in tally.problems),
+    )
+    cluster_figures.write(run)
