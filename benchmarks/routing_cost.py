@@ -31,7 +31,13 @@ from tpx.gateway.settings import Settings, load_settings
 #: What routing may add to a request: milliseconds of CPU time, p50.
 BOUND_MS = 0.05
 
-ROUTED = """
+#: Every window far above the recorded turns (the largest, ~30,000 tokens, counted with the
+#: estimate's margin, comes near the default 200,000): no turn is placed by its size, in
+#: either gateway, so the two differ only in routing (the preflight: benchmarks/context_cost.py).
+WIDE = "\n[context]\ndefault = 1000000\ndiscover = false\n"
+
+ROUTED = (
+    """
 [[upstreams]]
 name = "small"
 base_url = "http://127.0.0.1:8001/v1"
@@ -66,7 +72,9 @@ upstreams = ["small", "cloud"]
 [[routes]]
 upstreams = ["big", "cloud"]
 """
-PLAIN = '[upstream]\nmodel = "big-model"\n'
+    + WIDE
+)
+PLAIN = '[upstream]\nmodel = "big-model"\n' + WIDE
 ENV = {
     "TPX_OAUTH_TOKEN": "t",
     "TPX_BASE_URL": "http://127.0.0.1:8000/v1",
