@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from pathlib import Path
 
 import attrs
@@ -197,12 +197,12 @@ class LiveMonitor:
         obligations: frozenset[str] | None = None,
         answers: Answers | None = None,
         *,
-        conversation: str | None = None,
+        conversation: Hashable | None = None,
     ) -> None:
         """``Resume``: the conversation starts idle with its history's obligations.
 
         *conversation* names the conversation the request is an exchange of (its
-        opening's digest, :func:`tpx.gateway.history.opening`): the ids of its live
+        opening, :func:`tpx.gateway.history.opening`): the ids of its live
         exchanges are all of theirs (overlapping requests, spec/TpxGatewayOverlap.tla;
         ``None``: the request is a conversation of its own).
 
