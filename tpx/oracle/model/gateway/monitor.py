@@ -136,6 +136,8 @@ _ACTION_NAMES = frozenset({*ACTIONS, "ProviderReply"})
 #: The invariants evaluated on a state that is the spec's successor of a checked one.
 _NOT_LOCAL = tuple((name, inv) for name, inv in INVARIANTS if name not in LOCAL)
 _BIG = 2**62
+#: The collection types an exchange snapshot holds its ids in.
+_HELD = (frozenset, tuple)
 _new = tuple.__new__
 #: Credentials (hasKey, hasToken) that select each provider.
 _SELECTING = {"ANTHROPIC": (True, False), "TPX": (False, True), "NONE": (False, False)}
@@ -278,6 +280,9 @@ class GatewayMonitor:
         self._init = Init(alone)
         self._init_stable = SelectionStable(self._init, alone)
         self._init_but_pending = (self._init[:5], self._init[6:])
+        #: the provider a snapshot names for :meth:`_resumes_exchange` (Init's, when it is
+        #: the boot's: a snapshot naming another one takes the long way)
+        self._resume_provider = provider if self._init.provider == provider else None
         self._live: dict[Hashable, _Live] = {}
         #: ids a live conversation took after it started (its provider's): its alone
         self._owner: dict[str, Hashable] = {}
@@ -451,11 +456,13 @@ class GatewayMonitor:
         :class:`tpx.transport.exchange.ExchangeSnapshot` directly: its trace event is that mapping,
         built only when the trace is read."""
         live = self._live.get(conversation)
-        if (
-            live is not None
-            and action not in _STARTS
-            and self._accepts(conversation, live, action, snapshot, obligations)
-        ):
+        if live is not None:
+            if action not in _STARTS and self._accepts(
+                conversation, live, action, snapshot, obligations
+            ):
+                self.steps += 1
+                return None
+        elif action == "Resume" and self._resumes_exchange(conversation, snapshot):
             self.steps += 1
             return None
         start = live is None or action in _STARTS
@@ -698,6 +705,39 @@ class GatewayMonitor:
                 else:
                     holders.add(conversation)
         return True
+
+    def _resumes_exchange(self, conversation: Hashable, snapshot: Any) -> bool:
+        """A first ``Resume`` proved legal the short way, read straight from the exchange
+        *snapshot* (:meth:`_of_exchange`, then :meth:`_resumes`): every variable but
+        ``pending`` is Init's, the provider the boot's and the other id collections empty as
+        an exchange holds them (a frozenset or a tuple; anything else takes the long way,
+        which judges it), so the observed state is Init with the snapshot's ``pending``.
+        ``False``: not proved; nothing changed."""
+        tail = self._init_but_pending[1]
+        try:
+            turn = snapshot.turn
+            if (
+                type(turn) is not int
+                or turn != 0
+                or snapshot.phase != "idle"
+                or snapshot.wire_shape != tail[1]
+                or snapshot.got_shape != tail[4]
+                or snapshot.last_outcome != tail[5]
+                or type(snapshot.req_ids) not in _HELD
+                or snapshot.req_ids
+                or type(wire := snapshot.wire_list or snapshot.wire_ids) not in _HELD
+                or wire
+                or type(emitted := snapshot.emitted_list or snapshot.emitted) not in _HELD
+                or emitted
+                or self._provider_name(snapshot) != self._resume_provider
+            ):
+                return False
+            pending = snapshot.pending
+            p = self._caller_reads.get(pending) or self._read(pending, "pending", True)
+        except (AttributeError, TypeError, BadSnapshot):
+            return False
+        t: ConvState = _new(ConvState, (*self._init_but_pending[0], p[0], *tail))
+        return self._resumes(conversation, "Resume", t, None if self._to_wire is None else p[1])
 
     def _accepts(
         self,
