@@ -77,7 +77,6 @@ graphs (each step, each step with one variable broken, a new conversation resumi
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
@@ -141,8 +140,6 @@ _HELD = (frozenset, tuple)
 _new = tuple.__new__
 #: Credentials (hasKey, hasToken) that select each provider.
 _SELECTING = {"ANTHROPIC": (True, False), "TPX": (False, True), "NONE": (False, False)}
-#: How many caller ids -> wire ids the monitor remembers (``to_wire`` is pure).
-_TO_WIRE_CACHE = 4096
 
 #: A failed check: the property and why.
 Failure = tuple[str, str]
@@ -245,7 +242,9 @@ class GatewayMonitor:
     ``emitted``: what the provider sent), for a gateway whose snapshots hold both (TPX:
     decode the signed caller id to the foreign id; ANTHROPIC: identity); the traces then hold
     wire-side ids throughout (a repeated wire id once per call, see :meth:`_normalize`).
-    ``to_wire`` must be a pure function: the monitor remembers its recent answers.
+    ``to_wire`` must be a pure function: the monitor remembers the id collections it read
+    (:meth:`_read`), not each id (an id is read again only in a collection not seen yet,
+    which mostly holds ids not seen yet either).
     Not thread-safe: one per worker (an event loop), or a lock around :meth:`observe`.
     """
 
@@ -269,9 +268,7 @@ class GatewayMonitor:
         self._provider = provider
         self._max_in_flight = _BIG if max_in_flight is None else max_in_flight
         self._retry = gateway_retry
-        self._to_wire = (
-            None if to_wire is None else functools.lru_cache(maxsize=_TO_WIRE_CACHE)(to_wire)
-        )
+        self._to_wire = to_wire
         #: the spec's Init at one conversation (it depends on the boot selection only)
         self._preflight = preflight
         alone = Context(
