@@ -680,7 +680,16 @@ class GatewayMonitor:
             or t[:5] != head
             or type(t.turn) is not int  # Same: the other numbers are Init's
             or (action != "Resume" and (action != "Init" or t.pending != self._init.pending))
-            or not self._init_stable  # SelectionStable: Init's selection is the boot's
+        ):
+            return False
+        return self._resumed(conversation, action, t, held)
+
+    def _resumed(
+        self, conversation: Hashable, action: str, t: ConvState, held: AbstractSet[str] | None
+    ) -> bool:
+        """:meth:`_resumes` of a *t* that is Init but for ``pending`` (checked)."""
+        if (
+            not self._init_stable  # SelectionStable: Init's selection is the boot's
             or self._in_flight > self._max_in_flight  # BoundedInv: turn 0, t idle
         ):
             return False
@@ -734,7 +743,7 @@ class GatewayMonitor:
         except (AttributeError, TypeError, BadSnapshot):
             return False
         t: ConvState = _new(ConvState, (*self._init_but_pending[0], p[0], *tail))
-        return self._resumes(conversation, "Resume", t, None if self._to_wire is None else p[1])
+        return self._resumed(conversation, "Resume", t, None if self._to_wire is None else p[1])
 
     def _accepts(
         self,
