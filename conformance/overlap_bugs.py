@@ -25,7 +25,7 @@ import pytest
 import tpx.gateway.asgi
 from conformance.gateway_bugs import GatewayBug
 from tests.gateway.conftest import request_body
-from tpx.gateway.history import opening
+from tpx.gateway.history import Opening, opening
 from tpx.oracle.model.gateway.monitor import GatewayMonitor
 
 __all__ = ["OVERLAP_BUGS"]
@@ -40,7 +40,7 @@ def _overlap_500(mp: pytest.MonkeyPatch) -> None:
 
 def _crossed_reply(mp: pytest.MonkeyPatch) -> None:
     real = tpx.gateway.asgi.GatewayApp.__call__
-    first: dict[str, asyncio.Future[list[Any]]] = {}
+    first: dict[Opening, asyncio.Future[list[Any]]] = {}
 
     async def coalescing(self: Any, scope: Any, receive: Any, send: Any) -> None:
         if scope.get("type") != "http" or scope.get("path") != "/v1/messages":

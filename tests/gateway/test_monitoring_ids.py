@@ -28,7 +28,7 @@ def _maps() -> tuple[Callable[[str], str], Callable[[str], str]]:
     assert live._unsigned is not None
     to_wire = live.monitor._to_wire
     assert to_wire is not None
-    return live._unsigned, to_wire.__wrapped__
+    return live._unsigned, to_wire
 
 
 UNSIGNED, TO_WIRE = _maps()

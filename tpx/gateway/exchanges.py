@@ -70,7 +70,7 @@ class Sent:
         body: bytes,
         decoded: Decoded | None,
         obligations: frozenset[str],
-        opening: str | None = None,
+        opening: history.Opening | None = None,
     ) -> None:
         self.body = body
         self.decoded = decoded
@@ -88,9 +88,10 @@ class Sent:
         messages = value.get("messages") if type(value) is dict else None
         if type(messages) is not list:
             return cls(body, decoded, _NO_IDS)
-        obligations = _NO_IDS
-        with contextlib.suppress(KeyError, TypeError):  # ill-formed: the core refuses it
+        try:
             obligations = frozenset(history.pending_ids(messages))
+        except (KeyError, TypeError):  # ill-formed: the core refuses it
+            obligations = _NO_IDS
         return cls(body, decoded, obligations, history.opening(value))
 
     def answers(self) -> tuple[str, ...]:

@@ -22,6 +22,7 @@ from typing import Any
 from tpx.transport.translate.ids import CALLER_ID_PREFIX, decode_caller_id, verify_signed_id
 
 __all__ = [
+    "Opening",
     "Refusal",
     "answer_ids",
     "asked",
@@ -254,40 +255,54 @@ def _looks_signed(value: str) -> bool:
     return bool(sep) and len(parts) == 3 and len(parts[1]) == 12 and len(parts[2]) == 20
 
 
-def _texts(content: Any) -> list[str]:
+def _texts(content: Any) -> tuple[str, ...]:
     """The text of a ``system`` or message ``content``: the string, or each block's text
     (a block without one: its type)."""
     if isinstance(content, str):
-        return [content]
+        return (content,)
     if not isinstance(content, list):
-        return []
-    return [
-        b["text"] if isinstance(b.get("text"), str) else str(b.get("type"))
-        for b in content
-        if isinstance(b, dict)
-    ]
+        return ()
+    return tuple(
+        [
+            b["text"] if isinstance(b.get("text"), str) else str(b.get("type"))
+            for b in content
+            if isinstance(b, dict)
+        ]
+    )
 
 
-def opening(body: Mapping[str, Any]) -> str:
-    """What names a request's conversation (``tpx serve --monitor``): a digest of its
-    opening, the system prompt's text and the first message's. Every request of one
-    conversation starts so, the same history again or a fork of it (docs/gateway.md,
-    "Overlapping requests"); ``cache_control`` and the blocks' other fields are left out,
-    since a client moves them between the requests of one conversation.
+class Opening(tuple[int, tuple[str, ...], tuple[str, ...]]):
+    """What names a request's conversation (``tpx serve --monitor``): the texts of its
+    opening, the system prompt's and the first message's (:func:`opening`), after their
+    lengths. Two openings are equal when those texts are, exactly (a tuple's equality:
+    the lengths first); nothing is digested, so two different openings are never taken for
+    one, and no text is read past its length until two openings with the same lengths are
+    compared (the monitor compares conversations only when an id is held by two exchanges
+    at once). The hash is the lengths': equal openings hash alike, and a client aiming many
+    openings at one hash only makes the exchanges in flight with it compare their texts."""
 
-    The digest is Python's ``hash`` of the texts, as a tuple per part: SipHash, keyed
-    afresh in every process unless ``PYTHONHASHSEED`` fixes the key (so a client cannot aim
-    two openings at one digest), 64 bits; it reads each text once, without encoding it. It
-    names conversations within one gateway process only, which is all the monitor keeps."""
+    __slots__ = ()
+
+    def __hash__(self) -> int:
+        return self[0]
+
+
+def opening(body: Mapping[str, Any]) -> Opening:
+    """What names a request's conversation (``tpx serve --monitor``): its opening, the
+    system prompt's text and the first message's. Every request of one conversation starts
+    so, the same history again or a fork of it (docs/gateway.md, "Overlapping requests");
+    ``cache_control`` and the blocks' other fields are left out, since a client moves them
+    between the requests of one conversation. Read once: the texts are kept (str is
+    immutable), not hashed (:class:`Opening`)."""
     messages = body.get("messages")
-    first = messages[0] if isinstance(messages, list) and messages else None
+    message = messages[0] if isinstance(messages, list) and messages else None
     system = body.get("system")
-    content = first.get("content") if isinstance(first, dict) else None
+    content = message.get("content") if isinstance(message, dict) else None
+    texts: tuple[str, ...]
+    first: tuple[str, ...]
     if type(content) is str and (system is None or type(system) is str):  # _texts, inline
-        parts: tuple[tuple[str, ...], tuple[str, ...]] = (
-            () if system is None else (system,),
-            (content,),
-        )
+        texts, first = () if system is None else (system,), (content,)
     else:
-        parts = (tuple(_texts(system)), tuple(_texts(content)))
-    return f"{hash(parts) & 0xFFFF_FFFF_FFFF_FFFF:016x}"
+        texts, first = _texts(system), _texts(content)
+    last = (len(texts[-1]) if texts else -1, len(first[-1]) if first else -1)
+    return tuple.__new__(Opening, (hash((len(texts), len(first), *last)), texts, first))

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from pathlib import Path
 
 import attrs
@@ -56,7 +56,7 @@ from tpx.oracle.model.gateway.events import request_kind
 from tpx.oracle.model.gateway.monitor import GatewayMonitor, Violation, snapshot_of_exchange
 from tpx.oracle.tracecheck_gateway import trace_file_name, write_trace
 from tpx.transport.exchange import ExchangeSnapshot, Provider
-from tpx.transport.translate.ids import verify_signed_id, wire_id
+from tpx.transport.translate.ids import RAW_ENCODED_ID, verify_signed_id, wire_id
 
 __all__ = ["LiveMonitor", "SpecViolationError"]
 
@@ -127,7 +127,13 @@ class LiveMonitor:
                 return verify_signed_id(i, secret) or i
 
             def to_wire(i: str) -> str:
-                """``wire_id(unsigned(i))``, one call fewer (the monitor's id reads)."""
+                """``wire_id(unsigned(i))``, one call fewer (the monitor's id reads): an id
+                of the raw form (the exchange's own ids, unsigned, of every Deliver) is its
+                wire id as ``wire_id`` reads it first; a signed id never has that form (the
+                MAC's ``-`` comes where its ``_`` would)."""
+                raw = RAW_ENCODED_ID(i)
+                if raw is not None:
+                    return raw[1]
                 k = i.find("-")
                 if k >= 0 and i[k + 13 : k + 14] == "-":
                     i = verify_signed_id(i, secret) or i
@@ -197,12 +203,12 @@ class LiveMonitor:
         obligations: frozenset[str] | None = None,
         answers: Answers | None = None,
         *,
-        conversation: str | None = None,
+        conversation: Hashable | None = None,
     ) -> None:
         """``Resume``: the conversation starts idle with its history's obligations.
 
         *conversation* names the conversation the request is an exchange of (its
-        opening's digest, :func:`tpx.gateway.history.opening`): the ids of its live
+        opening, :func:`tpx.gateway.history.opening`): the ids of its live
         exchanges are all of theirs (overlapping requests, spec/TpxGatewayOverlap.tla;
         ``None``: the request is a conversation of its own).
 

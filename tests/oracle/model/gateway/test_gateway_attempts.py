@@ -209,3 +209,35 @@ def test_an_answered_request_takes_the_steps_one_by_one_would(first_byte: bool) 
     assert action == "NewRequest"
     assert failure == ("Next", "NewRequest is not enabled in " + A._show(A.INIT))
     assert many.state("r4") == A.INIT
+
+
+def test_steps_taken_again_are_the_steps_taken_the_first_time() -> None:
+    """The attempt monitor takes a step it took before from the same state as it took it
+    (NewRequest to a healthy upstream, UpstreamAccept, Resend, FirstByte): on every
+    sequence of up to four steps over two upstreams, a monitor that took every earlier
+    sequence gives each step the verdict, state, trace and health a fresh monitor gives,
+    legal or not."""
+    steps = {
+        "send u": lambda m: m.send("r", "u"),
+        "send v": lambda m: m.send("r", "v"),
+        "accept": lambda m: m.accept("r"),
+        "resend": lambda m: m.resend("r"),
+        "failover v": lambda m: m.failover("r", "v"),
+        "failover u": lambda m: m.failover("r", "u"),
+        "first byte": lambda m: m.first_byte("r"),
+        "recover u": lambda m: m.recover(["u"]),
+    }
+    sequences: list[tuple[str, ...]] = [()]
+    for _ in range(4):
+        sequences = [(*seq, name) for seq in sequences for name in steps]
+    warm = A.AttemptMonitor(max_attempts=2)
+    for seq in sequences:  # every shorter sequence is the start of one of these
+        fresh = A.AttemptMonitor(max_attempts=2)
+        warm.health.clear()
+        warm.close("r")
+        for name in seq:
+            assert steps[name](warm) == steps[name](fresh), seq
+            assert warm.state("r") == fresh.state("r"), seq
+            assert warm.trace("r") == fresh.trace("r"), seq
+            assert warm.health == fresh.health, seq
+    assert len(warm._legal) > 5  # the steps were taken again

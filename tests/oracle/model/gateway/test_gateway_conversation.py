@@ -576,8 +576,8 @@ class Counting(GatewayMonitor):
 
     short = 0
 
-    def _resumes(self, *args: Any) -> bool:
-        taken = super()._resumes(*args)
+    def _resumed(self, *args: Any) -> bool:
+        taken = super()._resumed(*args)
         self.short += taken
         return taken
 

@@ -136,6 +136,9 @@ INVARIANTS: tuple[tuple[str, Callable[[Attempts], bool]], ...] = (
 
 #: A failed check: the property and why.
 Failure = tuple[str, str]
+#: How many legal steps :class:`AttemptMonitor` remembers (few: the states of one
+#: request's attempts over a route's upstreams).
+_LEGAL = 1024
 #: The last step :meth:`AttemptMonitor.answered` took and its failure.
 Answered = tuple[str, Failure | None]
 
@@ -156,6 +159,9 @@ class AttemptMonitor:
         self._steps: dict[Hashable, list[tuple[str, Attempts]]] = {}
         #: the steps :meth:`answered` took from a healthy upstream, by upstream
         self._answered: dict[tuple[Hashable, bool], tuple[tuple[str, Attempts], ...]] = {}
+        #: the legal steps taken so far that are a function of the state they leave
+        #: (UpstreamAccept, FirstByte, Resend: see :meth:`_known`), by action and state
+        self._legal: dict[tuple[str, Hashable], Attempts] = {}
 
     def state(self, key: Hashable) -> Attempts:
         return self._live.get(key, INIT)
@@ -189,11 +195,26 @@ class AttemptMonitor:
         return None
 
     def send(self, key: Hashable, upstream: Hashable) -> Failure | None:
-        """A new client request's first attempt goes to *upstream* (CallerSend, Retry)."""
-        self.health.setdefault(upstream, True)
+        """A new client request's first attempt goes to *upstream* (CallerSend, Retry).
+        To a healthy upstream the step is ``<<u, 1, FALSE, 0, 0>>`` whatever the others'
+        health (:meth:`answered`): taken again as checked the first time."""
+        health = self.health
+        ok = health.setdefault(upstream, True)
         self._steps.pop(key, None)
         s = INIT
-        return self._take(key, "NewRequest", s, NewRequest(s, upstream, self.health))
+        if ok is True:
+            t = self._legal.get(("NewRequest", upstream))
+            if t is not None:
+                self._live[key] = t
+                self._steps[key] = [("NewRequest", t)]
+                return None
+        failure = self._take(key, "NewRequest", s, NewRequest(s, upstream, health))
+        if failure is None and ok is True:
+            legal = self._legal
+            if len(legal) >= _LEGAL:
+                legal.clear()
+            legal["NewRequest", upstream] = self._live[key]
+        return failure
 
     def answered(self, key: Hashable, upstream: Hashable, *, first_byte: bool) -> Answered:
         """:meth:`send`, :meth:`accept` and, with *first_byte*, :meth:`first_byte` at once (a
@@ -218,15 +239,44 @@ class AttemptMonitor:
             self._answered[memo] = tuple(self._steps[key])
         return action, failure
 
+    def _known(self, key: Hashable, action: str, s: Attempts) -> bool:
+        """Take *action* from *s* again when it was taken before: UpstreamAccept, FirstByte
+        and Resend are functions of the state they leave (and the constant MaxAttempts),
+        and so are their checks (``Next``, FailoverBeforeFirstByte, the invariants), so a
+        legal step from *s* is the same legal step again. ``False``: not taken from *s*
+        yet (nothing changed)."""
+        t = self._legal.get((action, s))
+        if t is None:
+            return False
+        self._live[key] = t
+        self._steps.setdefault(key, []).append((action, t))
+        return True
+
+    def _learn(self, action: str, s: Attempts, failure: Failure | None, key: Hashable) -> None:
+        """Remember the step *action* just took from *s* when it was legal (bounded)."""
+        if failure is None:
+            legal = self._legal
+            if len(legal) >= _LEGAL:
+                legal.clear()
+            legal[action, s] = self._live[key]
+
     def accept(self, key: Hashable) -> Failure | None:
         """The request's bytes reached its upstream (UpstreamAccept)."""
         s = self.state(key)
-        return self._take(key, "UpstreamAccept", s, UpstreamAccept(s))
+        if self._known(key, "UpstreamAccept", s):
+            return None
+        failure = self._take(key, "UpstreamAccept", s, UpstreamAccept(s))
+        self._learn("UpstreamAccept", s, failure, key)
+        return failure
 
     def resend(self, key: Hashable) -> Failure | None:
         """The request is sent again to the same upstream on a fresh connection (Resend)."""
         s = self.state(key)
-        return self._take(key, "Resend", s, Resend(s, self.max_attempts))
+        if self._known(key, "Resend", s):
+            return None
+        failure = self._take(key, "Resend", s, Resend(s, self.max_attempts))
+        self._learn("Resend", s, failure, key)
+        return failure
 
     def failover(self, key: Hashable, upstream: Hashable) -> Failure | None:
         """The request moves to *upstream*; the one it leaves cools down (Failover)."""
@@ -241,7 +291,11 @@ class AttemptMonitor:
     def first_byte(self, key: Hashable) -> Failure | None:
         """The first byte of the upstream's reply went to the client (FirstByte)."""
         s = self.state(key)
-        return self._take(key, "FirstByte", s, FirstByte(s))
+        if self._known(key, "FirstByte", s):
+            return None
+        failure = self._take(key, "FirstByte", s, FirstByte(s))
+        self._learn("FirstByte", s, failure, key)
+        return failure
 
     def recover(self, upstreams: Iterable[Hashable]) -> None:
         """Cooling-down upstreams passed their recovery probe (Recover, once each)."""

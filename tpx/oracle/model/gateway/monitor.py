@@ -77,7 +77,6 @@ graphs (each step, each step with one variable broken, a new conversation resumi
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
@@ -136,11 +135,11 @@ _ACTION_NAMES = frozenset({*ACTIONS, "ProviderReply"})
 #: The invariants evaluated on a state that is the spec's successor of a checked one.
 _NOT_LOCAL = tuple((name, inv) for name, inv in INVARIANTS if name not in LOCAL)
 _BIG = 2**62
+#: The collection types an exchange snapshot holds its ids in.
+_HELD = (frozenset, tuple)
 _new = tuple.__new__
 #: Credentials (hasKey, hasToken) that select each provider.
 _SELECTING = {"ANTHROPIC": (True, False), "TPX": (False, True), "NONE": (False, False)}
-#: How many caller ids -> wire ids the monitor remembers (``to_wire`` is pure).
-_TO_WIRE_CACHE = 4096
 
 #: A failed check: the property and why.
 Failure = tuple[str, str]
@@ -243,7 +242,9 @@ class GatewayMonitor:
     ``emitted``: what the provider sent), for a gateway whose snapshots hold both (TPX:
     decode the signed caller id to the foreign id; ANTHROPIC: identity); the traces then hold
     wire-side ids throughout (a repeated wire id once per call, see :meth:`_normalize`).
-    ``to_wire`` must be a pure function: the monitor remembers its recent answers.
+    ``to_wire`` must be a pure function: the monitor remembers the id collections it read
+    (:meth:`_read`), not each id (an id is read again only in a collection not seen yet,
+    which mostly holds ids not seen yet either).
     Not thread-safe: one per worker (an event loop), or a lock around :meth:`observe`.
     """
 
@@ -267,9 +268,7 @@ class GatewayMonitor:
         self._provider = provider
         self._max_in_flight = _BIG if max_in_flight is None else max_in_flight
         self._retry = gateway_retry
-        self._to_wire = (
-            None if to_wire is None else functools.lru_cache(maxsize=_TO_WIRE_CACHE)(to_wire)
-        )
+        self._to_wire = to_wire
         #: the spec's Init at one conversation (it depends on the boot selection only)
         self._preflight = preflight
         alone = Context(
@@ -278,6 +277,9 @@ class GatewayMonitor:
         self._init = Init(alone)
         self._init_stable = SelectionStable(self._init, alone)
         self._init_but_pending = (self._init[:5], self._init[6:])
+        #: the provider a snapshot names for :meth:`_resumes_exchange` (Init's, when it is
+        #: the boot's: a snapshot naming another one takes the long way)
+        self._resume_provider = provider if self._init.provider == provider else None
         self._live: dict[Hashable, _Live] = {}
         #: ids a live conversation took after it started (its provider's): its alone
         self._owner: dict[str, Hashable] = {}
@@ -451,11 +453,13 @@ class GatewayMonitor:
         :class:`tpx.transport.exchange.ExchangeSnapshot` directly: its trace event is that mapping,
         built only when the trace is read."""
         live = self._live.get(conversation)
-        if (
-            live is not None
-            and action not in _STARTS
-            and self._accepts(conversation, live, action, snapshot, obligations)
-        ):
+        if live is not None:
+            if action not in _STARTS and self._accepts(
+                conversation, live, action, snapshot, obligations
+            ):
+                self.steps += 1
+                return None
+        elif action == "Resume" and self._resumes_exchange(conversation, snapshot):
             self.steps += 1
             return None
         start = live is None or action in _STARTS
@@ -676,7 +680,16 @@ class GatewayMonitor:
             or t[:5] != head
             or type(t.turn) is not int  # Same: the other numbers are Init's
             or (action != "Resume" and (action != "Init" or t.pending != self._init.pending))
-            or not self._init_stable  # SelectionStable: Init's selection is the boot's
+        ):
+            return False
+        return self._resumed(conversation, action, t, held)
+
+    def _resumed(
+        self, conversation: Hashable, action: str, t: ConvState, held: AbstractSet[str] | None
+    ) -> bool:
+        """:meth:`_resumes` of a *t* that is Init but for ``pending`` (checked)."""
+        if (
+            not self._init_stable  # SelectionStable: Init's selection is the boot's
             or self._in_flight > self._max_in_flight  # BoundedInv: turn 0, t idle
         ):
             return False
@@ -698,6 +711,39 @@ class GatewayMonitor:
                 else:
                     holders.add(conversation)
         return True
+
+    def _resumes_exchange(self, conversation: Hashable, snapshot: Any) -> bool:
+        """A first ``Resume`` proved legal the short way, read straight from the exchange
+        *snapshot* (:meth:`_of_exchange`, then :meth:`_resumes`): every variable but
+        ``pending`` is Init's, the provider the boot's and the other id collections empty as
+        an exchange holds them (a frozenset or a tuple; anything else takes the long way,
+        which judges it), so the observed state is Init with the snapshot's ``pending``.
+        ``False``: not proved; nothing changed."""
+        tail = self._init_but_pending[1]
+        try:
+            turn = snapshot.turn
+            if (
+                type(turn) is not int
+                or turn != 0
+                or snapshot.phase != "idle"
+                or snapshot.wire_shape != tail[1]
+                or snapshot.got_shape != tail[4]
+                or snapshot.last_outcome != tail[5]
+                or type(snapshot.req_ids) not in _HELD
+                or snapshot.req_ids
+                or type(wire := snapshot.wire_list or snapshot.wire_ids) not in _HELD
+                or wire
+                or type(emitted := snapshot.emitted_list or snapshot.emitted) not in _HELD
+                or emitted
+                or self._provider_name(snapshot) != self._resume_provider
+            ):
+                return False
+            pending = snapshot.pending
+            p = self._caller_reads.get(pending) or self._read(pending, "pending", True)
+        except (AttributeError, TypeError, BadSnapshot):
+            return False
+        t: ConvState = _new(ConvState, (*self._init_but_pending[0], p[0], *tail))
+        return self._resumed(conversation, "Resume", t, None if self._to_wire is None else p[1])
 
     def _accepts(
         self,
