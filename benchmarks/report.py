@@ -35,6 +35,7 @@ SECTIONS = (
     "gateway",
     "routing",
     "monitor-gateway",
+    "baseline",
 )
 
 
@@ -86,12 +87,12 @@ def render(
     notes: Sequence[str] = (),
     when: str | None = None,
     host: str | None = None,
+    part_of: str | None = "make bench",
 ) -> str:
-    """The body of a section: provenance line, the table, then the notes as a list."""
-    head = (
-        f"Written by `{command}` (part of `make bench`) on {when or now()}; "
-        f"machine: {host or machine()}."
-    )
+    """The body of a section: provenance line, the table, then the notes as a list.
+    *part_of*: the make target that runs *command* (``None``: none does)."""
+    made = f" (part of `{part_of}`)" if part_of else ""
+    head = f"Written by `{command}`{made} on {when or now()}; machine: {host or machine()}."
     parts = [head, "", table]
     if notes:
         parts += ["", *(f"- {note}" for note in notes)]
@@ -129,6 +130,7 @@ def write_section(
     doc: Path | None = None,
     when: str | None = None,
     host: str | None = None,
+    part_of: str | None = "make bench",
 ) -> Path | None:
     """Write section *name* into the document; returns its path (``None``: not written)."""
     if name not in SECTIONS:
@@ -136,7 +138,7 @@ def write_section(
     path = target(doc)
     if path is None:
         return None
-    body = render(command, table, notes=notes, when=when, host=host)
+    body = render(command, table, notes=notes, when=when, host=host, part_of=part_of)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
