@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import httpx2
@@ -86,7 +86,7 @@ async def run_turn(
                 while not await _wait(opening, ping):
                     turn.started = True
                     yield PING
-            response, client, name = await opening
+            response, client, name = _opened(await opening, upstream)
             taken = True
         except ModelError as error:
             if turn.started:
@@ -108,11 +108,12 @@ async def run_turn(
             pool = upstream if isinstance(upstream, UpstreamPool) else None
             # closed here, before the response: its read-ahead task ends before the upstream
             # connection does, also when the client left while a chunk was being sent
-            async with contextlib.aclosing(
-                _stream(turn, client, response, ping, pool, name)
-            ) as items:
+            items = _stream(turn, client, response, ping, pool, name)
+            try:
                 async for item in items:
                     yield item
+            finally:
+                await items.aclose()
         finally:
             try:
                 await response.aclose()
@@ -130,7 +131,7 @@ async def _drop(opening: asyncio.Future[Any], upstream: AsyncUpstream | Upstream
         return
     if opening.cancelled() or opening.exception() is not None:
         return
-    response, _, name = opening.result()
+    response, _, name = _opened(opening.result(), upstream)
     try:
         await response.aclose()
     finally:
@@ -139,13 +140,22 @@ async def _drop(opening: asyncio.Future[Any], upstream: AsyncUpstream | Upstream
             upstream.release(name)
 
 
-async def _open(
-    turn: Turn, upstream: AsyncUpstream | UpstreamPool
-) -> tuple[httpx2.Response, AsyncUpstream, str | None]:
-    """The upstream response of *turn*, the client that has it and (a pool) its upstream."""
+def _open(turn: Turn, upstream: AsyncUpstream | UpstreamPool) -> Awaitable[Any]:
+    """The awaitable of *turn*'s upstream response (read it with :func:`_opened`)."""
     if isinstance(upstream, UpstreamPool):
-        return await upstream.open(turn)
-    return await upstream.open(turn.call), upstream, None
+        return upstream.open(turn)
+    return upstream.open(turn.call)
+
+
+def _opened(
+    result: Any, upstream: AsyncUpstream | UpstreamPool
+) -> tuple[httpx2.Response, AsyncUpstream, str | None]:
+    """What :func:`_open` gave: the upstream response, the client that has it and (a pool)
+    its upstream."""
+    if isinstance(upstream, UpstreamPool):
+        opened: tuple[httpx2.Response, AsyncUpstream, str | None] = result
+        return opened
+    return result, upstream, None
 
 
 async def _body(turn: Turn, upstream: AsyncUpstream, response: httpx2.Response) -> bytes | Response:
