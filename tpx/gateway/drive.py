@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from typing import Any
 
 import httpx2
@@ -86,7 +86,7 @@ async def run_turn(
                 while not await _wait(opening, ping):
                     turn.started = True
                     yield PING
-            response, client, name = _opened(await opening, upstream)
+            response, client, name = await opening
             taken = True
         except ModelError as error:
             if turn.started:
@@ -131,7 +131,7 @@ async def _drop(opening: asyncio.Future[Any], upstream: AsyncUpstream | Upstream
         return
     if opening.cancelled() or opening.exception() is not None:
         return
-    response, _, name = _opened(opening.result(), upstream)
+    response, _, name = opening.result()
     try:
         await response.aclose()
     finally:
@@ -140,22 +140,13 @@ async def _drop(opening: asyncio.Future[Any], upstream: AsyncUpstream | Upstream
             upstream.release(name)
 
 
-def _open(turn: Turn, upstream: AsyncUpstream | UpstreamPool) -> Awaitable[Any]:
-    """The awaitable of *turn*'s upstream response (read it with :func:`_opened`)."""
-    if isinstance(upstream, UpstreamPool):
-        return upstream.open(turn)
-    return upstream.open(turn.call)
-
-
-def _opened(
-    result: Any, upstream: AsyncUpstream | UpstreamPool
+async def _open(
+    turn: Turn, upstream: AsyncUpstream | UpstreamPool
 ) -> tuple[httpx2.Response, AsyncUpstream, str | None]:
-    """What :func:`_open` gave: the upstream response, the client that has it and (a pool)
-    its upstream."""
+    """The upstream response of *turn*, the client that has it and (a pool) its upstream."""
     if isinstance(upstream, UpstreamPool):
-        opened: tuple[httpx2.Response, AsyncUpstream, str | None] = result
-        return opened
-    return result, upstream, None
+        return await upstream.open(turn)
+    return await upstream.open(turn.call), upstream, None
 
 
 async def _body(turn: Turn, upstream: AsyncUpstream, response: httpx2.Response) -> bytes | Response:
