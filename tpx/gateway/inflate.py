@@ -79,8 +79,11 @@ class Decoder:
     def decode(self, raw: bytes) -> bytes:
         """The first decoded piece of *raw* (``b""``: none yet)."""
         inflate = self._inflate
-        if inflate is None:
-            return self._count(raw)
+        if inflate is None:  # as received: only counted (what _count does, without a call)
+            self._size += len(raw)
+            if self._size > self._limit:
+                raise _too_large(self._provider, self._limit, self._what)
+            return raw
         if self._first and raw:
             self._first = False
             if self._coding == "deflate" and not _zlib_header(raw):
