@@ -22,7 +22,8 @@ One run, side by side, all on loopback, against the same scripted fake OpenAI up
 - ``baseline`` (``--baseline REV``, ``make bench-gateway BASELINE=REV``): ``tpx serve`` as it
   is at the git revision REV (checked out into a temporary worktree under .cache/, run with
   this venv), in the same run: the ratio of the two added latencies (and CPU per request)
-  says whether the tree is slower than REV. The docs table is not written by such a run.
+  says whether the tree is slower than REV. Such a run writes those ratios (docs/performance.md,
+  section ``baseline``), not the gateway's table.
   ``--repeat N`` measures N times in the one run (the same servers) and prints each
   repetition's ratios, then their median and range: how far one ratio can be trusted.
 - ``tpx-monitor`` (``--monitor``): a second ``tpx serve``, with ``--monitor`` (every spec
@@ -273,6 +274,8 @@ def litellm_proxy(logdir: Path, upstream: Proc, model: str) -> Iterator[Proc]:
 
 #: (name, url, headers, the body for (stream, round))
 Target = tuple[str, str, dict[str, str], Callable[[bool, int], bytes]]
+#: One repetition of a run: each target's timings by kind, and its CPU ms per request.
+Repetition = tuple[dict[str, dict[str, list[float]]], dict[str, float]]
 
 
 class _Bodies:
@@ -543,6 +546,7 @@ def main() -> None:
                         messages_bodies,
                     )
                 )
+            commit = ""
             if args.baseline:
                 tree, commit = stack.enter_context(baseline_tree(args.baseline))
                 base_gw = stack.enter_context(baseline_gateway(logdir, up, tree))
@@ -597,7 +601,8 @@ def main() -> None:
                 procs["floor"] = floor
             if not args.no_litellm:
                 procs["litellm"] = lite
-            repetitions: list[tuple[dict[str, dict[str, list[float]]], dict[str, float]]] = []
+            repetitions: list[Repetition] = []
+            loads: list[float] = []
             for repetition in range(args.repeat):
                 before = {name: cpu_seconds(p.popen.pid) for name, p in procs.items()}
                 results = measure(targets, args.rounds, args.warmup)
@@ -608,6 +613,7 @@ def main() -> None:
                     for name, p in procs.items()
                 }
                 repetitions.append((results, cpu_ms))
+                loads.append(os.getloadavg()[0])
                 if args.baseline and args.repeat > 1:
                     print(f"repetition {repetition + 1}, load average {os.getloadavg()}:")
                     print(baseline_ratio(results, cpu_ms, args.baseline), flush=True)
@@ -638,6 +644,10 @@ def main() -> None:
         print(baseline_ratio(results, cpu_ms, args.baseline))
         if args.repeat > 1:
             print(ratio_spread(repetitions, args.baseline))
+        table, notes = baseline_table(repetitions, args.baseline, commit, loads, size, args.rounds)
+        written = write_section("baseline", command.strip(), table, notes=notes, part_of=None)
+        if written is not None:
+            print(f"ratios written to {written}")
     if args.baseline or args.monitor:
         return  # the gateway's table is the tree's alone
     table, notes = gateway_table(results, rps, cpu_ms, core_ms, alone_ms, size, args.rounds)
@@ -743,9 +753,7 @@ def baseline_ratios(
     return out
 
 
-def ratio_spread(
-    repetitions: list[tuple[dict[str, dict[str, list[float]]], dict[str, float]]], rev: str
-) -> str:
+def ratio_spread(repetitions: list[Repetition], rev: str) -> str:
     """The ratios of :func:`baseline_ratios` over the repetitions of one run: each one, their
     median and their range."""
     ratios = [baseline_ratios(results, cpu_ms) for results, cpu_ms in repetitions]
@@ -763,6 +771,77 @@ def ratio_spread(
             f"{min(values):.3f}..{max(values):.3f}; each: {each}"
         )
     return "\n".join(lines)
+
+
+#: What :func:`baseline_table` reports, in its order: (key, label).
+_MEASURES = (
+    ("plain", "added p50 latency (non-streaming)"),
+    ("ttfb", "added p50 latency (first byte, streaming)"),
+    ("cpu", "gateway CPU per request"),
+)
+
+
+def _measured(
+    results: dict[str, dict[str, list[float]]], cpu_ms: dict[str, float], name: str
+) -> dict[str, float]:
+    """*name*'s added p50 latency of each kind and its CPU per request, in ms."""
+    base = results["direct"]
+    out = {
+        kind: (_pct(results[name][kind], 0.5) - _pct(base[kind], 0.5)) * 1e3
+        for kind in ("plain", "ttfb")
+    }
+    out["cpu"] = cpu_ms[name]
+    return out
+
+
+def baseline_table(
+    repetitions: list[Repetition],
+    rev: str,
+    commit: str,
+    loads: list[float],
+    size: int,
+    rounds: int,
+) -> tuple[str, list[str]]:
+    """The tree against revision *rev* (docs/performance.md, section ``baseline``): each
+    measure's median over the repetitions for both, the median of the per-repetition ratios,
+    their range and each one."""
+    ours = [_measured(results, cpu_ms, "tpx") for results, cpu_ms in repetitions]
+    theirs = [_measured(results, cpu_ms, "baseline") for results, cpu_ms in repetitions]
+    ratios = [baseline_ratios(results, cpu_ms) for results, cpu_ms in repetitions]
+    rows: list[tuple[object, ...]] = []
+    for key, label in _MEASURES:
+        values = [r[key] for r in ratios]
+        median = statistics.median(values)
+        rows.append(
+            (
+                label,
+                f"{statistics.median(m[key] for m in ours):.3f} ms",
+                f"{statistics.median(m[key] for m in theirs):.3f} ms",
+                f"**{median:.3f}** ({100 * (median - 1):+.1f}%)",
+                f"{min(values):.3f}..{max(values):.3f}",
+                " ".join(f"{100 * (v - 1):+.1f}%" for v in values),
+            )
+        )
+    headers = (
+        "median of the repetitions",
+        "`tpx` (this tree)",
+        f"`baseline` ({rev})",
+        "tpx / baseline",
+        "range",
+        "each repetition",
+    )
+    notes = [
+        f"Baseline: `{rev}` = {commit[:12]}, checked out into a temporary worktree and run as "
+        "one more target in the same run, in the same blocks; above 1: the tree is slower.",
+        f"Request: the recorded {size / 1024:.1f} KB Claude Code turn, {rounds} rounds per "
+        f"target and kind in each of {len(repetitions)} repetitions (the same servers); added "
+        "= a target's p50 minus `direct`'s; CPU: each server's process CPU time over the "
+        "measured requests.",
+        "Load average (1 min) after each repetition: "
+        + ", ".join(f"{load:.1f}" for load in loads)
+        + ".",
+    ]
+    return markdown_table(headers, rows), notes
 
 
 def _monitor_added(results: dict[str, dict[str, list[float]]], kind: str) -> tuple[float, float]:

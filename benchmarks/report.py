@@ -44,6 +44,7 @@ SECTIONS = (
     "load-cluster",
     "load-cluster-summary",
     "audit-timing",
+    "baseline",
 )
 
 #: The sections that live in another document than :data:`DOC` (by default).
@@ -106,9 +107,10 @@ def render(
     host: str | None = None,
     part_of: str | None = "make bench",
 ) -> str:
-    """The body of a section: provenance line, the table, then the notes as a list."""
-    within = f" (part of `{part_of}`)" if part_of else ""
-    head = f"Written by `{command}`{within} on {when or now()}; machine: {host or machine()}."
+    """The body of a section: provenance line, the table, then the notes as a list.
+    *part_of*: the make target that runs *command* (``None``: none does)."""
+    made = f" (part of `{part_of}`)" if part_of else ""
+    head = f"Written by `{command}`{made} on {when or now()}; machine: {host or machine()}."
     parts = [head, "", table]
     if notes:
         parts += ["", *(f"- {note}" for note in notes)]

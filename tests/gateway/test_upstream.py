@@ -167,7 +167,7 @@ def test_a_closed_pooled_connection_the_loop_has_not_seen_is_not_written_to(
     one, where it would fail after being written and could not be re-sent (the seeded bug,
     no check before writing, fails the second request)."""
     if seeded:
-        monkeypatch.setattr(h1_module, "peer_spoke", lambda transport: False)
+        monkeypatch.setattr(h1_module._Connection, "peer_spoke", lambda self: False)
     closed = threading.Event()
     call = UpstreamCall(
         "POST", "/chat/completions", (("content-type", "application/json"),), b"{}", False

@@ -138,7 +138,7 @@ def worker_app() -> Any:
     settings = _settings(args)
     HeaderTimeoutProtocol.header_timeout = settings.limits.header_timeout
     HeaderTimeoutProtocol.max_header_bytes = settings.limits.max_header_bytes
-    return create_app(settings)
+    return create_app(settings, freeze=True)
 
 
 def _logging() -> None:
@@ -214,7 +214,7 @@ def serve(args: argparse.Namespace) -> int:
             "tpx.gateway.cli:worker_app", factory=True, workers=settings.workers, **common
         )
     else:
-        config = uvicorn.Config(create_app(settings), **common)
+        config = uvicorn.Config(create_app(settings, freeze=True), **common)
     sock = config.bind_socket()
     host, port = sock.getsockname()[:2]
     print(

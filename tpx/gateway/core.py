@@ -466,10 +466,17 @@ def _redacted(value: Any, redact: Callable[[str], str], limit: int = LOG_FIELD_L
     if isinstance(value, str):
         return redact(value if len(value) <= limit else value[:limit] + _safe.CUT)
     if isinstance(value, dict):
-        return {
-            k: _redacted(v, redact, LOG_BODY_LIMIT if k in _BODIES else limit)
-            for k, v in value.items()
-        }
+        out = {}
+        for k, v in value.items():
+            kind = v.__class__
+            if kind is str:  # most of a line's values: cut and redacted here, no call
+                cap = LOG_BODY_LIMIT if k in _BODIES else limit
+                out[k] = redact(v if len(v) <= cap else v[:cap] + _safe.CUT)
+            elif kind is int or kind is bool or kind is float or v is None:
+                out[k] = v
+            else:
+                out[k] = _redacted(v, redact, LOG_BODY_LIMIT if k in _BODIES else limit)
+        return out
     if isinstance(value, list | tuple):
         return [_redacted(v, redact, limit) for v in value]
     return value

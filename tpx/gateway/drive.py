@@ -108,11 +108,12 @@ async def run_turn(
             pool = upstream if isinstance(upstream, UpstreamPool) else None
             # closed here, before the response: its read-ahead task ends before the upstream
             # connection does, also when the client left while a chunk was being sent
-            async with contextlib.aclosing(
-                _stream(turn, client, response, ping, pool, name)
-            ) as items:
+            items = _stream(turn, client, response, ping, pool, name)
+            try:
                 async for item in items:
                     yield item
+            finally:
+                await items.aclose()
         finally:
             try:
                 await response.aclose()

@@ -43,7 +43,7 @@ from typing import Any
 import httptools
 import httpx2
 
-from tpx.gateway.netio import FlowControl, peer_spoke
+from tpx.gateway.netio import FlowControl, PeerWatch
 
 __all__ = ["H1Transport", "fast_transport_allowed"]
 
@@ -73,6 +73,7 @@ class _Connection(FlowControl):
         self.error: BaseException | None = None
         self.idle_since = 0.0
         self._read_paused = False
+        self._watch: PeerWatch | None = None  # made when first taken from the pool
         self._reset()
 
     def _reset(self) -> None:
@@ -171,6 +172,13 @@ class _Connection(FlowControl):
         if self._read_paused:
             self._read_paused = False
             self.transport.resume_reading()
+
+    def peer_spoke(self) -> bool:
+        """:func:`tpx.gateway.netio.peer_spoke` of this (open) connection's socket."""
+        watch = self._watch
+        if watch is None:
+            watch = self._watch = PeerWatch(self.transport)
+        return watch.spoke()
 
     @property
     def reusable(self) -> bool:
@@ -284,7 +292,7 @@ class H1Transport(httpx2.AsyncBaseTransport):
                 conn.reusable
                 and not expired
                 and not conn.chunks
-                and not peer_spoke(conn.transport)  # a FIN the loop has not read yet
+                and not conn.peer_spoke()  # a FIN the loop has not read yet
             ):
                 conn._reset()
                 return conn

@@ -73,18 +73,17 @@ class Decoder:
     def _count(self, data: bytes) -> bytes:
         self._size += len(data)
         if self._size > self._limit:
-            raise ProtocolError(
-                f"{self._provider}: the upstream's reply is larger than {self._limit} bytes "
-                f"({self._what})",
-                provider=self._provider,
-            )
+            raise _too_large(self._provider, self._limit, self._what)
         return data
 
     def decode(self, raw: bytes) -> bytes:
         """The first decoded piece of *raw* (``b""``: none yet)."""
         inflate = self._inflate
-        if inflate is None:
-            return self._count(raw)
+        if inflate is None:  # as received: only counted (what _count does, without a call)
+            self._size += len(raw)
+            if self._size > self._limit:
+                raise _too_large(self._provider, self._limit, self._what)
+            return raw
         if self._first and raw:
             self._first = False
             if self._coding == "deflate" and not _zlib_header(raw):
@@ -135,6 +134,21 @@ class Decoder:
         )
 
 
+def _too_large(provider: str, limit: int, what: str) -> ProtocolError:
+    return ProtocolError(
+        f"{provider}: the upstream's reply is larger than {limit} bytes ({what})",
+        provider=provider,
+    )
+
+
+def _identity(response: httpx2.Response) -> bool:
+    """*response*'s body comes undecoded and needs no decoding (no ``content-encoding``)."""
+    if response.is_stream_consumed:
+        return False  # an in-memory response: its content, through the decoder
+    coding = response.headers.get("content-encoding")
+    return coding is None or coding.strip().lower() in ("", "identity")
+
+
 async def _one(data: bytes) -> AsyncIterator[bytes]:
     yield data
 
@@ -152,15 +166,23 @@ def raw_chunks_sync(response: httpx2.Response) -> Iterable[bytes]:
 
 async def read_body(response: httpx2.Response, limit: int, provider: str, what: str) -> bytes:
     """*response*'s whole body, decoded and at most *limit* bytes (see the module)."""
-    decoder = Decoder.of(response, limit, provider, what)
     parts: list[bytes] = []
     try:
-        async for raw in raw_chunks(response):
-            piece = decoder.decode(raw)
-            while piece:
-                parts.append(piece)
-                piece = decoder.more()
-        parts.append(decoder.flush())
+        if _identity(response):  # as received: only counted
+            size = 0
+            async for raw in response.aiter_raw():
+                size += len(raw)
+                if size > limit:
+                    raise _too_large(provider, limit, what)
+                parts.append(raw)
+        else:
+            decoder = Decoder.of(response, limit, provider, what)
+            async for raw in raw_chunks(response):
+                piece = decoder.decode(raw)
+                while piece:
+                    parts.append(piece)
+                    piece = decoder.more()
+            parts.append(decoder.flush())
     except BaseException:
         parts.clear()  # the error's traceback keeps this frame (and the list) alive
         raise
@@ -169,15 +191,23 @@ async def read_body(response: httpx2.Response, limit: int, provider: str, what: 
 
 def read_body_sync(response: httpx2.Response, limit: int, provider: str, what: str) -> bytes:
     """:func:`read_body` for the sync client."""
-    decoder = Decoder.of(response, limit, provider, what)
     parts: list[bytes] = []
     try:
-        for raw in raw_chunks_sync(response):
-            piece = decoder.decode(raw)
-            while piece:
-                parts.append(piece)
-                piece = decoder.more()
-        parts.append(decoder.flush())
+        if _identity(response):  # as received: only counted
+            size = 0
+            for raw in response.iter_raw():
+                size += len(raw)
+                if size > limit:
+                    raise _too_large(provider, limit, what)
+                parts.append(raw)
+        else:
+            decoder = Decoder.of(response, limit, provider, what)
+            for raw in raw_chunks_sync(response):
+                piece = decoder.decode(raw)
+                while piece:
+                    parts.append(piece)
+                    piece = decoder.more()
+            parts.append(decoder.flush())
     except BaseException:
         parts.clear()
         raise

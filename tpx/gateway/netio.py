@@ -29,7 +29,7 @@ from typing import Any
 import httpcore2
 import httpx2
 
-__all__ = ["HOLD_BYTES", "AsyncioBackend", "FlowControl", "install", "peer_spoke"]
+__all__ = ["HOLD_BYTES", "AsyncioBackend", "FlowControl", "PeerWatch", "install", "peer_spoke"]
 
 #: A request held for one write is sent at once past this size.
 HOLD_BYTES = 1 << 20
@@ -42,16 +42,33 @@ def peer_spoke(transport: Any) -> bool:
     it, or sent bytes no request asked for): asked of a pooled connection before a request is
     written on it, as the event loop may not have run since the peer's FIN arrived. One
     ``poll`` system call (~1 us); ``False`` when the socket cannot be asked."""
-    sock = transport.get_extra_info("socket")
-    fileno = -1 if sock is None else sock.fileno()
-    if fileno < 0:
-        return False
-    poller = select.poll()
-    poller.register(fileno, select.POLLIN | select.POLLPRI)
-    try:
-        return bool(poller.poll(0))
-    except OSError:
-        return True
+    return PeerWatch(transport).spoke()
+
+
+class PeerWatch:
+    """:func:`peer_spoke` for one connection, asked each time it is taken from a pool: its
+    ``poll`` object is made (and the socket registered) once. Only for an open transport:
+    its socket's descriptor is not reused while the transport is open."""
+
+    __slots__ = ("_poller",)
+
+    def __init__(self, transport: Any) -> None:
+        sock = transport.get_extra_info("socket")
+        fileno = -1 if sock is None else sock.fileno()
+        self._poller: Any = None
+        if fileno >= 0:
+            self._poller = select.poll()
+            self._poller.register(fileno, select.POLLIN | select.POLLPRI)
+
+    def spoke(self) -> bool:
+        """Whether the socket has something to read now (``False``: it cannot be asked)."""
+        poller = self._poller
+        if poller is None:
+            return False
+        try:
+            return bool(poller.poll(0))
+        except OSError:
+            return True
 
 
 class FlowControl(asyncio.Protocol):

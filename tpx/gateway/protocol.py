@@ -22,6 +22,7 @@ streamed event still goes out in the iteration it was written in).
 from __future__ import annotations
 
 import asyncio
+from itertools import chain
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -142,7 +143,8 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
         self._disarm()
         self._in_head = False
         self._head_bytes = 0
-        size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+        headers = self.headers
+        size = len(self.url) + 4 * len(headers) + sum(map(len, chain.from_iterable(headers)))
         if size > self.max_header_bytes:
             self._refuse()
             return
