@@ -18,7 +18,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import httpx2
@@ -51,6 +51,8 @@ from tpx.gateway.wire import UpstreamCall
 __all__ = ["UpstreamPool"]
 
 logger = logging.getLogger("tpx.gateway")
+
+_T = TypeVar("_T")
 
 #: How a retry-after is waited for (a test replaces it to see the wait).
 _sleep = asyncio.sleep
@@ -128,7 +130,7 @@ def _deadlines(loop: asyncio.AbstractEventLoop) -> _Deadlines:
     return deadlines
 
 
-async def _within(opening: Awaitable[httpx2.Response], timeout: float | None) -> httpx2.Response:
+async def _within(opening: Awaitable[_T], timeout: float | None) -> _T:
     """*opening*'s response, or TimeoutError past *timeout* seconds -- with *opening* cancelled
     then (its connection closed: the upstream stops generating before another is asked).
     ``asyncio.timeout``'s semantics (a cancellation of the task from elsewhere is passed on),
