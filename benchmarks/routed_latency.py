@@ -14,7 +14,8 @@ scripted fake OpenAI upstream, over the recorded Claude Code turn of ``make benc
   matched (the background rule is tried, then the main one), the least loaded healthy
   upstream of the route picked, its slot of ``concurrency`` taken and the attempt counted.
 
-The measurement is repeated ``--repeat`` times in the one run (the same servers). Printed
+The measurement is repeated ``--repeat`` times in the one run (the same servers), the two
+gateways changing places each time (the one measured second in a block comes out slower). Printed
 and written into docs/performance.md (section ``routing-gateway``): each gateway's added p50
 (total latency, non-streaming; time to the first byte, streaming), the difference (what
 routing adds), its median and range over the repetitions, each gateway's CPU time per
@@ -154,7 +155,8 @@ def table(
     notes = [
         f"Request: the recorded {size / 1024:.1f} KB Claude Code turn of `make bench-gateway`, "
         f"{rounds} rounds per target and kind in each of {len(repetitions)} repetitions, "
-        "interleaved; added = a gateway's p50 minus `direct`'s (every repetition's requests "
+        "interleaved (the two gateways change places every repetition); added = a gateway's "
+        "p50 minus `direct`'s (every repetition's requests "
         "together); routing adds = `tpx-routed`'s added p50 minus `tpx`'s.",
         "`tpx-routed`: three `[[upstreams]]` and two `[[routes]]` as in "
         "[upstreams.md](upstreams.md)'s example, every one pointing at the same fake upstream; "
@@ -228,8 +230,14 @@ def main() -> None:
             procs = {"tpx": plain, "tpx-routed": routed}
             before = {name: cpu_seconds(p.popen.pid) for name, p in procs.items()}
             repetitions: list[Results] = []
+            direct, plain_target, routed_target = targets
             for n in range(args.repeat):
-                results = measure(targets, args.rounds, args.warmup)
+                # the two gateways change places every repetition: the one measured second
+                # in a block came out slower even with the same gateway in both places
+                order = (
+                    (plain_target, routed_target) if n % 2 == 0 else (routed_target, plain_target)
+                )
+                results = measure([direct, *order], args.rounds, args.warmup)
                 repetitions.append(results)
                 print(
                     f"repetition {n + 1}: routing adds "

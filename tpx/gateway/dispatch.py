@@ -157,13 +157,18 @@ class Dispatcher:
         self, candidates: Iterable[str], now: float, exclude: Iterable[str] = ()
     ) -> str | None:
         """The least loaded available candidate not in *exclude* (``None``: none)."""
-        skip = set(exclude)
+        skip = set(exclude) if exclude else ()
+        health, limits, weights = self.health, self._limit, self._weight
         best: str | None = None
         best_load = math.inf
-        for name in candidates:
-            if name in skip or not self.available(name, now):
+        for name in candidates:  # every routed request: available() inlined
+            if name in skip:
                 continue
-            load = self.health[name].in_flight / self._weight[name]
+            state = health[name]
+            limit = limits[name]
+            if now < state.cooling_until or (limit is not None and state.in_flight >= limit):
+                continue
+            load = state.in_flight / weights[name]
             if load < best_load:
                 best, best_load = name, load
         return best

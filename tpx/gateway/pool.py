@@ -15,9 +15,10 @@ import asyncio
 import contextlib
 import functools
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import httpx2
@@ -51,6 +52,8 @@ __all__ = ["UpstreamPool"]
 
 logger = logging.getLogger("tpx.gateway")
 
+_T = TypeVar("_T")
+
 #: How a retry-after is waited for (a test replaces it to see the wait).
 _sleep = asyncio.sleep
 
@@ -58,11 +61,114 @@ _sleep = asyncio.sleep
 PROBE = UpstreamCall("GET", "/v1/models", (("accept", "application/json"),), b"", False)
 
 
-async def _within(opening: Awaitable[httpx2.Response], timeout: float | None) -> httpx2.Response:
+class _Bound:
+    """One attempt bounded by :func:`_within`: its task, its deadline (loop time), whether
+    the deadline cancelled it."""
+
+    __slots__ = ("expired", "task", "when")
+
+    def __init__(self, task: asyncio.Task[Any], when: float) -> None:
+        self.task = task
+        self.when = when
+        self.expired = False
+
+
+class _Deadlines:
+    """The deadlines of one event loop's bounded attempts (:func:`_within`) on ONE loop timer,
+    armed for the earliest: an attempt adds and removes its entry and takes no timer of its
+    own (``asyncio.timeout`` makes and cancels one per attempt: a good part of what routing
+    added to a streamed request). When the timer fires, every attempt past its deadline is
+    cancelled as ``asyncio.timeout`` cancels it, and the timer is armed for the next."""
+
+    __slots__ = ("_armed", "_at", "_loop", "waiting")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.waiting: set[_Bound] = set()  #: the attempts bounded now
+        self._armed: asyncio.TimerHandle | None = None
+        self._at = math.inf  #: when the armed timer fires
+
+    def add(self, task: asyncio.Task[Any], timeout: float) -> _Bound:
+        bound = _Bound(task, self._loop.time() + timeout)
+        self.waiting.add(bound)
+        if bound.when < self._at:
+            self._arm(bound.when)
+        return bound
+
+    def _arm(self, when: float) -> None:
+        if self._armed is not None:
+            self._armed.cancel()
+        self._at = when
+        self._armed = self._loop.call_at(when, self._fire)
+
+    def _fire(self) -> None:
+        self._armed, self._at = None, math.inf
+        now = self._loop.time()
+        following = math.inf
+        for bound in list(self.waiting):
+            if bound.when <= now:
+                if not bound.expired:
+                    bound.expired = True
+                    bound.task.cancel()
+            elif bound.when < following:
+                following = bound.when
+        if following < math.inf:
+            self._arm(following)
+
+
+#: each event loop's deadlines (a process serves on one loop; tests run several)
+_DEADLINES: dict[asyncio.AbstractEventLoop, _Deadlines] = {}
+
+
+def _deadlines(loop: asyncio.AbstractEventLoop) -> _Deadlines:
+    deadlines = _DEADLINES.get(loop)
+    if deadlines is None:
+        for old in list(_DEADLINES):
+            if old.is_closed():
+                _DEADLINES.pop(old, None)
+        deadlines = _DEADLINES[loop] = _Deadlines(loop)
+    return deadlines
+
+
+async def _within(opening: Awaitable[_T], timeout: float | None) -> _T:
     """*opening*'s response, or TimeoutError past *timeout* seconds -- with *opening* cancelled
-    then (its connection closed: the upstream stops generating before another is asked)."""
-    async with asyncio.timeout(timeout):
+    then (its connection closed: the upstream stops generating before another is asked).
+    ``asyncio.timeout``'s semantics (a cancellation of the task from elsewhere is passed on),
+    on the loop's one timer (:class:`_Deadlines`)."""
+    if timeout is None:
         return await opening
+    task = asyncio.current_task()
+    assert task is not None
+    deadlines = _deadlines(task.get_loop())
+    cancelling = task.cancelling()
+    bound = deadlines.add(task, timeout)
+    try:
+        return await opening
+    except asyncio.CancelledError as cancelled:
+        if bound.expired and task.uncancel() <= cancelling:  # the deadline's cancellation
+            raise TimeoutError from cancelled
+        raise
+    finally:
+        deadlines.waiting.discard(bound)
+
+
+class _Children:
+    """The labelled children of one per-upstream metric, each resolved on its first use
+    (``labels()`` takes a lock and builds its key on every call; a series appears in
+    ``/metrics`` when it is first counted, as with ``labels()``)."""
+
+    __slots__ = ("_family", "_kept")
+
+    def __init__(self, family: Any) -> None:
+        self._family = family
+        self._kept: dict[Any, Any] = {}
+
+    def __getitem__(self, key: str | tuple[str, str]) -> Any:
+        child = self._kept.get(key)
+        if child is None:
+            labels = key if isinstance(key, tuple) else (key,)
+            child = self._kept[key] = self._family.labels(*labels)
+        return child
 
 
 def _record(name: str, outcome: str | int, waited: float) -> dict[str, Any]:
@@ -93,6 +199,12 @@ class UpstreamPool:
         self._clock = clock
         self.clients: dict[str, AsyncUpstream] = {}
         self._limits: dict[str, asyncio.Semaphore] = {}
+        metrics = self.metrics
+        self._requests = _Children(metrics.upstream_requests)
+        self._failovers = _Children(metrics.upstream_failovers)
+        self._cooldowns = _Children(metrics.upstream_cooldowns)
+        self._in_flight = _Children(metrics.upstream_in_flight)
+        self._attempt_seconds = _Children(metrics.upstream_attempt_seconds)
         for upstream in routing.upstreams:
             own = attrs.evolve(
                 settings,
@@ -184,7 +296,7 @@ class UpstreamPool:
                 reports.cooled(plan)
             left = name
             if failure.retryable:
-                self.metrics.upstream_cooldowns.labels(name).inc()
+                self._cooldowns[name].inc()
             # the next upstream's window (its endpoint asked, as a tokenizer call: one more
             # of the pool's slots, within its timeout, while this turn keeps its own)
             while isinstance(step, Attempt) and not await self.fits(turn, step.upstream):
@@ -200,7 +312,7 @@ class UpstreamPool:
                 self.release(name)
                 assert error is not None
                 raise error
-            self.metrics.upstream_failovers.labels(name).inc()
+            self._failovers[name].inc()
             await self.end_attempt(response, name)  # closed before the next attempt: one at a time
 
     # -- the context window of each upstream ([[upstreams]] near a window) -------------------
@@ -281,7 +393,7 @@ class UpstreamPool:
         reports = self._reports(turn)
         now = self._clock()
         step = retarget(self.dispatcher, plan, Failure("broken"), started=True, now=now)
-        self.metrics.upstream_cooldowns.labels(name).inc()
+        self._cooldowns[name].inc()
         if reports is not None:
             reports.cooled(plan)
             if not isinstance(step, GiveUp):
@@ -298,7 +410,7 @@ class UpstreamPool:
         if limit is not None:
             await limit.acquire()
         self.dispatcher.began(name)
-        self.metrics.upstream_in_flight.labels(name).inc()
+        self._in_flight[name].inc()
         began = time.perf_counter()
         opening = client.open(turn.call)
         timeout = self.routing.options.first_byte_timeout if turn.streaming else None
@@ -306,7 +418,8 @@ class UpstreamPool:
         error: ModelError | None = None
         failure: Failure | None = None
         try:
-            response = await _within(opening, timeout)
+            # bounded for a stream only: a plain turn's attempt takes no timer of its own
+            response = await (opening if timeout is None else _within(opening, timeout))
         except TimeoutError:  # asyncio's: no response before first_byte_timeout
             error = UpstreamTimeout(
                 f"TPX: no response from upstream {name!r} within {timeout} s", provider="TPX"
@@ -319,23 +432,23 @@ class UpstreamPool:
             self.release(name)
             raise
         seconds = time.perf_counter() - began
-        self.metrics.upstream_attempt_seconds.labels(name).observe(seconds)
+        self._attempt_seconds[name].observe(seconds)
         if response is not None:
             status = response.status_code
-            self.metrics.upstream_requests.labels(name, str(status)).inc()
+            self._requests[name, str(status)].inc()
             if retryable_status(status):
                 failure = Failure(
                     "status", status, retry_after(response.headers.get("retry-after"))
                 )
         else:
             assert failure is not None
-            self.metrics.upstream_requests.labels(name, failure.kind).inc()
+            self._requests[name, failure.kind].inc()
         return response, failure, error
 
     def release(self, name: str) -> None:
         """The attempt on *name* is over (its response closed)."""
         self.dispatcher.ended(name)
-        self.metrics.upstream_in_flight.labels(name).dec()
+        self._in_flight[name].dec()
         limit = self._limits.get(name)
         if limit is not None:
             limit.release()

@@ -29,7 +29,7 @@ import fnmatch
 import os
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 
@@ -199,11 +199,16 @@ class Routing:
     options: Options = Options()
     _by_name: dict[str, UpstreamConfig] = attrs.field(init=False, eq=False)
     _default: Rule = attrs.field(init=False, eq=False)
+    _credentials: tuple[Credential, ...] = attrs.field(init=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
         by_name = {u.name: u for u in self.upstreams}
         object.__setattr__(self, "_by_name", by_name)
         object.__setattr__(self, "_default", Rule("default", tuple(by_name)))
+        # each credential once (upstreams without their own share the gateway's): read for
+        # the redaction of every log line, so gathered here once
+        given = (u.credential for u in self.upstreams if u.credential is not None)
+        object.__setattr__(self, "_credentials", tuple(dict.fromkeys(given)))
 
     def upstream(self, name: str) -> UpstreamConfig:
         return self._by_name[name]
@@ -213,15 +218,15 @@ class Routing:
         return self._default
 
     def credentials(self) -> tuple[Credential, ...]:
-        return tuple(u.credential for u in self.upstreams if u.credential is not None)
+        """The upstreams' credentials, each once."""
+        return self._credentials
 
     def __repr__(self) -> str:
         return f"Routing(upstreams={[u.name for u in self.upstreams]!r}, rules={self.rules!r})"
 
 
-@attrs.frozen
-class Facts:
-    """What the rules read of one request."""
+class Facts(NamedTuple):
+    """What the rules read of one request (a named tuple: made for every routed request)."""
 
     model: str
     background: bool = False
@@ -263,7 +268,7 @@ def _tool_names(tools: list[Any]) -> tuple[str, ...]:
             return kept
     names: list[str] = []
     for tool in tools:
-        if isinstance(tool, Mapping):
+        if tool.__class__ is dict or isinstance(tool, Mapping):
             for key in ("name", "type"):
                 value = tool.get(key)
                 if isinstance(value, str):

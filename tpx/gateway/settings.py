@@ -216,10 +216,15 @@ class Settings:
     def secret_values(self) -> tuple[str, ...]:
         """Every secret the gateway holds (for redaction)."""
         values = [self.gateway_key] if self.gateway_key else []
-        if self.credential is not None and self.credential._value is not None:
-            values.append(self.credential._value)
-        if self.routing is not None:
-            values += [c._value for c in self.routing.credentials() if c._value is not None]
+        own = self.credential
+        if own is not None and own._value is not None:
+            values.append(own._value)
+        if self.routing is not None:  # the upstreams' own (the gateway's is in already)
+            values += [
+                c._value
+                for c in self.routing.credentials()
+                if c is not own and c._value is not None
+            ]
         if self.thinking_secret:
             values.append(self.thinking_secret)
             keys = split_secret(self.thinking_secret)

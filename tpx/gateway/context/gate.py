@@ -105,7 +105,7 @@ class ContextGate:
         ``context_window`` when it has one, else the model's (:meth:`window`)."""
         if upstream is not None and upstream.context_window is not None:
             return upstream.context_window
-        return self.window(model, route).tokens
+        return self.windows.tokens(model, route.context_window if route else None)
 
     def sizing(
         self,

@@ -235,11 +235,16 @@ def placing(
     ``None`` when it cannot come near the window of any upstream of its route (nothing to
     count: balancing picks). *go*: the core's exchange framed for an upstream."""
     candidates = routed.rule.upstreams
-    models = {n: routing.upstream(n).model_for(routed.requested) for n in candidates}
-    sizings = {
-        n: gate.sizing(body, models[n], size, route, routing.upstream(n)) for n in candidates
-    }
-    if all(s is None for s in sizings.values()):
+    requested = routed.requested
+    models: dict[str, str | None] = {}
+    sizings: dict[str, Sizing | None] = {}
+    near = False  # the body may come near some upstream's window (it is counted then)
+    for name in candidates:  # one pass: every routed request takes it
+        upstream = routing.upstream(name)
+        model = models[name] = upstream.model_for(requested)
+        sizing = sizings[name] = gate.sizing(body, model, size, route, upstream)
+        near = near or sizing is not None
+    if not near:
         return None
     return Placement(
         gate, host, routing, candidates, body,

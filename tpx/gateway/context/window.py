@@ -61,6 +61,19 @@ class Windows:
                 return Window(discovered, "discovered")
         return Window(self._default, "default")
 
+    def tokens(self, model: str | None, route_window: int | None = None) -> int:
+        """``of(model, route_window).tokens``, nothing made (read for every request)."""
+        if route_window is not None:
+            return route_window
+        if model is not None:
+            configured = self._configured.get(model)
+            if configured is not None:
+                return configured
+            discovered = self._discovered.get(model)
+            if discovered is not None:
+                return discovered
+        return self._default
+
     def learn(self, model: str, tokens: int) -> None:
         """What the upstream said *model*'s window is (a discovery's answer)."""
         if tokens > 0:
