@@ -21,11 +21,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from benchmarks.corpus import claude_code_bytes
 from benchmarks.report import markdown_table, write_section
-from tpx.gateway.context.placement import Placement
 from tpx.gateway.core import Gateway, Request, Turn
 from tpx.gateway.dispatch import Dispatcher, Plan, first
 from tpx.gateway.settings import Settings, load_settings
@@ -92,23 +90,11 @@ def _settings(text: str) -> Settings:
         return load_settings(env=ENV, config_file=path)
 
 
-def _placed(result: Any) -> Any:
-    """*result*, or the turn a :class:`Placement` (a routed turn that may come near a window:
-    the longest recorded turns with their ``max_tokens``) becomes on the first upstream of its
-    route it fits, as ``UpstreamPool.place`` places it with no tokenizer endpoint (the
-    estimate counts)."""
-    if not isinstance(result, Placement):
-        return result
-    name = next((n for n in result.candidates if result.check(n, None)), None)
-    return result.resume(name)
-
-
 def _handle(gateway: Gateway, body: bytes) -> float:
-    """The CPU time of ``Gateway.handle`` on *body* (placed, when it is placed); the turn
-    closed after it."""
+    """The CPU time of ``Gateway.handle`` on *body*; the turn closed after it."""
     request = Request("POST", "/v1/messages", "", HEADERS, body)
     began = time.thread_time()
-    result = _placed(gateway.handle(request))
+    result = gateway.handle(request)
     spent = time.thread_time() - began
     assert isinstance(result, Turn), result
     result.close()
@@ -118,7 +104,7 @@ def _handle(gateway: Gateway, body: bytes) -> float:
 def _decide(gateway: Gateway, dispatcher: Dispatcher, body: bytes) -> float:
     """The CPU time of the pool's decisions for the routed turn of *body* (as
     ``UpstreamPool.open`` takes them for an attempt that succeeds); the turn closed after."""
-    turn = _placed(gateway.handle(Request("POST", "/v1/messages", "", HEADERS, body)))
+    turn = gateway.handle(Request("POST", "/v1/messages", "", HEADERS, body))
     assert isinstance(turn, Turn), turn
     assert turn.routed is not None
     routing = dispatcher.routing
